@@ -1,0 +1,498 @@
+//! Runtime sections: the unit of content that layers 3-6 contribute to an assembly.
+//!
+//! A [`Section`] is immutable once built. Its layer is a [`RuntimeLayer`], so a section can
+//! never claim layer 1 or 2 (ADR-0004, I7).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::content::{Content, ContentHash};
+use crate::error::CoreError;
+use crate::layer::RuntimeLayer;
+use crate::mode::{ModeSet, PathSet};
+use crate::provenance::{Provenance, SourceKind};
+
+fn valid_name(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+}
+
+/// A section id: 1-128 characters of `[A-Za-z0-9._:/-]`, so it can be written into the
+/// rendered format without escaping.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SectionId(Arc<str>);
+
+impl SectionId {
+    /// Validate an id.
+    pub fn new(id: impl AsRef<str>) -> Result<SectionId, CoreError> {
+        let id = id.as_ref();
+        if valid_name(id, 128) {
+            Ok(SectionId(Arc::from(id)))
+        } else {
+            Err(CoreError::InvalidSectionId {
+                given: id.chars().take(140).collect(),
+            })
+        }
+    }
+
+    /// The id text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A conflict key: sections that claim the same key conflict, and the higher layer wins.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SectionKey(Arc<str>);
+
+impl SectionKey {
+    /// Validate a key (same alphabet as ids).
+    pub fn new(key: impl AsRef<str>) -> Result<SectionKey, CoreError> {
+        let key = key.as_ref();
+        if valid_name(key, 128) {
+            Ok(SectionKey(Arc::from(key)))
+        } else {
+            Err(CoreError::InvalidSectionKey {
+                given: key.chars().take(140).collect(),
+            })
+        }
+    }
+
+    /// The key text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+macro_rules! str_newtype_impls {
+    ($t:ident) => {
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&*self.0, f)
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl FromStr for $t {
+            type Err = CoreError;
+            fn from_str(s: &str) -> Result<Self, CoreError> {
+                $t::new(s)
+            }
+        }
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $t::new(String::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+str_newtype_impls!(SectionId);
+str_newtype_impls!(SectionKey);
+
+/// The canonical phase order inside a layer (from the seeds): constraints first, user last.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Rules and constraints.
+    Constraint,
+    /// The current task or goal.
+    #[default]
+    Task,
+    /// Retrieved or remembered facts.
+    Memory,
+    /// Tool catalog and guidance.
+    Tools,
+    /// Conversation history.
+    History,
+    /// The user's own input.
+    User,
+}
+
+impl Phase {
+    /// All phases in canonical order.
+    pub const ALL: [Phase; 6] = [
+        Phase::Constraint,
+        Phase::Task,
+        Phase::Memory,
+        Phase::Tools,
+        Phase::History,
+        Phase::User,
+    ];
+
+    /// Stable lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Phase::Constraint => "constraint",
+            Phase::Task => "task",
+            Phase::Memory => "memory",
+            Phase::Tools => "tools",
+            Phase::History => "history",
+            Phase::User => "user",
+        }
+    }
+}
+
+impl FromStr for Phase {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, CoreError> {
+        Phase::ALL
+            .into_iter()
+            .find(|p| p.name() == s.trim().to_ascii_lowercase())
+            .ok_or_else(|| CoreError::UnknownName {
+                what: "phase",
+                given: s.to_owned(),
+                expected: "constraint task memory tools history user",
+            })
+    }
+}
+
+/// Whether a section's content changes between requests.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Stability {
+    /// Rarely changes; cacheable and part of the stable (provider-cacheable) prefix.
+    Stable,
+    /// Recomputed every request; never cached; placed after every stable section.
+    #[default]
+    Dynamic,
+}
+
+/// A weight in hundredths (100 = 1.0). Score = priority x weight, in integers, so ordering is
+/// exact and deterministic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Weight(pub u16);
+
+impl Default for Weight {
+    fn default() -> Self {
+        Weight(100)
+    }
+}
+
+/// Who spoke a working-memory turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user.
+    User,
+    /// The assistant (the agent's own output).
+    Assistant,
+    /// A tool call made by the assistant.
+    ToolCall,
+    /// A tool's result (untrusted).
+    ToolResult,
+}
+
+impl Role {
+    /// Stable lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::ToolCall => "tool_call",
+            Role::ToolResult => "tool_result",
+        }
+    }
+}
+
+/// Turn metadata of a working-memory section: its place in the session and, for tool calls and
+/// results, the id that links them (the assembler never separates the two).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Turn {
+    /// Position in the session log; larger is newer.
+    pub seq: u64,
+    /// Who spoke.
+    pub role: Role,
+    /// The tool call id linking a call and its result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<Arc<str>>,
+}
+
+/// One runtime section (layers 3-6). Immutable; clone is cheap.
+#[derive(Clone, PartialEq)]
+pub struct Section {
+    id: SectionId,
+    layer: RuntimeLayer,
+    key: Option<SectionKey>,
+    priority: u32,
+    phase: Phase,
+    stability: Stability,
+    sticky: bool,
+    weight: Weight,
+    modes: ModeSet,
+    paths: PathSet,
+    turn: Option<Turn>,
+    provenance: Provenance,
+    content: Content,
+}
+
+impl fmt::Debug for Section {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Section")
+            .field("id", &self.id)
+            .field("layer", &self.layer)
+            .field("key", &self.key)
+            .field("priority", &self.priority)
+            .field("phase", &self.phase)
+            .field("stability", &self.stability)
+            .field("sticky", &self.sticky)
+            .field("bytes", &self.content.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Section {
+    /// Start building a section of `layer` with `id` and `content`.
+    ///
+    /// The builder's defaults: priority 0, phase `task`, dynamic, not sticky, weight 1.0, every
+    /// mode and path, provenance `caller` named after the id.
+    pub fn builder(
+        layer: RuntimeLayer,
+        id: impl AsRef<str>,
+        content: impl Into<Content>,
+    ) -> Result<SectionBuilder, CoreError> {
+        let id = SectionId::new(id)?;
+        let content = content.into();
+        let provenance = Provenance {
+            source: SourceKind::Caller,
+            name: Arc::from(id.as_str()),
+            content_hash: content.hash(),
+            record: None,
+            created_ms: None,
+            score: None,
+        };
+        Ok(SectionBuilder {
+            s: Section {
+                id,
+                layer,
+                key: None,
+                priority: 0,
+                phase: Phase::default(),
+                stability: Stability::default(),
+                sticky: false,
+                weight: Weight::default(),
+                modes: ModeSet::all(),
+                paths: PathSet::all(),
+                turn: None,
+                provenance,
+                content,
+            },
+        })
+    }
+
+    /// The id.
+    pub fn id(&self) -> &SectionId {
+        &self.id
+    }
+    /// The runtime layer (3-6).
+    pub fn layer(&self) -> RuntimeLayer {
+        self.layer
+    }
+    /// The conflict key, if any.
+    pub fn key(&self) -> Option<&SectionKey> {
+        self.key.as_ref()
+    }
+    /// Priority within the layer (larger is more important).
+    pub fn priority(&self) -> u32 {
+        self.priority
+    }
+    /// Phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+    /// Stability.
+    pub fn stability(&self) -> Stability {
+        self.stability
+    }
+    /// Sticky sections are never trimmed; if they do not fit, assembly fails.
+    pub fn sticky(&self) -> bool {
+        self.sticky
+    }
+    /// Weight.
+    pub fn weight(&self) -> Weight {
+        self.weight
+    }
+    /// Score = priority x weight (integers).
+    pub fn score(&self) -> u64 {
+        u64::from(self.priority) * u64::from(self.weight.0)
+    }
+    /// Modes it takes part in.
+    pub fn modes(&self) -> ModeSet {
+        self.modes
+    }
+    /// Paths it takes part in.
+    pub fn paths(&self) -> PathSet {
+        self.paths
+    }
+    /// Working-memory turn metadata.
+    pub fn turn(&self) -> Option<&Turn> {
+        self.turn.as_ref()
+    }
+    /// Provenance.
+    pub fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+    /// Content hash (same as `provenance().content_hash`).
+    pub fn content_hash(&self) -> ContentHash {
+        self.provenance.content_hash
+    }
+    /// Content.
+    pub fn content(&self) -> &Content {
+        &self.content
+    }
+
+    /// A copy with other content (used for truncation); the hash is recomputed, the rest kept.
+    pub fn with_content(&self, content: impl Into<Content>) -> Section {
+        let mut s = self.clone();
+        s.content = content.into();
+        s.provenance.content_hash = s.content.hash();
+        s
+    }
+}
+
+/// Builder for [`Section`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct SectionBuilder {
+    s: Section,
+}
+
+impl SectionBuilder {
+    /// Conflict key.
+    pub fn key(mut self, key: impl AsRef<str>) -> Result<Self, CoreError> {
+        self.s.key = Some(SectionKey::new(key)?);
+        Ok(self)
+    }
+    /// Conflict key, already validated.
+    pub fn key_value(mut self, key: Option<SectionKey>) -> Self {
+        self.s.key = key;
+        self
+    }
+    /// Priority within the layer.
+    pub fn priority(mut self, p: u32) -> Self {
+        self.s.priority = p;
+        self
+    }
+    /// Phase.
+    pub fn phase(mut self, p: Phase) -> Self {
+        self.s.phase = p;
+        self
+    }
+    /// Stability.
+    pub fn stability(mut self, s: Stability) -> Self {
+        self.s.stability = s;
+        self
+    }
+    /// Sticky.
+    pub fn sticky(mut self, sticky: bool) -> Self {
+        self.s.sticky = sticky;
+        self
+    }
+    /// Weight.
+    pub fn weight(mut self, w: Weight) -> Self {
+        self.s.weight = w;
+        self
+    }
+    /// Modes.
+    pub fn modes(mut self, m: ModeSet) -> Self {
+        self.s.modes = m;
+        self
+    }
+    /// Paths.
+    pub fn paths(mut self, p: PathSet) -> Self {
+        self.s.paths = p;
+        self
+    }
+    /// Turn metadata (working memory).
+    pub fn turn(mut self, t: Turn) -> Self {
+        self.s.turn = Some(t);
+        self
+    }
+    /// Source kind and producer name; the content hash is kept.
+    pub fn source(mut self, source: SourceKind, name: impl AsRef<str>) -> Self {
+        self.s.provenance.source = source;
+        self.s.provenance.name = Arc::from(name.as_ref());
+        self
+    }
+    /// Record id, creation time and score of the provenance.
+    pub fn record(
+        mut self,
+        record: Option<&str>,
+        created_ms: Option<i64>,
+        score: Option<f64>,
+    ) -> Self {
+        self.s.provenance.record = record.map(Arc::from);
+        self.s.provenance.created_ms = created_ms;
+        self.s.provenance.score = score.filter(|s| s.is_finite());
+        self
+    }
+    /// Finish.
+    pub fn build(self) -> Section {
+        self.s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_validated() {
+        assert!(SectionId::new("memory.search/1:a-b_c").is_ok());
+        for bad in ["", "has space", "x".repeat(129).as_str(), "<tag>", "a\nb"] {
+            assert!(SectionId::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn builder_sets_hash_and_defaults() {
+        let s = Section::builder(RuntimeLayer::Shared, "biz", "facts")
+            .unwrap()
+            .priority(7)
+            .build();
+        assert_eq!(s.layer(), RuntimeLayer::Shared);
+        assert_eq!(s.content_hash(), Content::from("facts").hash());
+        assert_eq!(s.score(), 700);
+        assert!(!s.sticky());
+        let t = s.with_content("other");
+        assert_eq!(t.content_hash(), Content::from("other").hash());
+        assert_eq!(t.id(), s.id());
+    }
+
+    #[test]
+    fn phase_order_is_canonical() {
+        let mut v = vec![
+            Phase::User,
+            Phase::Memory,
+            Phase::Constraint,
+            Phase::History,
+        ];
+        v.sort();
+        assert_eq!(
+            v,
+            [
+                Phase::Constraint,
+                Phase::Memory,
+                Phase::History,
+                Phase::User
+            ]
+        );
+    }
+}
