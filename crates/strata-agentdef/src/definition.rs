@@ -1,0 +1,597 @@
+//! The agent-definition format (TOML, strict) and its conversion into identity layers.
+//!
+//! ```toml
+//! id = "ada"                       # agent id
+//! name = "Ada"
+//! version = 3                      # only grows (rollback guard)
+//! not_before = "2026-01-01T00:00:00Z"
+//! not_after = "2027-01-01T00:00:00Z"
+//! default_mode = "assistant"       # operational mode
+//! default_prompt_mode = "full"
+//!
+//! [budget]                         # strata_core::Budget
+//! total_tokens = 16384
+//!
+//! [core]                           # layer 1
+//! identity = "You are Ada..."      # or { file = "SOUL.md", sha256 = "<hex>" }
+//! role = "..."
+//! safety_rules = ["...", "..."]
+//! hard_constraints = ["..."]
+//! response_format = "..."
+//! language = "English"
+//!
+//! [[core.tools]]                   # the allowlist
+//! name = "file_read"
+//! description = "Read a file"
+//! prefer_for = ["reading files"]
+//! prefer_over = ["shell"]
+//!
+//! [characteristics]                # layer 2
+//! personality = "..."
+//! style = "..."
+//! guidelines = ["..."]
+//! citation_rules = "..."
+//!
+//! [templates]                      # operational-mode templates per tier, and the fallback
+//! fallback = "..."
+//! [templates.developer]
+//! tier3 = "..."
+//! ```
+//!
+//! Unknown fields and duplicate keys are refused. Files are referenced only by path (relative to
+//! the definition, no `..`) plus SHA-256; the loader refuses a file whose digest differs.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use strata_core::identity::AllowedTool;
+use strata_core::{
+    Budget, Content, IdentityLayer, IdentityLayers, IdentitySection, OperationalMode, Phase,
+    PromptMode, SectionId, SectionKey, Tier, ToolName, ToolUsageHint,
+};
+
+use crate::error::AgentDefError;
+use crate::time::parse_rfc3339;
+
+/// Largest referenced file accepted.
+pub const MAX_REFERENCED_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Text given inline or by a file reference with its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Text {
+    /// Inline text.
+    Inline(String),
+    /// A file next to the definition, pinned by SHA-256.
+    File(FileRef),
+}
+
+/// A referenced file, pinned by digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRef {
+    /// Path relative to the definition file.
+    pub file: String,
+    /// Lower-case hex SHA-256 of the file's bytes.
+    pub sha256: String,
+}
+
+/// A tool on the allowlist, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDef {
+    /// Name.
+    pub name: ToolName,
+    /// Description (trusted; from the signed definition).
+    #[serde(default)]
+    pub description: String,
+    /// Tasks it is preferred for.
+    #[serde(default)]
+    pub prefer_for: Vec<String>,
+    /// Tools it is preferred over.
+    #[serde(default)]
+    pub prefer_over: Vec<ToolName>,
+}
+
+/// Layer 1, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoreDef {
+    /// Identity / soul.
+    pub identity: Text,
+    /// Role.
+    #[serde(default)]
+    pub role: Option<Text>,
+    /// Safety rules.
+    #[serde(default)]
+    pub safety_rules: Vec<String>,
+    /// Hard constraints.
+    #[serde(default)]
+    pub hard_constraints: Vec<String>,
+    /// Response format.
+    #[serde(default)]
+    pub response_format: Option<Text>,
+    /// Response language.
+    #[serde(default)]
+    pub language: Option<String>,
+    /// The tool allowlist.
+    #[serde(default)]
+    pub tools: Vec<ToolDef>,
+}
+
+impl Default for Text {
+    fn default() -> Self {
+        Text::Inline(String::new())
+    }
+}
+
+/// Layer 2, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CharacteristicsDef {
+    /// Personality.
+    #[serde(default)]
+    pub personality: Option<Text>,
+    /// Style.
+    #[serde(default)]
+    pub style: Option<Text>,
+    /// Guidelines.
+    #[serde(default)]
+    pub guidelines: Vec<String>,
+    /// Citation rules.
+    #[serde(default)]
+    pub citation_rules: Option<Text>,
+}
+
+/// Templates of one operational mode, per tier.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierTemplates {
+    /// Tier 1 (2-4K windows).
+    #[serde(default)]
+    pub tier1: Option<String>,
+    /// Tier 2 (8K).
+    #[serde(default)]
+    pub tier2: Option<String>,
+    /// Tier 3 (16K).
+    #[serde(default)]
+    pub tier3: Option<String>,
+    /// Tier 4 (32K).
+    #[serde(default)]
+    pub tier4: Option<String>,
+    /// Tier 5 (64-128K).
+    #[serde(default)]
+    pub tier5: Option<String>,
+}
+
+impl TierTemplates {
+    fn get(&self, tier: Tier) -> Option<&str> {
+        match tier {
+            Tier::T1 => self.tier1.as_deref(),
+            Tier::T2 => self.tier2.as_deref(),
+            Tier::T3 => self.tier3.as_deref(),
+            Tier::T4 => self.tier4.as_deref(),
+            Tier::T5 => self.tier5.as_deref(),
+        }
+    }
+}
+
+/// Operational-mode templates, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplatesDef {
+    /// Used when no template of the mode fits.
+    #[serde(default)]
+    pub fallback: Option<String>,
+    /// Assistant mode.
+    #[serde(default)]
+    pub assistant: TierTemplates,
+    /// Developer mode.
+    #[serde(default)]
+    pub developer: TierTemplates,
+    /// Planning mode.
+    #[serde(default)]
+    pub planning: TierTemplates,
+    /// Debugger mode.
+    #[serde(default)]
+    pub debugger: TierTemplates,
+    /// User mode.
+    #[serde(default)]
+    pub user: TierTemplates,
+}
+
+/// The agent definition, as written in the signed payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDefinition {
+    /// Agent id (1-64 of `[a-z0-9._-]`).
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Version; must grow with every change.
+    pub version: u64,
+    /// Start of validity (RFC 3339).
+    #[serde(default)]
+    pub not_before: Option<String>,
+    /// End of validity (RFC 3339).
+    #[serde(default)]
+    pub not_after: Option<String>,
+    /// Default operational mode.
+    #[serde(default)]
+    pub default_mode: OperationalMode,
+    /// Default prompt mode.
+    #[serde(default)]
+    pub default_prompt_mode: PromptMode,
+    /// Default budget.
+    #[serde(default)]
+    pub budget: Budget,
+    /// Layer 1.
+    pub core: CoreDef,
+    /// Layer 2.
+    #[serde(default)]
+    pub characteristics: CharacteristicsDef,
+    /// Operational-mode templates.
+    #[serde(default)]
+    pub templates: TemplatesDef,
+}
+
+/// The operational-mode templates of a verified definition (read-only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeTemplates(TemplatesDef);
+
+/// A template chosen by [`ModeTemplates::resolve`], with where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResolvedTemplate<'a> {
+    /// Template text (from the signed definition).
+    pub text: &'a str,
+    /// The mode it belongs to, or `None` for the fallback template.
+    pub mode: Option<OperationalMode>,
+    /// The tier it belongs to, or `None` for the fallback template.
+    pub tier: Option<Tier>,
+    /// True when it is not the exact mode and tier asked for.
+    pub fell_back: bool,
+}
+
+impl ModeTemplates {
+    fn of(&self, mode: OperationalMode) -> &TierTemplates {
+        match mode {
+            OperationalMode::Assistant => &self.0.assistant,
+            OperationalMode::Developer => &self.0.developer,
+            OperationalMode::Planning => &self.0.planning,
+            OperationalMode::Debugger => &self.0.debugger,
+            OperationalMode::User => &self.0.user,
+        }
+    }
+
+    /// The exact template of `mode` at `tier`, if written.
+    pub fn get(&self, mode: OperationalMode, tier: Tier) -> Option<&str> {
+        self.of(mode).get(tier)
+    }
+
+    /// The template for `mode` at `tier` through the fallback chain: the exact one; the same mode
+    /// at the nearest lower tier, then the nearest higher tier; the `user` mode falls back to
+    /// `assistant` (its default copy); then the definition's `fallback`; then developer tier 3.
+    pub fn resolve(&self, mode: OperationalMode, tier: Tier) -> Option<ResolvedTemplate<'_>> {
+        let mut modes = vec![mode];
+        if mode == OperationalMode::User {
+            modes.push(OperationalMode::Assistant);
+        }
+        for m in modes {
+            let lower = Tier::ALL.iter().rev().filter(|t| **t <= tier);
+            let higher = Tier::ALL.iter().filter(|t| **t > tier);
+            for t in lower.chain(higher) {
+                if let Some(text) = self.get(m, *t) {
+                    let fell_back = m != mode || *t != tier;
+                    return Some(ResolvedTemplate {
+                        text,
+                        mode: Some(m),
+                        tier: Some(*t),
+                        fell_back,
+                    });
+                }
+            }
+        }
+        if let Some(text) = self.0.fallback.as_deref() {
+            return Some(ResolvedTemplate {
+                text,
+                mode: None,
+                tier: None,
+                fell_back: true,
+            });
+        }
+        self.get(OperationalMode::Developer, Tier::T3)
+            .map(|text| ResolvedTemplate {
+                text,
+                mode: Some(OperationalMode::Developer),
+                tier: Some(Tier::T3),
+                fell_back: true,
+            })
+    }
+}
+
+/// Everything read from a verified payload.
+pub(crate) struct Parsed {
+    pub def: AgentDefinition,
+    pub identity: IdentityLayers,
+    pub templates: ModeTemplates,
+    pub not_before: Option<i64>,
+    pub not_after: Option<i64>,
+}
+
+fn invalid(msg: impl Into<String>) -> AgentDefError {
+    AgentDefError::InvalidDefinition(msg.into())
+}
+
+fn safe_relative(p: &str) -> Option<PathBuf> {
+    let path = Path::new(p);
+    (!p.is_empty()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir)))
+    .then(|| path.to_path_buf())
+}
+
+fn resolve_text(t: &Text, base: Option<&Path>, what: &str) -> Result<String, AgentDefError> {
+    match t {
+        Text::Inline(s) => Ok(s.clone()),
+        Text::File(f) => {
+            let rel = safe_relative(&f.file).ok_or_else(|| {
+                invalid(format!(
+                    "{what}: file `{}` must be a relative path without `..`",
+                    f.file
+                ))
+            })?;
+            let base = base.ok_or_else(|| {
+                invalid(format!(
+                    "{what}: references file `{}` but no base directory was given",
+                    f.file
+                ))
+            })?;
+            let path = base.join(rel);
+            let bytes = crate::read_limited(&path, MAX_REFERENCED_FILE_BYTES, "referenced file")?;
+            let found: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            if found != f.sha256.to_ascii_lowercase() {
+                return Err(AgentDefError::DigestMismatch {
+                    path,
+                    expected: f.sha256.clone(),
+                    found,
+                });
+            }
+            String::from_utf8(bytes).map_err(|_| invalid(format!("{what}: file is not UTF-8")))
+        }
+    }
+}
+
+fn bullets(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|s| format!("- {s}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Parse the verified payload bytes. Called only after signature verification.
+pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parsed, AgentDefError> {
+    let text = std::str::from_utf8(payload).map_err(|_| invalid("payload is not UTF-8"))?;
+    let def: AgentDefinition = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+    if def.id.is_empty()
+        || def.id.len() > 64
+        || !def.id.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
+    {
+        return Err(invalid(format!(
+            "id `{}` must be 1-64 characters of a-z 0-9 . _ -",
+            def.id
+        )));
+    }
+    if def.name.trim().is_empty() {
+        return Err(invalid("name must not be empty"));
+    }
+    def.budget.validate().map_err(|e| invalid(e.to_string()))?;
+    let not_before = def
+        .not_before
+        .as_deref()
+        .map(parse_rfc3339)
+        .transpose()
+        .map_err(invalid)?;
+    let not_after = def
+        .not_after
+        .as_deref()
+        .map(parse_rfc3339)
+        .transpose()
+        .map_err(invalid)?;
+    if let (Some(a), Some(b)) = (not_before, not_after) {
+        if a > b {
+            return Err(invalid("not_before is after not_after"));
+        }
+    }
+
+    let mut sections = Vec::new();
+    let mut push = |layer: IdentityLayer, id: &str, key: &str, phase: Phase, text: String| {
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        let s = IdentitySection::new(
+            layer,
+            SectionId::new(id).map_err(|e| invalid(e.to_string()))?,
+            Some(SectionKey::new(key).map_err(|e| invalid(e.to_string()))?),
+            phase,
+            Content::from(text),
+        )
+        .map_err(|e| invalid(e.to_string()))?;
+        sections.push(s);
+        Ok::<(), AgentDefError>(())
+    };
+    use IdentityLayer::{Characteristics as L2, Core as L1};
+    let c = &def.core;
+    let identity = resolve_text(&c.identity, base, "core.identity")?;
+    if identity.trim().is_empty() {
+        return Err(invalid(
+            "core.identity must not be empty: it says who the agent is",
+        ));
+    }
+    push(L1, "core.identity", "identity", Phase::Constraint, identity)?;
+    if let Some(r) = &c.role {
+        push(
+            L1,
+            "core.role",
+            "role",
+            Phase::Constraint,
+            resolve_text(r, base, "core.role")?,
+        )?;
+    }
+    push(
+        L1,
+        "core.safety",
+        "safety",
+        Phase::Constraint,
+        bullets(&c.safety_rules),
+    )?;
+    push(
+        L1,
+        "core.constraints",
+        "constraints",
+        Phase::Constraint,
+        bullets(&c.hard_constraints),
+    )?;
+    let mut tools = Vec::new();
+    let mut tool_lines = Vec::new();
+    for t in &c.tools {
+        tools.push(AllowedTool {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            usage: ToolUsageHint {
+                prefer_for: t.prefer_for.clone(),
+                prefer_over: t.prefer_over.clone(),
+            },
+        });
+    }
+    let mut sorted: Vec<&ToolDef> = c.tools.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    for t in &sorted {
+        let mut line = format!("- {}", t.name);
+        if !t.description.is_empty() {
+            line.push_str(": ");
+            line.push_str(&t.description);
+        }
+        for p in &t.prefer_for {
+            line.push_str(&format!("\n  - prefer `{}` for {p}", t.name));
+        }
+        for o in &t.prefer_over {
+            line.push_str(&format!("\n  - prefer `{}` over `{o}`", t.name));
+        }
+        tool_lines.push(line);
+    }
+    if !tool_lines.is_empty() {
+        let text = format!(
+            "Allowed tools (no others may be used):\n{}",
+            tool_lines.join("\n")
+        );
+        push(L1, "core.tools", "tools", Phase::Tools, text)?;
+    }
+    if let Some(r) = &c.response_format {
+        let t = resolve_text(r, base, "core.response_format")?;
+        push(
+            L1,
+            "core.response_format",
+            "response_format",
+            Phase::Constraint,
+            t,
+        )?;
+    }
+    if let Some(l) = &c.language {
+        push(
+            L1,
+            "core.language",
+            "language",
+            Phase::Constraint,
+            format!("Respond in {l}."),
+        )?;
+    }
+    let ch = &def.characteristics;
+    if let Some(p) = &ch.personality {
+        let t = resolve_text(p, base, "characteristics.personality")?;
+        push(
+            L2,
+            "characteristics.personality",
+            "personality",
+            Phase::Constraint,
+            t,
+        )?;
+    }
+    if let Some(s) = &ch.style {
+        let t = resolve_text(s, base, "characteristics.style")?;
+        push(L2, "characteristics.style", "style", Phase::Constraint, t)?;
+    }
+    push(
+        L2,
+        "characteristics.guidelines",
+        "guidelines",
+        Phase::Constraint,
+        bullets(&ch.guidelines),
+    )?;
+    if let Some(r) = &ch.citation_rules {
+        let t = resolve_text(r, base, "characteristics.citation_rules")?;
+        push(
+            L2,
+            "characteristics.citation_rules",
+            "citation_rules",
+            Phase::Constraint,
+            t,
+        )?;
+    }
+    for (m, tiers) in [
+        ("assistant", &def.templates.assistant),
+        ("developer", &def.templates.developer),
+        ("planning", &def.templates.planning),
+        ("debugger", &def.templates.debugger),
+        ("user", &def.templates.user),
+    ] {
+        for t in Tier::ALL {
+            if tiers
+                .get(t)
+                .is_some_and(strata_core::format::contains_reserved_marker)
+            {
+                return Err(invalid(format!(
+                    "template {m}.tier{} holds a reserved `<strata:` marker",
+                    t.number()
+                )));
+            }
+        }
+    }
+    let identity = IdentityLayers::new(sections, tools).map_err(|e| invalid(e.to_string()))?;
+    let templates = ModeTemplates(def.templates.clone());
+    Ok(Parsed {
+        def,
+        identity,
+        templates,
+        not_before,
+        not_after,
+    })
+}
+
+/// Check a definition's TOML text without a signature (for `strata sign`, which refuses to sign
+/// an invalid definition). Referenced files are resolved against `base`.
+pub fn check_definition(text: &str, base: Option<&Path>) -> Result<AgentDefinition, AgentDefError> {
+    parse_payload(text.as_bytes(), base).map(|p| p.def)
+}
+
+/// Templates grouped by mode, for display.
+pub fn template_inventory(t: &ModeTemplates) -> BTreeMap<&'static str, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for m in OperationalMode::ALL {
+        let tiers: Vec<u8> = Tier::ALL
+            .iter()
+            .filter(|x| t.get(*m, **x).is_some())
+            .map(|x| x.number())
+            .collect();
+        out.insert(m.name(), tiers);
+    }
+    out
+}

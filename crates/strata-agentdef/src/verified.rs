@@ -1,0 +1,155 @@
+//! `VerifiedAgent`: layers 1-2 as they exist in memory, only after verification (ADR-0004).
+//!
+//! API boundary: nothing outside this crate can construct a `VerifiedAgent`. Its only
+//! constructor is `pub(crate)` and is called by [`crate::Loader`] after the envelope's
+//! signatures, payload type, validity window, referenced-file digests and rollback guard have
+//! all been checked. It has no `&mut` accessor, no setter and no interior mutability (I5, I7).
+
+use std::fmt;
+use std::sync::Arc;
+
+use strata_core::format::{write_trusted, SectionHeader};
+use strata_core::{Budget, ContentHash, IdentityLayers, OperationalMode, PromptMode};
+
+use crate::definition::{ModeTemplates, Parsed};
+use crate::keys::KeyId;
+
+struct Inner {
+    agent_id: Arc<str>,
+    name: String,
+    version: u64,
+    not_before: Option<i64>,
+    not_after: Option<i64>,
+    identity: IdentityLayers,
+    templates: ModeTemplates,
+    budget: Budget,
+    default_mode: OperationalMode,
+    default_prompt_mode: PromptMode,
+    signers: Vec<KeyId>,
+    identity_text: Arc<str>,
+    digest: ContentHash,
+    payload_sha256: String,
+}
+
+/// A verified agent definition: the sealed layers 1-2 and what the definition says about them.
+/// Cloning shares the same immutable data.
+#[derive(Clone)]
+pub struct VerifiedAgent {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for VerifiedAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VerifiedAgent")
+            .field("agent_id", &self.inner.agent_id)
+            .field("version", &self.inner.version)
+            .field("digest", &self.inner.digest)
+            .field("signers", &self.inner.signers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The canonical rendering of layers 1-2: every identity section in order, in the wire format.
+/// The identity digest is BLAKE3 over exactly these bytes (ADR-0010, I1).
+pub fn render_identity(identity: &IdentityLayers) -> String {
+    let mut out = String::new();
+    for s in identity.sections() {
+        let header = SectionHeader {
+            layer: s.layer().into(),
+            id: s.id().as_str(),
+            key: s.key().map(|k| k.as_str()),
+            source: None,
+            cut: false,
+        };
+        write_trusted(&mut out, &header, s.content().as_str());
+    }
+    out
+}
+
+impl VerifiedAgent {
+    /// Seal verified content. Only the loader calls this, after every check has passed.
+    pub(crate) fn seal(
+        parsed: Parsed,
+        signers: Vec<KeyId>,
+        payload_sha256: String,
+    ) -> VerifiedAgent {
+        let identity_text: Arc<str> = Arc::from(render_identity(&parsed.identity));
+        let digest = ContentHash::of(&identity_text);
+        let d = parsed.def;
+        VerifiedAgent {
+            inner: Arc::new(Inner {
+                agent_id: Arc::from(d.id.as_str()),
+                name: d.name,
+                version: d.version,
+                not_before: parsed.not_before,
+                not_after: parsed.not_after,
+                identity: parsed.identity,
+                templates: parsed.templates,
+                budget: d.budget,
+                default_mode: d.default_mode,
+                default_prompt_mode: d.default_prompt_mode,
+                signers,
+                identity_text,
+                digest,
+                payload_sha256,
+            }),
+        }
+    }
+
+    /// The agent id.
+    pub fn agent_id(&self) -> &str {
+        &self.inner.agent_id
+    }
+    /// The agent id, shared.
+    pub fn agent_id_arc(&self) -> Arc<str> {
+        self.inner.agent_id.clone()
+    }
+    /// Display name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+    /// Version.
+    pub fn version(&self) -> u64 {
+        self.inner.version
+    }
+    /// Validity window, Unix seconds.
+    pub fn validity(&self) -> (Option<i64>, Option<i64>) {
+        (self.inner.not_before, self.inner.not_after)
+    }
+    /// Layers 1-2 and the tool allowlist.
+    pub fn identity(&self) -> &IdentityLayers {
+        &self.inner.identity
+    }
+    /// The rendered layers 1-2: every assembled context starts with exactly these bytes (I1).
+    pub fn identity_text(&self) -> &str {
+        &self.inner.identity_text
+    }
+    /// BLAKE3 of [`VerifiedAgent::identity_text`].
+    pub fn identity_digest(&self) -> ContentHash {
+        self.inner.digest
+    }
+    /// Operational-mode templates.
+    pub fn templates(&self) -> &ModeTemplates {
+        &self.inner.templates
+    }
+    /// Default budget.
+    pub fn budget(&self) -> &Budget {
+        &self.inner.budget
+    }
+    /// Default operational mode.
+    pub fn default_mode(&self) -> OperationalMode {
+        self.inner.default_mode
+    }
+    /// Default prompt mode.
+    pub fn default_prompt_mode(&self) -> PromptMode {
+        self.inner.default_prompt_mode
+    }
+    /// The trusted keys whose signatures verified (distinct, sorted).
+    pub fn signers(&self) -> &[KeyId] {
+        &self.inner.signers
+    }
+    /// SHA-256 (hex) of the signed payload.
+    pub fn payload_sha256(&self) -> &str {
+        &self.inner.payload_sha256
+    }
+}
