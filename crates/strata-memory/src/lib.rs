@@ -1,5 +1,31 @@
-//! `strata-memory`: working memory (layer 5), long-term memory (layer 6) and shared context
-//! (layer 3) stores: in-memory, durable file log, SQLite (the embedded default), PostgreSQL.
+//! `strata-memory`: the stores behind the runtime layers of an agent's context (ADR-0012).
 //!
-//! Not built yet.
+//! - Layer 3, shared context: facts the platform writes ([`SharedContextWriter`]) and agents
+//!   only read ([`SharedContextReader`]).
+//! - Layer 5, working memory: the append-only session log ([`WorkingMemory`]), from which the
+//!   newest entries that fit a token budget are chosen without ever splitting a tool call from
+//!   its result.
+//! - Layer 6, long-term memory: persistent memories found by hybrid search
+//!   ([`LongTermMemory`]): BM25 and vector similarity fused by reciprocal rank.
+//!
+//! Everything read from a store is untrusted content: it reaches the assembler as sections
+//! with [`strata_core::SourceKind::Store`] provenance and is fenced there (ADR-0006, ADR-0009).
+//! Store failures are typed ([`MemoryError`]) and never silently hidden.
 #![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod error;
+pub mod long_term;
+pub mod options;
+pub mod shared;
+pub mod working;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{MemoryError, Result};
+pub use long_term::{
+    reciprocal_rank_fusion, ListOptions, LongTermMemory, MemoryId, MemoryRecord, NewMemory,
+    SearchHit, SearchMode, SearchOptions, RRF_K,
+};
+pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
+pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
+pub use working::{select_recent, Entry, NewEntry, WorkingMemory};

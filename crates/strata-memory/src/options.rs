@@ -1,0 +1,96 @@
+//! Options every store takes: the entry size limit and the clock.
+
+use std::sync::Arc;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{MemoryError, Result};
+
+/// The default limit on one working-memory entry, memory or shared fact: 64 KiB.
+pub const DEFAULT_MAX_ENTRY_BYTES: usize = 64 * 1024;
+
+/// Options shared by all store adapters.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// The largest entry, memory or fact value accepted, in bytes of UTF-8 text
+    /// (default [`DEFAULT_MAX_ENTRY_BYTES`]).
+    pub max_entry_bytes: usize,
+    /// Where timestamps come from (default: the system clock).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Set the entry size limit in bytes.
+    #[must_use]
+    pub fn with_max_entry_bytes(mut self, bytes: usize) -> Self {
+        self.max_entry_bytes = bytes;
+        self
+    }
+
+    /// Set the clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Refuse text over the size limit.
+    pub(crate) fn check_size(&self, what: &'static str, text: &str) -> Result<()> {
+        if text.len() > self.max_entry_bytes {
+            return Err(MemoryError::EntryTooLarge {
+                what,
+                size: text.len(),
+                limit: self.max_entry_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Now, from the clock.
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
+/// Check a name made of `[A-Za-z0-9._:/-]`, 1 to `max` bytes (ids, keys, scopes, tags).
+pub(crate) fn check_name(what: &'static str, s: &str, max: usize) -> Result<()> {
+    let ok = !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(MemoryError::invalid(
+            what,
+            format!(
+                "`{}` must be 1-{max} characters of letters, digits and . _ : / -",
+                s.chars().take(140).collect::<String>()
+            ),
+        ))
+    }
+}
+
+/// Check free text used as an identifier (session ids, agent ids, call ids): 1 to `max` bytes,
+/// no control characters.
+pub(crate) fn check_label(what: &'static str, s: &str, max: usize) -> Result<()> {
+    if s.is_empty() || s.len() > max || s.chars().any(char::is_control) {
+        return Err(MemoryError::invalid(
+            what,
+            format!(
+                "`{}` must be 1-{max} bytes without control characters",
+                s.chars().take(140).collect::<String>()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! Working memory (layer 5): the append-only session log of user and assistant messages, tool
+//! calls and tool results, and the selection of the newest entries that fit a token budget.
+//!
+//! Every entry read back from a store is untrusted content (ADR-0006): it is handed to the
+//! assembler with its provenance and fenced there, never interpreted here.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use strata_core::{Content, Role, Tokenizer, Turn};
+
+use crate::error::{MemoryError, Result};
+use crate::options::{check_label, StoreOptions};
+
+/// The longest session id, agent id or tool call id accepted, in bytes.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// An entry to append to a session log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewEntry {
+    /// Who spoke.
+    pub role: Role,
+    /// The text (for tool calls, the call's arguments as the runtime records them).
+    pub content: String,
+    /// The id linking a tool call and its result; required for those two roles, refused for
+    /// the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+}
+
+impl NewEntry {
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> NewEntry {
+        NewEntry {
+            role: Role::User,
+            content: content.into(),
+            call_id: None,
+        }
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> NewEntry {
+        NewEntry {
+            role: Role::Assistant,
+            content: content.into(),
+            call_id: None,
+        }
+    }
+
+    /// A tool call with its id.
+    pub fn tool_call(call_id: impl Into<String>, content: impl Into<String>) -> NewEntry {
+        NewEntry {
+            role: Role::ToolCall,
+            content: content.into(),
+            call_id: Some(call_id.into()),
+        }
+    }
+
+    /// The result of the tool call `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> NewEntry {
+        NewEntry {
+            role: Role::ToolResult,
+            content: content.into(),
+            call_id: Some(call_id.into()),
+        }
+    }
+}
+
+/// An entry as stored: the appended entry with its sequence number and time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Position in the store's log. Sequence numbers only grow and are never reused, so within
+    /// a session a larger number is a newer entry.
+    pub seq: u64,
+    /// The session.
+    pub session: Arc<str>,
+    /// Who spoke.
+    pub role: Role,
+    /// The tool call id, for tool calls and results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<Arc<str>>,
+    /// The text.
+    pub content: Content,
+    /// When it was appended, Unix milliseconds.
+    pub at_ms: i64,
+}
+
+impl Entry {
+    /// The turn metadata the assembler uses to drop the oldest turns first and keep a tool
+    /// call and its result together (ADR-0008).
+    pub fn turn(&self) -> Turn {
+        Turn {
+            seq: self.seq,
+            role: self.role,
+            call_id: self.call_id.clone(),
+        }
+    }
+}
+
+/// A session log (layer 5). Appends are acknowledged only once stored; entries are never
+/// edited, only appended or cleared per session.
+pub trait WorkingMemory: Send + Sync {
+    /// The store's name, used as the provenance name of sections built from it.
+    fn store_name(&self) -> &str;
+
+    /// Append one entry to `session` and return it as stored.
+    ///
+    /// Refused with [`MemoryError::Invalid`]: an empty or over-long session id; a tool call or
+    /// result without a call id, or a user or assistant entry with one; a second call with the
+    /// same id in the session; a result whose call is not in the session, or a second result
+    /// for the same call. Refused with [`MemoryError::EntryTooLarge`] over the size limit.
+    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry>;
+
+    /// Every entry of `session`, oldest first.
+    fn entries(&self, session: &str) -> Result<Vec<Entry>>;
+
+    /// The newest entries of `session` whose content fits in `token_budget` tokens counted by
+    /// `tokenizer`, oldest first. See [`select_recent`] for the exact rule.
+    fn recent_within(
+        &self,
+        session: &str,
+        token_budget: usize,
+        tokenizer: &dyn Tokenizer,
+    ) -> Result<Vec<Entry>> {
+        let all = self.entries(session)?;
+        Ok(select_recent(&all, token_budget, tokenizer))
+    }
+
+    /// Remove every entry of `session`; returns how many were removed. Sequence numbers are
+    /// not reused afterwards.
+    fn clear(&self, session: &str) -> Result<usize>;
+}
+
+/// Choose the newest entries that fit `token_budget` (content tokens by `tokenizer`), keeping
+/// every tool call together with its result.
+///
+/// The result is a contiguous run of the newest entries, oldest first: it starts at the
+/// earliest position where (a) the entries from there to the end fit the budget and (b) no
+/// tool call/result pair is split (a result whose call is older than the start). A tool result
+/// whose call is not in `entries` at all is never returned. A call whose result has not arrived
+/// yet is returned on its own (it is still pending). Because the run is contiguous, an entry
+/// that alone exceeds the budget hides everything older than it: working memory is a
+/// conversation and is never returned with holes.
+pub fn select_recent(
+    entries: &[Entry],
+    token_budget: usize,
+    tokenizer: &dyn Tokenizer,
+) -> Vec<Entry> {
+    // Orphan results (no call anywhere in the log) cannot be paired: leave them out.
+    let calls: std::collections::HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.role == Role::ToolCall)
+        .filter_map(|(i, e)| e.call_id.as_deref().map(|c| (c, i)))
+        .collect();
+    let kept: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| match (e.role, e.call_id.as_deref()) {
+            (Role::ToolResult, Some(c)) => calls.contains_key(c),
+            (Role::ToolResult, None) => false,
+            _ => true,
+        })
+        .collect();
+    let n = kept.len();
+    // A start position s splits a pair when call < s <= result. Mark those positions.
+    let index_of_call: std::collections::HashMap<&str, usize> = kept
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.role == Role::ToolCall)
+        .filter_map(|(i, e)| e.call_id.as_deref().map(|c| (c, i)))
+        .collect();
+    let mut split = vec![0i64; n + 1];
+    for (r, e) in kept.iter().enumerate() {
+        if e.role == Role::ToolResult {
+            if let Some(&c) = e.call_id.as_deref().and_then(|id| index_of_call.get(id)) {
+                if c < r {
+                    split[c + 1] += 1;
+                    split[r + 1] -= 1;
+                }
+            }
+        }
+    }
+    let mut invalid = vec![false; n + 1];
+    let mut running = 0i64;
+    for (s, slot) in invalid.iter_mut().enumerate() {
+        running += split[s];
+        *slot = running > 0;
+    }
+    let mut best = n;
+    let mut used = 0usize;
+    for s in (0..n).rev() {
+        used = used.saturating_add(tokenizer.count(kept[s].content.as_str()));
+        if used > token_budget {
+            break;
+        }
+        if !invalid[s] {
+            best = s;
+        }
+    }
+    kept[best..].iter().map(|e| (*e).clone()).collect()
+}
+
+/// The checks on an entry that need no store state: session id, call id presence, size.
+pub(crate) fn check_new_entry(opts: &StoreOptions, session: &str, entry: &NewEntry) -> Result<()> {
+    check_label("session id", session, MAX_LABEL_BYTES)?;
+    opts.check_size("working-memory entry", &entry.content)?;
+    match (entry.role, entry.call_id.as_deref()) {
+        (Role::ToolCall | Role::ToolResult, Some(id)) => {
+            check_label("tool call id", id, MAX_LABEL_BYTES)
+        }
+        (Role::ToolCall | Role::ToolResult, None) => Err(MemoryError::invalid(
+            "working-memory entry",
+            format!(
+                "a {} entry needs the call id that links the call and its result",
+                entry.role.name()
+            ),
+        )),
+        (Role::User | Role::Assistant, Some(_)) => Err(MemoryError::invalid(
+            "working-memory entry",
+            format!(
+                "a {} entry has no tool call id; use the tool_call and tool_result roles for tool traffic",
+                entry.role.name()
+            ),
+        )),
+        (Role::User | Role::Assistant, None) => Ok(()),
+    }
+}
+
+/// What a session already holds for one call id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CallState {
+    /// A tool call with this id exists.
+    pub has_call: bool,
+    /// A tool result with this id exists.
+    pub has_result: bool,
+}
+
+/// The checks that need the session's state for the entry's call id.
+pub(crate) fn check_call_link(session: &str, entry: &NewEntry, state: CallState) -> Result<()> {
+    let id = entry.call_id.as_deref().unwrap_or_default();
+    match entry.role {
+        Role::ToolCall if state.has_call => Err(MemoryError::invalid(
+            "working-memory entry",
+            format!("session `{session}` already has a tool call with id `{id}`; call ids must be unique within a session"),
+        )),
+        Role::ToolResult if !state.has_call => Err(MemoryError::invalid(
+            "working-memory entry",
+            format!("session `{session}` has no tool call with id `{id}`; append the call before its result"),
+        )),
+        Role::ToolResult if state.has_result => Err(MemoryError::invalid(
+            "working-memory entry",
+            format!("session `{session}` already has a result for tool call `{id}`"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_core::EstimateTokenizer;
+
+    fn entry(seq: u64, role: Role, call: Option<&str>, text: &str) -> Entry {
+        Entry {
+            seq,
+            session: Arc::from("s"),
+            role,
+            call_id: call.map(Arc::from),
+            content: Content::from(text),
+            at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn keeps_pairs_together_and_stays_contiguous() {
+        // Each text is 8 bytes = 2 estimated tokens.
+        let log = vec![
+            entry(1, Role::User, None, "aaaaaaaa"),
+            entry(2, Role::ToolCall, Some("a"), "bbbbbbbb"),
+            entry(3, Role::ToolCall, Some("b"), "cccccccc"),
+            entry(4, Role::ToolResult, Some("a"), "dddddddd"),
+            entry(5, Role::Assistant, None, "eeeeeeee"),
+            entry(6, Role::ToolResult, Some("b"), "ffffffff"),
+        ];
+        let t = EstimateTokenizer::new();
+        let seqs = |b| -> Vec<u64> {
+            select_recent(&log, b, &t)
+                .into_iter()
+                .map(|e| e.seq)
+                .collect()
+        };
+        assert_eq!(seqs(0), Vec::<u64>::new());
+        // Starting at 6 would be fine alone, but 6 is b's result whose call is at 3.
+        assert_eq!(seqs(2), Vec::<u64>::new());
+        assert_eq!(seqs(8), Vec::<u64>::new());
+        assert_eq!(seqs(9), Vec::<u64>::new());
+        assert_eq!(seqs(10), vec![2, 3, 4, 5, 6]);
+        assert_eq!(seqs(12), vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn orphan_results_are_dropped_and_pending_calls_kept() {
+        let log = vec![
+            entry(1, Role::ToolResult, Some("zz"), "orphan"),
+            entry(2, Role::User, None, "hi"),
+            entry(3, Role::ToolCall, Some("c"), "call"),
+        ];
+        let got = select_recent(&log, 100, &EstimateTokenizer::new());
+        assert_eq!(got.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
+    }
+}
