@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_core::{
-    AssemblyPath, ModeSet, OperationalMode, PathSet, Phase, PromptMode, RuntimeLayer, Section,
-    SourceKind, Stability, Tier, Weight,
+    AssemblyPath, Content, ContentHash, CoreError, ModeSet, OperationalMode, PathSet, Phase,
+    PromptMode, RuntimeLayer, Section, SectionBuilder, SourceKind, Stability, Tier, Weight,
 };
+
+use crate::inputs::RequestInputs;
 
 /// What a contributor declares about the sections it produces.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +57,48 @@ impl Default for ContributorMeta {
     }
 }
 
+impl ContributorMeta {
+    /// Whether a contributor with this meta takes part in an assembly of `mode` on `path`.
+    pub fn takes_part(&self, mode: PromptMode, path: AssemblyPath) -> bool {
+        self.modes.contains(mode) && self.paths.contains(path)
+    }
+
+    /// A section builder for `layer` pre-filled from this meta: priority, phase, stability,
+    /// sticky, weight, modes, paths, and provenance (this meta's source, named after
+    /// `contributor_id`). Contributors use it so their sections say what they declared.
+    pub fn section(
+        &self,
+        contributor_id: &str,
+        layer: RuntimeLayer,
+        id: impl AsRef<str>,
+        content: impl Into<Content>,
+    ) -> Result<SectionBuilder, CoreError> {
+        Ok(Section::builder(layer, id, content)?
+            .priority(self.priority)
+            .phase(self.phase)
+            .stability(self.stability)
+            .sticky(self.sticky)
+            .weight(self.weight)
+            .modes(self.modes)
+            .paths(self.paths)
+            .source(self.source.clone(), contributor_id))
+    }
+}
+
+/// How the section cache may keep a contributor's output (ADR-0011).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CachePolicy {
+    /// Never cached: recomputed on every gathering (the default for dynamic contributors).
+    Never,
+    /// Cached until invalidated (the default for stable contributors).
+    UntilInvalidated,
+    /// Cached for a time to live; once expired, the old output is served while a background
+    /// thread refreshes it (stale-while-revalidate). `None` uses the cache's default TTL
+    /// (30 s unless configured).
+    Ttl(Option<Duration>),
+}
+
 /// Everything a contributor may look at for one assembly. Values are plain data; nothing here
 /// gives access to layers 1-2 beyond the identity digest.
 #[derive(Debug, Clone)]
@@ -77,6 +121,32 @@ pub struct ContributionContext {
     pub query: Option<Arc<str>>,
     /// The time of this assembly, Unix milliseconds (passed in, so output is reproducible).
     pub now_ms: i64,
+    /// Per-request inputs for built-in contributors (tools, skills, inbound, language...).
+    pub inputs: Arc<RequestInputs>,
+}
+
+impl ContributionContext {
+    /// A context with the given identity, session and time, and defaults for the rest: mode
+    /// `full`, path `soul`, tier 3, operational mode `assistant`, no query, empty inputs.
+    pub fn new(
+        agent_id: impl Into<Arc<str>>,
+        identity_digest: ContentHash,
+        session_id: impl Into<Arc<str>>,
+        now_ms: i64,
+    ) -> ContributionContext {
+        ContributionContext {
+            agent_id: agent_id.into(),
+            identity_digest,
+            session_id: session_id.into(),
+            mode: PromptMode::default(),
+            path: AssemblyPath::default(),
+            tier: Tier::T3,
+            operational_mode: OperationalMode::default(),
+            query: None,
+            now_ms,
+            inputs: Arc::new(RequestInputs::default()),
+        }
+    }
 }
 
 /// Why a contributor produced nothing.
@@ -105,6 +175,25 @@ pub trait Contributor: Send + Sync + 'static {
     /// What it declares about its sections.
     fn meta(&self) -> ContributorMeta {
         ContributorMeta::default()
+    }
+
+    /// How the section cache may keep this contributor's output. By default stable
+    /// contributors are cached until invalidated and dynamic ones never; a contributor opts
+    /// into a TTL with stale-while-revalidate by returning [`CachePolicy::Ttl`] (ADR-0011).
+    fn cache_policy(&self) -> CachePolicy {
+        match self.meta().stability {
+            Stability::Stable => CachePolicy::UntilInvalidated,
+            Stability::Dynamic => CachePolicy::Never,
+        }
+    }
+
+    /// A fingerprint of the per-request inputs this contributor's output depends on beyond the
+    /// identity digest, mode, path, tier and operational mode (for example the announced tools).
+    /// It is part of the cache key, so changed inputs never serve old output (ADR-0011).
+    /// The default, `None`, says the output depends on nothing else.
+    fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        let _ = ctx;
+        None
     }
 
     /// Produce sections for one assembly. Sections must be of [`Contributor::layer`]; the

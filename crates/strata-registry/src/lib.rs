@@ -1,7 +1,26 @@
-//! `strata-registry`: contributors of runtime sections, the section cache, modes, assembly
-//! paths, tiers, operational-mode templates and the goal manager (ADR-0011).
+//! `strata-registry`: contributors of runtime sections (layers 3-6), the registry that runs
+//! them, the section cache, prompt modes and assembly paths, built-in contributors, the goal
+//! manager, `strata.toml` configuration and operational-mode templates (ADR-0011).
+//!
+//! Architecture invariants kept here:
+//! - Nothing in this crate produces identity content: contributors name their layer with
+//!   `RuntimeLayer`, which cannot name layer 1 or 2 (ADR-0006, ADR-0004). Workspace files such
+//!   as `SOUL.md` are layer 3, never identity.
+//! - Gathering never fails because a non-sticky contributor failed; it reports an omission.
+//! - The section cache never serves output across an invalidation, and its keys include the
+//!   identity digest, so a new agent definition never sees old output.
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod contributor;
+pub mod gather;
+pub mod inputs;
+pub mod registry;
 
-pub use contributor::{ContributionContext, Contributor, ContributorError, ContributorMeta};
+pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
+pub use contributor::{
+    CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
+};
+pub use gather::{GatherError, Gathered, Omission, OmissionReason, Run, RunOutcome};
+pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};
+pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};

@@ -1,0 +1,426 @@
+//! The contributor registry: the set of contributors of runtime sections (layers 3-6), looked
+//! up by id, tag and source, shared by every session of a runtime (ADR-0011).
+//!
+//! Ids are unique; registering a second contributor under an id is an error, and replacing one
+//! is an explicit [`Registry::replace`]. Everything an MCP server registered goes when it
+//! disconnects ([`Registry::clear_mcp_server`]). Every change is logged with `tracing` and sent
+//! to subscribers ([`Registry::subscribe`]) so the runtime can rebuild prompts.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use strata_core::{ContentHash, OperationalMode, RuntimeLayer, SectionId, SourceKind};
+
+use crate::cache::{Clock, SectionCache, SystemClock};
+use crate::contributor::{Contributor, ContributorMeta};
+use crate::gather::{AbandonedRuns, RefreshTracker};
+
+/// A change in the registry, sent to every subscriber.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistryEvent {
+    /// A contributor was registered.
+    ContributorAdded {
+        /// Its id.
+        id: Arc<str>,
+        /// Its layer.
+        layer: RuntimeLayer,
+        /// Where it comes from.
+        source: SourceKind,
+    },
+    /// A contributor was unregistered.
+    ContributorRemoved {
+        /// Its id.
+        id: Arc<str>,
+    },
+    /// A contributor was replaced by a new version under the same id (a prompt changed).
+    PromptUpdated {
+        /// Its id.
+        id: Arc<str>,
+    },
+    /// The operational mode changed.
+    ModeChanged {
+        /// The new mode.
+        mode: OperationalMode,
+    },
+    /// The announced tool set changed; contributors tagged `tools` were invalidated.
+    ToolsChanged,
+    /// The active skills changed; contributors tagged `skills` were invalidated.
+    SkillsChanged,
+    /// An MCP server disconnected and everything it registered was removed.
+    McpServerCleared {
+        /// The server's name.
+        server: Arc<str>,
+        /// The ids removed, sorted.
+        removed: Vec<Arc<str>>,
+    },
+    /// A new verified agent definition is in use; cached output of any other digest was dropped.
+    DefinitionChanged {
+        /// The new identity digest.
+        digest: ContentHash,
+    },
+    /// A session was reset; the section cache was cleared.
+    SessionReset {
+        /// The session.
+        session: Arc<str>,
+    },
+}
+
+/// Why a registry operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// A contributor with this id is already registered.
+    #[error("a contributor with id `{id}` is already registered: unregister it first, or use `replace` to update it")]
+    Duplicate {
+        /// The id.
+        id: String,
+    },
+    /// No contributor has this id.
+    #[error("no contributor with id `{id}` is registered: check the id, or register it first")]
+    NotFound {
+        /// The id.
+        id: String,
+    },
+    /// The id is not a valid contributor id.
+    #[error(
+        "invalid contributor id `{id}`: ids are 1-128 characters of letters, digits and . _ : / -"
+    )]
+    InvalidId {
+        /// The id.
+        id: String,
+    },
+}
+
+/// A registered contributor with the meta it declared when it was registered.
+#[derive(Clone)]
+pub struct Registered {
+    pub(crate) id: Arc<str>,
+    pub(crate) layer: RuntimeLayer,
+    pub(crate) meta: ContributorMeta,
+    pub(crate) contributor: Arc<dyn Contributor>,
+    pub(crate) registered_ms: i64,
+    /// How many abandoned (timed-out) runs of this contributor are still going; while any
+    /// is, it is not started again, so a hung contributor does not pile up threads.
+    pub(crate) abandoned: AbandonedRuns,
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("id", &self.id)
+            .field("layer", &self.layer)
+            .field("source", &self.meta.source)
+            .field("tags", &self.meta.tags)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registered {
+    /// The id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// The layer it writes to.
+    pub fn layer(&self) -> RuntimeLayer {
+        self.layer
+    }
+    /// The meta it declared when it was registered.
+    pub fn meta(&self) -> &ContributorMeta {
+        &self.meta
+    }
+    /// The contributor.
+    pub fn contributor(&self) -> &Arc<dyn Contributor> {
+        &self.contributor
+    }
+    /// When it was registered (Unix milliseconds by the registry's clock).
+    pub fn registered_ms(&self) -> i64 {
+        self.registered_ms
+    }
+    /// Whether it carries `tag`.
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.meta.tags.iter().any(|t| &**t == tag)
+    }
+}
+
+/// The registry of contributors. Thread-safe: share it as `Arc<Registry>` across sessions.
+pub struct Registry {
+    entries: RwLock<BTreeMap<Arc<str>, Registered>>,
+    subscribers: Mutex<Vec<Sender<RegistryEvent>>>,
+    pub(crate) cache: Option<Arc<SectionCache>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) refreshes: Arc<RefreshTracker>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("contributors", &self.ids())
+            .field("cached", &self.cache.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+/// The tag whose contributors are invalidated when the announced tools change.
+pub const TAG_TOOLS: &str = "tools";
+/// The tag whose contributors are invalidated when the active skills change.
+pub const TAG_SKILLS: &str = "skills";
+
+impl Registry {
+    /// An empty registry without a section cache, on the system clock.
+    pub fn new() -> Registry {
+        Registry::build(None, Arc::new(SystemClock::new()))
+    }
+
+    /// An empty registry whose gathering uses `cache` (and its clock).
+    pub fn with_cache(cache: Arc<SectionCache>) -> Registry {
+        let clock = cache.clock();
+        Registry::build(Some(cache), clock)
+    }
+
+    fn build(cache: Option<Arc<SectionCache>>, clock: Arc<dyn Clock>) -> Registry {
+        Registry {
+            entries: RwLock::new(BTreeMap::new()),
+            subscribers: Mutex::new(Vec::new()),
+            cache,
+            clock,
+            refreshes: Arc::new(RefreshTracker::default()),
+        }
+    }
+
+    /// The section cache, when there is one.
+    pub fn cache(&self) -> Option<&Arc<SectionCache>> {
+        self.cache.as_ref()
+    }
+
+    /// Receive every later change. A receiver that is dropped is forgotten at the next event.
+    pub fn subscribe(&self) -> Receiver<RegistryEvent> {
+        let (tx, rx) = mpsc::channel();
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(tx);
+        rx
+    }
+
+    pub(crate) fn emit(&self, event: RegistryEvent) {
+        tracing::info!(target: "strata_registry", event = ?event, "registry changed");
+        let mut subs = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        subs.retain(|tx| tx.send(event.clone()).is_ok());
+    }
+
+    fn entry_for(&self, contributor: Arc<dyn Contributor>) -> Result<Registered, RegistryError> {
+        let id = contributor.id();
+        if SectionId::new(id).is_err() {
+            return Err(RegistryError::InvalidId {
+                id: id.chars().take(140).collect(),
+            });
+        }
+        Ok(Registered {
+            id: Arc::from(id),
+            layer: contributor.layer(),
+            meta: contributor.meta(),
+            registered_ms: self.clock.unix_ms(),
+            abandoned: AbandonedRuns::default(),
+            contributor,
+        })
+    }
+
+    /// Register a contributor. Its id must be unique and valid (`[A-Za-z0-9._:/-]`, 1-128).
+    pub fn register(&self, contributor: Arc<dyn Contributor>) -> Result<(), RegistryError> {
+        let entry = self.entry_for(contributor)?;
+        let event = RegistryEvent::ContributorAdded {
+            id: entry.id.clone(),
+            layer: entry.layer,
+            source: entry.meta.source.clone(),
+        };
+        {
+            let mut entries = self.write();
+            if entries.contains_key(&entry.id) {
+                return Err(RegistryError::Duplicate {
+                    id: entry.id.to_string(),
+                });
+            }
+            entries.insert(entry.id.clone(), entry);
+        }
+        self.emit(event);
+        Ok(())
+    }
+
+    /// Replace the contributor registered under the same id (for example a prompt whose text
+    /// changed). Its cached output is dropped.
+    pub fn replace(&self, contributor: Arc<dyn Contributor>) -> Result<(), RegistryError> {
+        let entry = self.entry_for(contributor)?;
+        let id = entry.id.clone();
+        {
+            let mut entries = self.write();
+            match entries.get_mut(&id) {
+                Some(slot) => *slot = entry,
+                None => return Err(RegistryError::NotFound { id: id.to_string() }),
+            }
+        }
+        if let Some(cache) = &self.cache {
+            cache.invalidate_contributor(&id);
+        }
+        self.emit(RegistryEvent::PromptUpdated { id });
+        Ok(())
+    }
+
+    /// Unregister a contributor and drop its cached output.
+    pub fn unregister(&self, id: &str) -> Result<Arc<dyn Contributor>, RegistryError> {
+        let removed = self.write().remove(id);
+        match removed {
+            Some(entry) => {
+                if let Some(cache) = &self.cache {
+                    cache.invalidate_contributor(id);
+                }
+                self.emit(RegistryEvent::ContributorRemoved {
+                    id: entry.id.clone(),
+                });
+                Ok(entry.contributor)
+            }
+            None => Err(RegistryError::NotFound { id: id.to_owned() }),
+        }
+    }
+
+    /// Remove everything the MCP server `server` registered (it disconnected) and drop its
+    /// cached output. Returns the removed ids, sorted.
+    pub fn clear_mcp_server(&self, server: &str) -> Vec<Arc<str>> {
+        let source = SourceKind::Mcp(Arc::from(server));
+        let removed: Vec<Arc<str>> = {
+            let mut entries = self.write();
+            let ids: Vec<Arc<str>> = entries
+                .values()
+                .filter(|e| e.meta.source == source)
+                .map(|e| e.id.clone())
+                .collect();
+            for id in &ids {
+                entries.remove(id);
+            }
+            ids
+        };
+        if let Some(cache) = &self.cache {
+            cache.invalidate_source(&source);
+        }
+        self.emit(RegistryEvent::McpServerCleared {
+            server: Arc::from(server),
+            removed: removed.clone(),
+        });
+        removed
+    }
+
+    /// The contributor registered under `id`.
+    pub fn get(&self, id: &str) -> Option<Registered> {
+        self.read().get(id).cloned()
+    }
+
+    /// Whether `id` is registered.
+    pub fn contains(&self, id: &str) -> bool {
+        self.read().contains_key(id)
+    }
+
+    /// Every registered id, sorted.
+    pub fn ids(&self) -> Vec<Arc<str>> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// How many contributors are registered.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// True when nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// Every registered contributor, sorted by id.
+    pub fn all(&self) -> Vec<Registered> {
+        self.read().values().cloned().collect()
+    }
+
+    /// The contributors carrying `tag`, sorted by id.
+    pub fn by_tag(&self, tag: &str) -> Vec<Registered> {
+        self.read()
+            .values()
+            .filter(|e| e.has_tag(tag))
+            .cloned()
+            .collect()
+    }
+
+    /// The contributors from exactly `source` (for MCP, from that server), sorted by id.
+    pub fn by_source(&self, source: &SourceKind) -> Vec<Registered> {
+        self.read()
+            .values()
+            .filter(|e| &e.meta.source == source)
+            .cloned()
+            .collect()
+    }
+
+    /// The contributors from any MCP server, sorted by id.
+    pub fn from_mcp(&self) -> Vec<Registered> {
+        self.read()
+            .values()
+            .filter(|e| matches!(e.meta.source, SourceKind::Mcp(_)))
+            .cloned()
+            .collect()
+    }
+
+    /// The announced tools changed: drop cached output of contributors tagged `tools`.
+    pub fn tools_changed(&self) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate_tag(TAG_TOOLS);
+        }
+        self.emit(RegistryEvent::ToolsChanged);
+    }
+
+    /// The active skills changed: drop cached output of contributors tagged `skills`.
+    pub fn skills_changed(&self) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate_tag(TAG_SKILLS);
+        }
+        self.emit(RegistryEvent::SkillsChanged);
+    }
+
+    /// The operational mode changed (cache keys include it, so nothing is invalidated).
+    pub fn mode_changed(&self, mode: OperationalMode) {
+        self.emit(RegistryEvent::ModeChanged { mode });
+    }
+
+    /// A new verified definition is in use: cached output of any other digest is dropped.
+    /// (Keys include the digest, so old entries could never be served; this frees them.)
+    pub fn definition_changed(&self, digest: ContentHash) {
+        if let Some(cache) = &self.cache {
+            cache.retain_digest(digest);
+        }
+        self.emit(RegistryEvent::DefinitionChanged { digest });
+    }
+
+    /// A session was reset: the section cache is cleared.
+    pub fn session_reset(&self, session: &str) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate_all();
+        }
+        self.emit(RegistryEvent::SessionReset {
+            session: Arc::from(session),
+        });
+    }
+
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Arc<str>, Registered>> {
+        self.entries.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Arc<str>, Registered>> {
+        self.entries.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
