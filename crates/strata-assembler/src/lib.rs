@@ -1,5 +1,45 @@
-//! `strata-assembler`: the Context Assembler, the single enforcement point for priority,
-//! immutability and budgets (ADR-0006).
+//! `strata-assembler`: the Context Assembler, the single enforcement point for layer priority,
+//! identity immutability, exact token budgets and fencing of untrusted content (ADR-0006).
 //!
-//! Not built yet.
+//! This is the crate platform teams depend on; it re-exports the paved path.
+//!
+//! ```no_run
+//! use strata_assembler::{Assembler, AssemblyRequest, Loader, RollbackGuard, RuntimeLayer, Section, TrustStore};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let trust = TrustStore::read("trust.toml".as_ref())?;
+//! let guard = RollbackGuard::open("rollback.json")?;
+//! let agent = Loader::new(&trust, &guard).load_file("agent.signed.json".as_ref())?;
+//! let assembler = Assembler::o200k();
+//! let memory = Section::builder(RuntimeLayer::LongTermMemory, "memory.1", "The user prefers metric units.")?.build();
+//! let ctx = assembler.assemble(&agent, &AssemblyRequest { sections: vec![memory], ..Default::default() })?;
+//! assert!(ctx.text.starts_with(agent.identity_text()));
+//! # Ok(()) }
+//! ```
+//!
+//! Architecture invariants: assembly is pure (no I/O, no clock, no randomness); identity is
+//! taken only from a [`VerifiedAgent`]; runtime sections are always fenced and escaped.
 #![forbid(unsafe_code)]
+
+mod assemble;
+pub mod error;
+pub mod output;
+pub mod report;
+pub mod request;
+
+pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID};
+pub use error::AssembleError;
+pub use output::AssembledContext;
+pub use report::{Report, SectionReport, SectionStatus};
+pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
+
+pub use strata_agentdef::{
+    AgentDefError, Expiry, Loader, RollbackGuard, TrustStore, VerifiedAgent,
+};
+pub use strata_core::format::{parse, Encoding, Parsed};
+#[cfg(feature = "tiktoken")]
+pub use strata_core::TiktokenTokenizer;
+pub use strata_core::{
+    AnnouncedTool, AssemblyPath, Budget, Content, Layer, ModeSet, OperationalMode, PathSet, Phase,
+    PromptMode, Role, RuntimeLayer, Section, SourceKind, Stability, Tier, Tokenizer, ToolName,
+    ToolPolicy, Turn, Weight,
+};

@@ -1,0 +1,943 @@
+//! The assembly algorithm: filter, resolve conflicts, narrow tools, count, trim, fence, render.
+//!
+//! Architecture invariant: this module does no I/O and reads no clock; the same inputs give the
+//! same bytes (I6, ADR-0013). Identity comes only from a `VerifiedAgent` and is copied into the
+//! output first, byte for byte, exactly once (I1, ADR-0006); it is never trimmed (I2, ADR-0008).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use strata_agentdef::VerifiedAgent;
+use strata_core::format::{self, Encoding, SectionHeader};
+use strata_core::{
+    Budget, ContentHash, Layer, Phase, RuntimeLayer, Section, SectionId, SectionKey, SourceKind,
+    Stability, Tier, Tokenizer, ToolName, ToolPolicy,
+};
+
+use crate::error::AssembleError;
+use crate::output::AssembledContext;
+use crate::report::{
+    Breakpoint, Conflict, LayerReport, Report, SectionReport, SectionStatus, ToolsReport,
+};
+use crate::request::{AssemblyRequest, BudgetSpec, Invisible};
+
+/// The id of the tool catalog section the assembler writes from announced tools.
+pub const TOOL_CATALOG_ID: &str = "strata.tools";
+/// Below this many tokens of slack, a dropped section is not re-added in cut form.
+const MIN_CUT_TOKENS: u64 = 48;
+/// Entries kept in the element cache before it is cleared.
+const CACHE_CAPACITY: usize = 100_000;
+
+/// A rendered element with its exact cost.
+#[derive(Debug)]
+struct Rendered {
+    text: String,
+    tokens: u64,
+    chars: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ElementKey {
+    content: ContentHash,
+    id: SectionId,
+    key: Option<SectionKey>,
+    source: String,
+    layer: RuntimeLayer,
+    encoding: Encoding,
+    cut: bool,
+}
+
+/// Counters of the element cache (ADR-0008: unchanged sections are never re-tokenized).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheStats {
+    /// Elements served from the cache.
+    pub hits: u64,
+    /// Elements rendered and tokenized.
+    pub misses: u64,
+    /// Bytes handed to the tokenizer in total.
+    pub tokenized_bytes: u64,
+    /// Entries now held.
+    pub entries: usize,
+}
+
+#[derive(Default)]
+struct Cache {
+    elements: HashMap<ElementKey, Arc<Rendered>>,
+    texts: HashMap<ContentHash, (u64, u64)>,
+    stats: CacheStats,
+}
+
+/// The Context Assembler: the single enforcement point for priority, immutability, budgets and
+/// fencing (ADR-0006). Share one per tokenizer across sessions; it caches rendered elements and
+/// their token counts by content hash.
+pub struct Assembler {
+    tokenizer: Arc<dyn Tokenizer>,
+    cache: Mutex<Cache>,
+}
+
+impl std::fmt::Debug for Assembler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assembler")
+            .field("tokenizer", &self.tokenizer.name())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Cand {
+    section: Section,
+    sticky: bool,
+    rendered: Arc<Rendered>,
+    cut_from: Option<u64>,
+    unit: usize,
+    report_idx: usize,
+}
+
+struct Unit {
+    layer: RuntimeLayer,
+    members: Vec<usize>,
+    sticky: bool,
+    turn_seq: Option<u64>,
+    score: u64,
+    first_id: SectionId,
+    tokens: u64,
+    chars: u64,
+    dropped: bool,
+}
+
+impl Assembler {
+    /// An assembler counting with `tokenizer`.
+    pub fn new(tokenizer: Arc<dyn Tokenizer>) -> Assembler {
+        Assembler {
+            tokenizer,
+            cache: Mutex::new(Cache::default()),
+        }
+    }
+
+    /// An assembler with exact `o200k_base` counts.
+    #[cfg(feature = "tiktoken")]
+    pub fn o200k() -> Assembler {
+        Assembler::new(Arc::new(strata_core::TiktokenTokenizer::o200k()))
+    }
+
+    /// The tokenizer's name.
+    pub fn tokenizer_name(&self) -> &str {
+        self.tokenizer.name()
+    }
+
+    /// Cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        let c = self.lock();
+        CacheStats {
+            entries: c.elements.len() + c.texts.len(),
+            ..c.stats
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        // A poisoned cache only means another assembly panicked; its entries are still valid.
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Token and character cost of a text, cached by content hash.
+    fn text_cost(&self, text: &str) -> (u64, u64) {
+        let h = ContentHash::of(text);
+        if let Some(c) = self.lock().texts.get(&h) {
+            return *c;
+        }
+        let cost = (
+            self.tokenizer.count(text) as u64,
+            text.chars().count() as u64,
+        );
+        let mut c = self.lock();
+        c.stats.tokenized_bytes += text.len() as u64;
+        c.texts.insert(h, cost);
+        cost
+    }
+
+    fn render(&self, s: &Section, enc: Encoding, cut: bool) -> Arc<Rendered> {
+        let key = ElementKey {
+            content: s.content_hash(),
+            id: s.id().clone(),
+            key: s.key().cloned(),
+            source: s.provenance().source.label(),
+            layer: s.layer(),
+            encoding: enc,
+            cut,
+        };
+        {
+            let mut c = self.lock();
+            if let Some(r) = c.elements.get(&key).cloned() {
+                c.stats.hits += 1;
+                return r;
+            }
+        }
+        let mut text = String::new();
+        let header = SectionHeader {
+            layer: s.layer().into(),
+            id: s.id().as_str(),
+            key: s.key().map(SectionKey::as_str),
+            source: Some(&key.source),
+            cut,
+        };
+        format::write_untrusted(&mut text, &header, s.content().as_str(), enc);
+        let tokens = self.tokenizer.count(&text) as u64;
+        let chars = text.chars().count() as u64;
+        let r = Arc::new(Rendered {
+            text,
+            tokens,
+            chars,
+        });
+        let mut c = self.lock();
+        c.stats.misses += 1;
+        c.stats.tokenized_bytes += r.text.len() as u64;
+        if c.elements.len() >= CACHE_CAPACITY {
+            c.elements.clear();
+        }
+        c.elements.insert(key, r.clone());
+        r
+    }
+
+    /// Cut `s` so that its rendered element takes at most `max_tokens`; `None` if even an empty
+    /// body does not fit.
+    fn cut_to(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        max_tokens: u64,
+    ) -> Option<(Section, Arc<Rendered>)> {
+        let overhead = self.render(&s.with_content(""), enc, true).tokens;
+        if overhead >= max_tokens {
+            return None;
+        }
+        let text = s.content().as_str();
+        let mut allow = (max_tokens - overhead) as usize;
+        for _ in 0..16 {
+            let n = self.tokenizer.prefix_len(text, allow);
+            let cut = s.with_content(&text[..n]);
+            let r = self.render(&cut, enc, true);
+            if r.tokens <= max_tokens {
+                return Some((cut, r));
+            }
+            let excess = (r.tokens - max_tokens) as usize;
+            if allow == 0 {
+                return None;
+            }
+            allow = allow.saturating_sub(excess.max(1));
+        }
+        None
+    }
+
+    /// Assemble the context of one request (ADR-0006, ADR-0007, ADR-0008, ADR-0009, ADR-0013).
+    pub fn assemble(
+        &self,
+        agent: &VerifiedAgent,
+        req: &AssemblyRequest,
+    ) -> Result<AssembledContext, AssembleError> {
+        let span = tracing::debug_span!(
+            "assemble",
+            agent = agent.agent_id(),
+            sections = req.sections.len()
+        );
+        let _g = span.enter();
+        let (budget, tier) = resolve_budget(agent, req.budget.as_ref());
+        budget.validate()?;
+        let prompt_budget = u64::from(budget.prompt_tokens());
+        let max_chars = budget.max_total_chars.map(|c| c as u64);
+
+        // Layers 1-2: copied, never trimmed (I1, I2).
+        let identity_text = agent.identity_text();
+        let (id_tokens, id_chars) = self.text_cost(identity_text);
+        if id_tokens > prompt_budget {
+            return Err(AssembleError::IdentityExceedsBudget {
+                agent: agent.agent_id().to_owned(),
+                needed: id_tokens,
+                budget: prompt_budget,
+            });
+        }
+        if let Some(mc) = max_chars.filter(|mc| id_chars > *mc) {
+            return Err(AssembleError::CharsExceeded {
+                needed: id_chars,
+                limit: mc,
+            });
+        }
+
+        let mut reports: Vec<SectionReport> = Vec::new();
+        let mut conflicts = Vec::new();
+
+        // Tools: capabilities only narrow (I4, ADR-0007).
+        let (tools_report, catalog) = narrow_tools(agent, req);
+        let mut input: Vec<Section> = req.sections.clone();
+        if let Some(c) = catalog {
+            input.push(c);
+        }
+
+        // Mode and path filtering.
+        let mut live = Vec::new();
+        for s in input {
+            let reason = if !s.modes().contains(req.mode) {
+                Some("mode")
+            } else if !s.paths().contains(req.path) {
+                Some("path")
+            } else {
+                None
+            };
+            match reason {
+                Some(r) => reports.push(report_of(
+                    &s,
+                    false,
+                    SectionStatus::Filtered { reason: r.into() },
+                )),
+                None => live.push(s),
+            }
+        }
+
+        // Canonical order for conflict resolution: higher layer first, then score, id, hash.
+        live.sort_by(|a, b| {
+            (a.layer(), Reverse(a.score()), a.id(), a.content_hash()).cmp(&(
+                b.layer(),
+                Reverse(b.score()),
+                b.id(),
+                b.content_hash(),
+            ))
+        });
+
+        // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007).
+        let identity = agent.identity();
+        let mut by_key: BTreeMap<SectionKey, (Layer, String)> = BTreeMap::new();
+        let mut by_id: BTreeMap<SectionId, (Layer, String)> = BTreeMap::new();
+        for s in identity.sections() {
+            if let Some(k) = s.key() {
+                by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+            }
+            by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+        }
+        let mut winners = Vec::new();
+        for s in live {
+            let lost = by_id
+                .get(s.id())
+                .map(|w| (w.clone(), format!("id:{}", s.id())))
+                .or_else(|| {
+                    s.key()
+                        .and_then(|k| by_key.get(k).map(|w| (w.clone(), k.to_string())))
+                });
+            if let Some(((wl, wid), on)) = lost {
+                conflicts.push(Conflict {
+                    on: on.clone(),
+                    winner: (wl, wid.clone()),
+                    loser: (s.layer().into(), s.id().to_string()),
+                });
+                reports.push(report_of(
+                    &s,
+                    false,
+                    SectionStatus::Overridden {
+                        by_layer: wl,
+                        by_id: wid,
+                        on,
+                    },
+                ));
+                continue;
+            }
+            by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+            if let Some(k) = s.key() {
+                by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+            }
+            winners.push(s);
+        }
+
+        // Render, apply section caps, build trimming units.
+        let mut cands: Vec<Cand> = Vec::with_capacity(winners.len());
+        let mut units: Vec<Unit> = Vec::new();
+        let mut unit_of_call: HashMap<Arc<str>, usize> = HashMap::new();
+        for s in winners {
+            let sticky = s.sticky() || req.protected_priorities.contains(&s.priority());
+            let enc = req.render.encodings[s.layer().index()];
+            let s = match req.render.invisible {
+                Invisible::Escape => s,
+                Invisible::Strip => strip_invisible(&s),
+            };
+            let mut rendered = self.render(&s, enc, false);
+            let mut section = s;
+            let mut cut_from = None;
+            if let Some(cap) = budget.section_cap.map(u64::from) {
+                if rendered.tokens > cap && !sticky {
+                    match self.cut_to(&section, enc, cap) {
+                        Some((c, r)) => {
+                            cut_from = Some(rendered.tokens);
+                            section = c;
+                            rendered = r;
+                        }
+                        None => {
+                            reports.push(report_of(
+                                &section,
+                                sticky,
+                                SectionStatus::Dropped {
+                                    reason: "section_cap".into(),
+                                },
+                            ));
+                            continue;
+                        }
+                    }
+                }
+            }
+            let call = section
+                .turn()
+                .filter(|_| section.layer() == RuntimeLayer::WorkingMemory)
+                .and_then(|t| t.call_id.clone());
+            let unit = match call.as_ref().and_then(|c| unit_of_call.get(c)) {
+                Some(u) => *u,
+                None => {
+                    units.push(Unit {
+                        layer: section.layer(),
+                        members: Vec::new(),
+                        sticky: false,
+                        turn_seq: None,
+                        score: 0,
+                        first_id: section.id().clone(),
+                        tokens: 0,
+                        chars: 0,
+                        dropped: false,
+                    });
+                    if let Some(c) = call {
+                        unit_of_call.insert(c, units.len() - 1);
+                    }
+                    units.len() - 1
+                }
+            };
+            let u = &mut units[unit];
+            u.members.push(cands.len());
+            u.sticky |= sticky;
+            u.score = u.score.max(section.score());
+            if section.layer() == RuntimeLayer::WorkingMemory {
+                if let Some(t) = section.turn() {
+                    u.turn_seq = Some(u.turn_seq.map_or(t.seq, |q| q.min(t.seq)));
+                }
+            }
+            u.first_id = u.first_id.clone().min(section.id().clone());
+            u.tokens += rendered.tokens;
+            u.chars += rendered.chars;
+            reports.push(report_of(&section, sticky, SectionStatus::Kept));
+            cands.push(Cand {
+                section,
+                sticky,
+                rendered,
+                cut_from,
+                unit,
+                report_idx: reports.len() - 1,
+            });
+        }
+
+        // Sticky sections must fit with identity, or the assembly fails (I2).
+        let sticky_tokens: u64 = units.iter().filter(|u| u.sticky).map(|u| u.tokens).sum();
+        let sticky_chars: u64 = units.iter().filter(|u| u.sticky).map(|u| u.chars).sum();
+        let sticky_count = cands.iter().filter(|c| c.sticky).count();
+        if id_tokens + sticky_tokens > prompt_budget {
+            return Err(AssembleError::StickyExceedsBudget {
+                count: sticky_count,
+                needed: id_tokens + sticky_tokens,
+                budget: prompt_budget,
+            });
+        }
+        if let Some(mc) = max_chars.filter(|mc| id_chars + sticky_chars > *mc) {
+            return Err(AssembleError::CharsExceeded {
+                needed: id_chars + sticky_chars,
+                limit: mc,
+            });
+        }
+
+        // Upper bounds of each layer's omission marker, reserved once the layer drops anything.
+        let mut marker_bound = [(0u64, 0u64); 4];
+        for l in RuntimeLayer::ALL {
+            let n = units.iter().filter(|u| u.layer == l).count() as u64;
+            let t: u64 = units
+                .iter()
+                .filter(|u| u.layer == l)
+                .map(|u| u.tokens)
+                .sum();
+            if n > 0 {
+                marker_bound[l.index()] =
+                    self.text_cost(&marker_text(l, n.max(10) * 10, t.max(10) * 10));
+            }
+        }
+
+        // Removal order: lowest layer first; inside a layer the lowest score first, and for
+        // working-memory turns the oldest first (a tool call and its result go together).
+        let mut order: Vec<usize> = (0..units.len()).filter(|u| !units[*u].sticky).collect();
+        order.sort_by(|a, b| {
+            let (ua, ub) = (&units[*a], &units[*b]);
+            let ka = (
+                Reverse(ua.layer),
+                ua.turn_seq.is_some(),
+                ua.turn_seq.unwrap_or(0),
+                ua.score,
+                Reverse(ua.first_id.clone()),
+            );
+            let kb = (
+                Reverse(ub.layer),
+                ub.turn_seq.is_some(),
+                ub.turn_seq.unwrap_or(0),
+                ub.score,
+                Reverse(ub.first_id.clone()),
+            );
+            ka.cmp(&kb)
+        });
+
+        let mut tally = Tally {
+            tokens: [0; 4],
+            chars: [0; 4],
+            drops: [0; 4],
+            base: (id_tokens, id_chars),
+            marker: marker_bound,
+        };
+        for u in &units {
+            tally.tokens[u.layer.index()] += u.tokens;
+            tally.chars[u.layer.index()] += u.chars;
+        }
+        let mut dropped_reason: HashMap<usize, &'static str> = HashMap::new();
+
+        // Per-layer soft budgets.
+        for l in RuntimeLayer::ALL {
+            let Some(lb) = budget.layers.get(l).map(u64::from) else {
+                continue;
+            };
+            let in_layer: Vec<usize> = order
+                .iter()
+                .copied()
+                .filter(|u| units[*u].layer == l)
+                .collect();
+            for u in in_layer {
+                if tally.layer_used(l) <= lb {
+                    break;
+                }
+                tally.drop(&mut units[u]);
+                dropped_reason.insert(u, "layer_budget");
+            }
+        }
+        // The total budget and the character cap.
+        let fits = |(t, c): (u64, u64)| t <= prompt_budget && max_chars.is_none_or(|mc| c <= mc);
+        let mut last_budget_drop = None;
+        for &u in &order {
+            let (t, _) = tally.total();
+            if fits(tally.total()) {
+                break;
+            }
+            if units[u].dropped {
+                continue;
+            }
+            tally.drop(&mut units[u]);
+            dropped_reason.insert(
+                u,
+                if t > prompt_budget {
+                    "budget"
+                } else {
+                    "max_total_chars"
+                },
+            );
+            last_budget_drop = Some(u);
+        }
+        if !fits(tally.total()) {
+            return Err(AssembleError::StickyExceedsBudget {
+                count: sticky_count,
+                needed: tally.total().0,
+                budget: prompt_budget,
+            });
+        }
+
+        // Use the slack: re-add the last dropped single section in cut form.
+        if let Some(u) = last_budget_drop.filter(|u| units[*u].members.len() == 1) {
+            let i = units[u].layer.index();
+            let mut trial = tally.clone();
+            trial.undrop_marker(units[u].layer);
+            let (t, c) = trial.total();
+            let slack = prompt_budget.saturating_sub(t);
+            if slack >= MIN_CUT_TOKENS {
+                let ci = units[u].members[0];
+                let enc = req.render.encodings[i];
+                if let Some((cut, r)) = self.cut_to(&cands[ci].section, enc, slack) {
+                    if max_chars.is_none_or(|mc| c + r.chars <= mc) {
+                        let full = cands[ci].rendered.tokens;
+                        cands[ci].section = cut;
+                        cands[ci].cut_from = Some(cands[ci].cut_from.unwrap_or(full));
+                        cands[ci].rendered = r.clone();
+                        units[u].dropped = false;
+                        units[u].tokens = r.tokens;
+                        units[u].chars = r.chars;
+                        tally = trial;
+                        tally.tokens[i] += r.tokens;
+                        tally.chars[i] += r.chars;
+                        dropped_reason.remove(&u);
+                    }
+                }
+            }
+        }
+        let drops = tally.drops;
+
+        // Output order: layer, stable before dynamic, phase, then chronology for turns and
+        // score for the rest (ADR-0007, ADR-0013).
+        let mut kept: Vec<usize> = (0..cands.len())
+            .filter(|c| !units[cands[*c].unit].dropped)
+            .collect();
+        kept.sort_by(|a, b| order_key(&cands[*a].section).cmp(&order_key(&cands[*b].section)));
+
+        let mut text = String::with_capacity(
+            identity_text.len() + cands.iter().map(|c| c.rendered.text.len()).sum::<usize>() + 256,
+        );
+        text.push_str(identity_text);
+        let identity_end = Breakpoint {
+            byte: text.len(),
+            token: id_tokens,
+            after_layer: Layer::Characteristics,
+        };
+        let mut tokens_so_far = id_tokens;
+        let mut chars_so_far = id_chars;
+        let mut stable_prefix = identity_end;
+        let mut stable_run = true;
+        let mut breakpoints = vec![identity_end];
+        let mut layer_out = [0u64; 4];
+        let mut kept_n = [0usize; 4];
+        let mut cut_n = [0usize; 4];
+        let mut dropped_tokens = [0u64; 4];
+        for u in &units {
+            if u.dropped {
+                dropped_tokens[u.layer.index()] += u.tokens;
+            }
+        }
+        let mut pos = 0;
+        for l in RuntimeLayer::ALL {
+            let i = l.index();
+            while pos < kept.len() && cands[kept[pos]].section.layer() == l {
+                let cand = &cands[kept[pos]];
+                if cand.section.stability() != Stability::Stable {
+                    stable_run = false;
+                }
+                text.push_str(&cand.rendered.text);
+                tokens_so_far += cand.rendered.tokens;
+                chars_so_far += cand.rendered.chars;
+                layer_out[i] += cand.rendered.tokens;
+                if cand.cut_from.is_some() {
+                    cut_n[i] += 1;
+                } else {
+                    kept_n[i] += 1;
+                }
+                if stable_run {
+                    stable_prefix = Breakpoint {
+                        byte: text.len(),
+                        token: tokens_so_far,
+                        after_layer: l.into(),
+                    };
+                }
+                pos += 1;
+            }
+            if drops[i] > 0 {
+                stable_run = false;
+                let m = marker_text(l, drops[i], dropped_tokens[i]);
+                let (mt, mc) = self.text_cost(&m);
+                text.push_str(&m);
+                tokens_so_far += mt;
+                chars_so_far += mc;
+                layer_out[i] += mt;
+            }
+            if layer_out[i] > 0 && text.len() > stable_prefix.byte {
+                breakpoints.push(Breakpoint {
+                    byte: text.len(),
+                    token: tokens_so_far,
+                    after_layer: l.into(),
+                });
+            }
+        }
+        if stable_prefix.byte > identity_end.byte {
+            breakpoints.insert(1, stable_prefix);
+        }
+        breakpoints.truncate(4);
+
+        // Finish the report.
+        for (u, why) in &dropped_reason {
+            for &m in &units[*u].members {
+                reports[cands[m].report_idx].status = SectionStatus::Dropped {
+                    reason: (*why).into(),
+                };
+            }
+        }
+        for c in &cands {
+            let r = &mut reports[c.report_idx];
+            if matches!(r.status, SectionStatus::Kept) {
+                r.tokens = c.rendered.tokens;
+                r.chars = c.rendered.chars;
+                if let Some(full) = c.cut_from {
+                    r.status = SectionStatus::Cut { full_tokens: full };
+                }
+            }
+        }
+        let rank: HashMap<usize, usize> = kept
+            .iter()
+            .enumerate()
+            .map(|(r, c)| (cands[*c].report_idx, r))
+            .collect();
+        let mut indexed: Vec<(usize, SectionReport)> = reports.into_iter().enumerate().collect();
+        indexed.sort_by_key(|(i, r)| {
+            (
+                rank.get(i).copied().unwrap_or(usize::MAX),
+                r.layer,
+                r.id.clone(),
+            )
+        });
+        let sections = indexed.into_iter().map(|(_, r)| r).collect();
+        let layers = RuntimeLayer::ALL
+            .iter()
+            .map(|l| {
+                let i = l.index();
+                LayerReport {
+                    layer: (*l).into(),
+                    tokens: layer_out[i],
+                    budget: budget.layers.get(*l).map(u64::from),
+                    kept: kept_n[i],
+                    cut: cut_n[i],
+                    dropped: units
+                        .iter()
+                        .filter(|u| u.dropped && u.layer == *l)
+                        .map(|u| u.members.len())
+                        .sum(),
+                }
+            })
+            .collect();
+        tracing::debug!(tokens = tokens_so_far, budget = prompt_budget, "assembled");
+        Ok(AssembledContext {
+            identity_digest: agent.identity_digest(),
+            tools: tools_report.effective.clone(),
+            report: Report {
+                agent_id: agent.agent_id().to_owned(),
+                identity_digest: agent.identity_digest().to_string(),
+                tokenizer: self.tokenizer.name().to_owned(),
+                tier,
+                total_tokens: u64::from(budget.total_tokens),
+                response_reserve: u64::from(budget.response_reserve),
+                prompt_budget,
+                used_tokens: tokens_so_far,
+                chars: chars_so_far,
+                max_total_chars: max_chars,
+                identity_tokens: id_tokens,
+                stable_prefix,
+                breakpoints,
+                layers,
+                sections,
+                conflicts,
+                tools: tools_report,
+                omissions: req.omissions.clone(),
+            },
+            text,
+        })
+    }
+}
+
+/// Running totals of the trimming loop: tokens and characters kept per layer, drops per layer,
+/// identity cost, and the reserved upper bound of each layer's omission marker.
+#[derive(Clone)]
+struct Tally {
+    tokens: [u64; 4],
+    chars: [u64; 4],
+    drops: [u64; 4],
+    base: (u64, u64),
+    marker: [(u64, u64); 4],
+}
+
+impl Tally {
+    fn total(&self) -> (u64, u64) {
+        let (mut t, mut c) = self.base;
+        for i in 0..4 {
+            t += self.tokens[i];
+            c += self.chars[i];
+            if self.drops[i] > 0 {
+                t += self.marker[i].0;
+                c += self.marker[i].1;
+            }
+        }
+        (t, c)
+    }
+
+    fn layer_used(&self, l: RuntimeLayer) -> u64 {
+        let i = l.index();
+        self.tokens[i]
+            + if self.drops[i] > 0 {
+                self.marker[i].0
+            } else {
+                0
+            }
+    }
+
+    fn drop(&mut self, unit: &mut Unit) {
+        unit.dropped = true;
+        let i = unit.layer.index();
+        self.tokens[i] -= unit.tokens;
+        self.chars[i] -= unit.chars;
+        self.drops[i] += 1;
+    }
+
+    /// Count one drop of layer `l` as undone (the unit's cost is added back by the caller).
+    fn undrop_marker(&mut self, l: RuntimeLayer) {
+        self.drops[l.index()] -= 1;
+    }
+}
+
+fn order_key(
+    s: &Section,
+) -> (
+    RuntimeLayer,
+    Stability,
+    Phase,
+    u64,
+    Reverse<u64>,
+    SectionId,
+    ContentHash,
+) {
+    let seq = s
+        .turn()
+        .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+        .map_or(0, |t| t.seq);
+    (
+        s.layer(),
+        s.stability(),
+        s.phase(),
+        seq,
+        Reverse(s.score()),
+        s.id().clone(),
+        s.content_hash(),
+    )
+}
+
+fn marker_text(l: RuntimeLayer, count: u64, tokens: u64) -> String {
+    let mut m = String::new();
+    let what = if count == 1 {
+        "1 section".to_owned()
+    } else {
+        format!("{count} sections")
+    };
+    format::write_omitted(&mut m, l.into(), &what, "budget", tokens);
+    m
+}
+
+fn report_of(s: &Section, sticky: bool, status: SectionStatus) -> SectionReport {
+    SectionReport {
+        id: s.id().to_string(),
+        layer: s.layer().into(),
+        tokens: 0,
+        chars: 0,
+        sticky,
+        stable: s.stability() == Stability::Stable,
+        status,
+        provenance: s.provenance().clone(),
+    }
+}
+
+fn strip_invisible(s: &Section) -> Section {
+    let text = s.content().as_str();
+    let escaped = format::escape(text);
+    if !escaped.contains("&#x") {
+        return s.clone();
+    }
+    let kept: String = text
+        .chars()
+        .filter(|c| {
+            c.is_whitespace() && *c != '\u{2028}' && *c != '\u{2029}'
+                || !format::escape(&c.to_string()).starts_with("&#x")
+        })
+        .collect();
+    s.with_content(kept)
+}
+
+/// The budget and tier of a request.
+fn resolve_budget(agent: &VerifiedAgent, spec: Option<&BudgetSpec>) -> (Budget, Tier) {
+    match spec.unwrap_or(&BudgetSpec::AgentDefault) {
+        BudgetSpec::AgentDefault => {
+            let b = agent.budget().clone();
+            let tier = Tier::for_context_window(b.total_tokens);
+            (b, tier)
+        }
+        BudgetSpec::Explicit(b) => (b.clone(), Tier::for_context_window(b.total_tokens)),
+        BudgetSpec::ContextWindow(w) => {
+            let base = agent.budget();
+            let b = Budget {
+                total_tokens: *w,
+                response_reserve: base.response_reserve.max(w / 8),
+                ..base.clone()
+            };
+            (b, Tier::for_context_window(*w))
+        }
+    }
+}
+
+/// Narrow the tool set: layer 1's allowlist, intersected with the caller's policy, intersected
+/// with what is announced. Announced descriptions are untrusted and go into a fenced layer-3
+/// catalog section (I4, ADR-0007).
+fn narrow_tools(agent: &VerifiedAgent, req: &AssemblyRequest) -> (ToolsReport, Option<Section>) {
+    let identity = agent.identity();
+    let mut report = ToolsReport::default();
+    if let ToolPolicy::Only(set) = &req.tool_policy {
+        for name in set {
+            if !identity.allows(name) {
+                report.refused.push((
+                    name.to_string(),
+                    "not in layer 1's allowlist; delegated context cannot widen it".into(),
+                ));
+            }
+        }
+    }
+    let mut effective: BTreeMap<ToolName, String> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for t in &req.tools {
+        if !seen.insert(t.name.clone()) {
+            report.refused.push((
+                t.name.to_string(),
+                "announced more than once; the first announcement is used".into(),
+            ));
+            continue;
+        }
+        if !identity.allows(&t.name) {
+            let by = t
+                .server
+                .as_deref()
+                .map_or_else(|| "the runtime".to_owned(), |s| format!("MCP server `{s}`"));
+            report.refused.push((
+                t.name.to_string(),
+                format!("announced by {by} but not in layer 1's allowlist"),
+            ));
+        } else if !req.tool_policy.permits(&t.name) {
+            report.refused.push((
+                t.name.to_string(),
+                "restricted by the delegated tool policy".into(),
+            ));
+        } else {
+            effective.insert(t.name.clone(), t.description.as_str().to_owned());
+        }
+    }
+    report.refused.sort();
+    report.effective = effective.keys().cloned().collect();
+    if effective.is_empty() {
+        return (report, None);
+    }
+    let body: Vec<String> = effective
+        .iter()
+        .map(|(n, d)| {
+            if d.is_empty() {
+                format!("- {n}")
+            } else {
+                format!("- {n}: {d}")
+            }
+        })
+        .collect();
+    let section = Section::builder(
+        RuntimeLayer::Shared,
+        TOOL_CATALOG_ID,
+        format!("Tools available now:\n{}", body.join("\n")),
+    )
+    .map(|b| {
+        b.phase(Phase::Tools)
+            .stability(Stability::Stable)
+            .priority(1_000)
+            .source(SourceKind::Static, "assembler")
+            .build()
+    })
+    .ok();
+    (report, section)
+}

@@ -1,0 +1,40 @@
+//! Errors of assembly. Budget failures are typed, never silent (I2, ADR-0008).
+
+use strata_core::CoreError;
+
+/// Why an assembly failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AssembleError {
+    /// The budget itself is invalid.
+    #[error("invalid budget: {0}")]
+    Budget(#[from] CoreError),
+    /// Layers 1-2 alone exceed the prompt budget; they are never trimmed.
+    #[error("layers 1-2 of agent `{agent}` need {needed} tokens but the prompt budget is {budget}; raise the budget or shorten the signed definition (identity is never trimmed)")]
+    IdentityExceedsBudget {
+        /// Agent id.
+        agent: String,
+        /// Identity tokens.
+        needed: u64,
+        /// Prompt budget (total less reserve).
+        budget: u64,
+    },
+    /// Layers 1-2 plus the sticky sections exceed the prompt budget.
+    #[error("layers 1-2 and {count} sticky section(s) need {needed} tokens but the prompt budget is {budget}; raise the budget or make fewer sections sticky (sticky sections are never trimmed)")]
+    StickyExceedsBudget {
+        /// Sticky sections.
+        count: usize,
+        /// Tokens needed.
+        needed: u64,
+        /// Prompt budget.
+        budget: u64,
+    },
+    /// Layers 1-2 plus the sticky sections exceed `max_total_chars`.
+    #[error("layers 1-2 and sticky sections need {needed} characters but max_total_chars is {limit}; raise max_total_chars")]
+    CharsExceeded {
+        /// Characters needed.
+        needed: u64,
+        /// The limit.
+        limit: u64,
+    },
+}

@@ -1,0 +1,158 @@
+//! The assembly report: what was kept, cut and dropped, and why.
+
+use serde::{Deserialize, Serialize};
+use strata_core::{Layer, Provenance, Tier, ToolName};
+
+/// What happened to one runtime section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum SectionStatus {
+    /// Rendered whole.
+    Kept,
+    /// Rendered, truncated to fit.
+    Cut {
+        /// Tokens of the whole rendered section.
+        full_tokens: u64,
+    },
+    /// Left out to fit the budget.
+    Dropped {
+        /// `layer_budget`, `budget`, `max_total_chars` or `section_cap`.
+        reason: String,
+    },
+    /// Not taking part in this mode or path.
+    Filtered {
+        /// `mode` or `path`.
+        reason: String,
+    },
+    /// Lost a conflict to a higher layer (I4).
+    Overridden {
+        /// The winner's layer.
+        by_layer: Layer,
+        /// The winner's id.
+        by_id: String,
+        /// The contested key or id.
+        on: String,
+    },
+}
+
+/// One runtime section in the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SectionReport {
+    /// Id.
+    pub id: String,
+    /// Layer.
+    pub layer: Layer,
+    /// Tokens it takes in the output (0 unless kept or cut).
+    pub tokens: u64,
+    /// Characters it takes in the output.
+    pub chars: u64,
+    /// Sticky or protected.
+    pub sticky: bool,
+    /// Stable.
+    pub stable: bool,
+    /// Outcome.
+    #[serde(flatten)]
+    pub status: SectionStatus,
+    /// Provenance.
+    pub provenance: Provenance,
+}
+
+/// Totals per layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerReport {
+    /// Layer.
+    pub layer: Layer,
+    /// Tokens in the output, including its omission marker.
+    pub tokens: u64,
+    /// Soft budget of the layer, if any.
+    pub budget: Option<u64>,
+    /// Sections kept whole.
+    pub kept: usize,
+    /// Sections cut.
+    pub cut: usize,
+    /// Sections dropped for budget.
+    pub dropped: usize,
+}
+
+/// A conflict resolved in favour of the higher layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conflict {
+    /// The contested key (or `id:<id>` for a duplicate id).
+    pub on: String,
+    /// Winner.
+    pub winner: (Layer, String),
+    /// Loser.
+    pub loser: (Layer, String),
+}
+
+/// A section that never reached the assembler (a failed or slow contributor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Omission {
+    /// Contributor or section id.
+    pub id: String,
+    /// Layer.
+    pub layer: Layer,
+    /// Why.
+    pub reason: String,
+}
+
+/// The tool set after narrowing (I4).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolsReport {
+    /// Tools the model may use: allowlisted, permitted by the caller, announced.
+    pub effective: Vec<ToolName>,
+    /// Announced or requested tools refused, with the reason.
+    pub refused: Vec<(String, String)>,
+}
+
+/// A cache breakpoint for providers that cache prompt prefixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Breakpoint {
+    /// Byte offset in the text where a cacheable prefix ends.
+    pub byte: usize,
+    /// Token offset.
+    pub token: u64,
+    /// The last layer in the prefix.
+    pub after_layer: Layer,
+}
+
+/// The report of one assembly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Agent id.
+    pub agent_id: String,
+    /// Identity digest (BLAKE3 of the rendered layers 1-2).
+    pub identity_digest: String,
+    /// Tokenizer.
+    pub tokenizer: String,
+    /// Tier (from the context window, or from the total budget).
+    pub tier: Tier,
+    /// Total budget.
+    pub total_tokens: u64,
+    /// Response reserve.
+    pub response_reserve: u64,
+    /// Prompt budget: total less reserve.
+    pub prompt_budget: u64,
+    /// Tokens used by the output.
+    pub used_tokens: u64,
+    /// Characters of the output.
+    pub chars: u64,
+    /// Character cap, if any.
+    pub max_total_chars: Option<u64>,
+    /// Tokens of layers 1-2.
+    pub identity_tokens: u64,
+    /// Where the stable prefix ends.
+    pub stable_prefix: Breakpoint,
+    /// Cache breakpoints (at most 4).
+    pub breakpoints: Vec<Breakpoint>,
+    /// Per layer (3-6).
+    pub layers: Vec<LayerReport>,
+    /// Per runtime section, in output order then the rest.
+    pub sections: Vec<SectionReport>,
+    /// Conflicts resolved.
+    pub conflicts: Vec<Conflict>,
+    /// Tools.
+    pub tools: ToolsReport,
+    /// Omissions from gathering.
+    pub omissions: Vec<Omission>,
+}

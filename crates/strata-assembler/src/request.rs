@@ -1,0 +1,85 @@
+//! What one assembly takes as input.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use strata_core::format::Encoding;
+use strata_core::{
+    AnnouncedTool, AssemblyPath, Budget, PromptMode, RuntimeLayer, Section, ToolPolicy,
+};
+
+/// The budget of an assembly: given directly, or derived from a model's context window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetSpec {
+    /// Use the agent definition's default budget.
+    AgentDefault,
+    /// Use this budget.
+    Explicit(Budget),
+    /// A model context window in tokens: the total is the window, the response reserve is the
+    /// larger of the agent's default reserve and an eighth of the window, and the tier follows
+    /// from the window (see `strata_core::Tier::for_context_window`).
+    ContextWindow(u32),
+}
+
+/// What to do with invisible and bidirectional-control characters in untrusted text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Invisible {
+    /// Write them as visible numeric entities (reversible; the default).
+    #[default]
+    Escape,
+    /// Remove them before fencing (lossy: the parsed text lacks them).
+    Strip,
+}
+
+/// How untrusted layers are rendered (ADR-0009).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenderOptions {
+    /// Spotlighting per runtime layer, indexed by `RuntimeLayer::index()` (default: escaped).
+    pub encodings: [Encoding; 4],
+    /// Invisible characters.
+    pub invisible: Invisible,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            encodings: [Encoding::Escaped; 4],
+            invisible: Invisible::Escape,
+        }
+    }
+}
+
+impl RenderOptions {
+    /// Set the spotlighting of one layer.
+    pub fn with_encoding(mut self, layer: RuntimeLayer, enc: Encoding) -> RenderOptions {
+        self.encodings[layer.index()] = enc;
+        self
+    }
+}
+
+/// One assembly's runtime input (layers 3-6) and settings. Identity comes only from the
+/// `VerifiedAgent` passed to `Assembler::assemble`.
+#[derive(Debug, Clone, Default)]
+pub struct AssemblyRequest {
+    /// Sections of layers 3-6, in any order.
+    pub sections: Vec<Section>,
+    /// Tools announced at run time (built-in or by MCP servers).
+    pub tools: Vec<AnnouncedTool>,
+    /// What the delegating caller permits (only narrows layer 1's allowlist).
+    pub tool_policy: ToolPolicy,
+    /// Prompt mode.
+    pub mode: PromptMode,
+    /// Assembly path.
+    pub path: AssemblyPath,
+    /// Budget.
+    pub budget: Option<BudgetSpec>,
+    /// Priorities treated as sticky (the seeds' protected priorities).
+    pub protected_priorities: BTreeSet<u32>,
+    /// Rendering.
+    pub render: RenderOptions,
+    /// Omissions reported by the gathering step (failed or slow contributors), carried into
+    /// the report.
+    pub omissions: Vec<crate::report::Omission>,
+}
