@@ -171,7 +171,7 @@ fn validate(entry: &Registered, sections: Vec<Section>) -> (Vec<Section>, Vec<Om
             continue;
         }
         if let SourceKind::Mcp(server) = &entry.meta.source {
-            if &s.provenance().source != &entry.meta.source {
+            if s.provenance().source != entry.meta.source {
                 dropped.push(OmissionReason::ForeignSource {
                     section: s.id().clone(),
                     claimed: s.provenance().source.label(),

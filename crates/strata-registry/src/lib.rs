@@ -11,16 +11,20 @@
 //!   identity digest, so a new agent definition never sees old output.
 #![forbid(unsafe_code)]
 
+pub mod builtin;
 pub mod cache;
 pub mod contributor;
 pub mod gather;
 pub mod inputs;
+pub mod modes;
 pub mod registry;
 
+pub use builtin::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
 pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
 pub use gather::{GatherError, Gathered, Omission, OmissionReason, Run, RunOutcome};
 pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};
+pub use modes::{Owner, StandardSection};
 pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};
