@@ -1,4 +1,158 @@
-//! The `strata` command line. Glue over the libraries; no logic of its own.
+//! The `strata` command line: glue over the libraries, no logic of its own.
+//!
+//! This file parses the arguments, sets up logging, dispatches to one module per command under
+//! `cmd/`, and maps errors to exit codes (see `error.rs`). To add a command, add a module under
+//! `cmd/`, a variant to [`Command`] holding its clap arguments, and one arm in [`run`].
 #![forbid(unsafe_code)]
 
-fn main() {}
+mod cmd;
+mod error;
+mod output;
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+
+use clap::{ArgAction, CommandFactory as _, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use crate::error::{CliError, EXIT_OK};
+use crate::output::Output;
+
+const EXAMPLES: &str = "\
+Examples:
+  strata keygen --out release.key --trust-entry release-2026 >> trust.toml
+  strata sign ada.toml --key release.key
+  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json
+  strata inspect ada.signed.json --trust trust.toml";
+
+const LONG_AFTER_HELP: &str = "\
+Examples:
+  strata keygen --out release.key --trust-entry release-2026 >> trust.toml
+  strata sign ada.toml --key release.key
+  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json
+  strata inspect ada.signed.json --trust trust.toml
+
+Exit codes:
+  0  success
+  1  error (a missing or unreadable file, an invalid key, trust store or definition)
+  2  usage error (unknown option, missing argument, arguments that do not go together)
+  3  verification refused: a signed agent definition failed a check; the verdict line on
+     stderr reads `REFUSED <cause>: <message>`
+
+Logging:
+  Logs go to stderr. The default level is `warn`; -v shows info, -vv debug, -vvv trace;
+  --quiet shows errors only and silences status lines. RUST_LOG, when set, replaces the level
+  chosen by these flags (for example RUST_LOG=strata_agentdef=debug).";
+
+/// Sign, verify and inspect strata agent definitions.
+///
+/// An agent definition (TOML) holds layers 1-2 of an agent: who it is, its rules, its tools and
+/// its characteristics. Operators sign it into a DSSE envelope with ed25519 keys; runtimes load
+/// only envelopes that verify against their trust store.
+#[derive(Debug, Parser)]
+#[command(
+    name = "strata",
+    version,
+    propagate_version = true,
+    after_help = EXAMPLES,
+    after_long_help = LONG_AFTER_HELP
+)]
+struct Cli {
+    /// Show errors only; silence status lines and warnings.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// Show more logs on stderr (repeat for more: -v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The commands. Each variant holds the clap arguments of its module under `cmd/`.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a signing key, or show the public key of one.
+    Keygen(cmd::keygen::KeygenArgs),
+    /// Check an agent definition and sign it into a DSSE envelope.
+    Sign(cmd::sign::SignArgs),
+    /// Verify a signed agent definition against a trust store.
+    Verify(cmd::verify::VerifyArgs),
+    /// Show what a signed agent definition contains and who signed it.
+    Inspect(cmd::inspect::InspectArgs),
+    /// Print a shell completion script.
+    Completions(cmd::completions::CompletionsArgs),
+}
+
+fn run(command: Command, out: &Output) -> Result<(), CliError> {
+    match command {
+        Command::Keygen(args) => cmd::keygen::run(&args, out),
+        Command::Sign(args) => cmd::sign::run(&args, out),
+        Command::Verify(args) => cmd::verify::run(&args, out),
+        Command::Inspect(args) => cmd::inspect::run(&args, out),
+        Command::Completions(args) => cmd::completions::run(&args, &mut Cli::command(), out),
+    }
+}
+
+/// The log filter: RUST_LOG when set, otherwise a level from `--quiet` / `-v`.
+///
+/// At the default level the loader's own "refused" warning is hidden, because the command
+/// prints the verdict itself; `-v` shows it.
+fn log_filter(quiet: bool, verbose: u8) -> EnvFilter {
+    let from_flags = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn,strata_agentdef::loader=error",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        (false, _) => "trace",
+    };
+    match std::env::var("RUST_LOG") {
+        Ok(s) if !s.trim().is_empty() => EnvFilter::try_new(&s).unwrap_or_else(|e| {
+            Output::new(false).error(&format!(
+                "warning: RUST_LOG={s:?} is not a valid filter ({e}); using `{from_flags}`"
+            ));
+            EnvFilter::new(from_flags)
+        }),
+        _ => EnvFilter::new(from_flags),
+    }
+}
+
+fn init_logging(quiet: bool, verbose: u8) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(quiet, verbose))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .with_target(verbose >= 2)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.quiet, cli.verbose);
+    let out = Output::new(cli.quiet);
+    match run(cli.command, &out) {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(e) => {
+            match &e {
+                CliError::Refused(_) => out.error(&e.to_string()),
+                CliError::Usage(_) => out.error(&format!(
+                    "error: {e}\n\nFor more information, try '--help'."
+                )),
+                _ => out.error(&format!("error: {e}")),
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

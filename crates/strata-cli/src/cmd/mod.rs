@@ -1,0 +1,109 @@
+//! One module per command, and the small helpers they share (reading keys and trust stores
+//! with errors that say what to do, parsing `--at` timestamps, writing files atomically).
+
+pub mod completions;
+pub mod inspect;
+pub mod keygen;
+pub mod sign;
+pub mod verify;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use strata_agentdef::{KeyPair, TrustStore};
+
+use crate::error::CliError;
+
+/// Parse an RFC 3339 timestamp with an offset into Unix seconds (clap value parser of `--at`).
+pub fn parse_at(s: &str) -> Result<i64, String> {
+    strata_agentdef::time::parse_rfc3339(s)
+}
+
+/// Read a private key file.
+pub fn read_key(path: &Path) -> Result<KeyPair, CliError> {
+    KeyPair::read_private(path).map_err(|e| {
+        CliError::agentdef(
+            format!(
+                "reading private key {} (create one with `strata keygen --out FILE`)",
+                path.display()
+            ),
+            e,
+        )
+    })
+}
+
+/// Read a trust store file.
+pub fn read_trust(path: &Path) -> Result<TrustStore, CliError> {
+    TrustStore::read(path).map_err(|e| {
+        CliError::agentdef(
+            format!(
+                "reading trust store {} (add keys with `strata keygen --public KEY --trust-entry NAME`)",
+                path.display()
+            ),
+            e,
+        )
+    })
+}
+
+/// Fail with exit code 1 unless `path` is an existing file.
+pub fn require_file(path: &Path, what: &str) -> Result<(), CliError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(CliError::Other(format!(
+            "{what} {} is not a regular file; give the path of the file",
+            path.display()
+        ))),
+        Err(e) => Err(CliError::io(path, e, "check the path")),
+    }
+}
+
+/// Write `bytes` to `path` through a temporary file in the same directory that is synced and
+/// renamed over the target, so a reader never sees half a file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        CliError::Usage(format!(
+            "{} does not name a file; give an output file path",
+            path.display()
+        ))
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let hint = "check that the directory exists and is writable";
+    let result = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .map_err(|e| CliError::io(&tmp, e, hint))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| CliError::io(path, e, hint)));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_accepts_rfc3339_with_offset_only() {
+        assert_eq!(parse_at("2026-06-01T00:00:00Z"), Ok(1_780_272_000));
+        assert!(parse_at("2026-06-01").is_err());
+        assert!(parse_at("yesterday").is_err());
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out.json");
+        write_atomically(&p, b"one").unwrap();
+        write_atomically(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(write_atomically(&dir.path().join("missing/out.json"), b"x").is_err());
+    }
+}

@@ -1,0 +1,229 @@
+//! `strata sign`: check an agent definition and sign it into a DSSE envelope (ADR-0010).
+//!
+//! The definition is checked exactly as the loader will read it (strict TOML, referenced files
+//! resolved next to the definition and pinned by SHA-256) before anything is signed, so an
+//! invalid definition is never signed. `--append` adds signatures to an existing envelope for
+//! k-of-n signing; the envelope's payload must be byte-identical to the definition the co-signer
+//! reviewed, and it is never changed.
+
+use std::collections::BTreeSet;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use strata_agentdef::definition::Text;
+use strata_agentdef::envelope::{MAX_ENVELOPE_BYTES, MAX_PAYLOAD_BYTES, MAX_SIGNATURES};
+use strata_agentdef::{check_definition, sign_definition, AgentDefinition, Envelope, KeyPair};
+
+use crate::error::CliError;
+use crate::output::Output;
+
+const AFTER_HELP: &str = "\
+Examples:
+  strata sign ada.toml --key release.key                  # writes ada.signed.json
+  strata sign ada.toml --key a.key --key b.key --out -    # two signatures, to stdout
+  strata sign ada.toml --key b.key --append ada.signed.json   # co-sign (k of n)
+
+The envelope is written next to the definition by default (DEFINITION's name with
+`.signed.json`), because the loader resolves referenced files next to the envelope.
+With --append and no --out, the appended envelope is rewritten in place.";
+
+/// Arguments of `strata sign`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct SignArgs {
+    /// The agent definition (TOML); files it references are resolved next to it.
+    #[arg(value_name = "DEFINITION.toml")]
+    definition: PathBuf,
+
+    /// A private key file to sign with; repeat for several signatures.
+    #[arg(long = "key", value_name = "KEY", required = true)]
+    keys: Vec<PathBuf>,
+
+    /// Where to write the envelope (`-` for stdout). Default: next to the definition, or the
+    /// appended envelope itself with --append.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+
+    /// Add the signatures to this existing envelope instead of starting a new one; its payload
+    /// must be byte-identical to DEFINITION.toml.
+    #[arg(long, value_name = "ENVELOPE")]
+    append: Option<PathBuf>,
+}
+
+fn read_limited(path: &Path, limit: usize, what: &str) -> Result<Vec<u8>, CliError> {
+    super::require_file(path, what)?;
+    let f = std::fs::File::open(path).map_err(|e| CliError::io(path, e, "check the path"))?;
+    let mut buf = Vec::new();
+    f.take(limit as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| CliError::io(path, e, "check that the file is readable"))?;
+    if buf.len() > limit {
+        return Err(CliError::Other(format!(
+            "{what} {} is over the limit of {limit} bytes; strata refuses larger ones",
+            path.display()
+        )));
+    }
+    Ok(buf)
+}
+
+/// The directory a path's relative references resolve against.
+fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The default envelope path: `dir/ada.toml` -> `dir/ada.signed.json`.
+fn default_out(definition: &Path) -> PathBuf {
+    let stem = definition
+        .file_stem()
+        .map_or_else(|| "agent".into(), |s| s.to_string_lossy().into_owned());
+    definition.with_file_name(format!("{stem}.signed.json"))
+}
+
+/// Whether the definition pins any file by path (which the loader resolves next to the envelope).
+fn references_files(def: &AgentDefinition) -> bool {
+    let is_file = |t: &Option<Text>| matches!(t, Some(Text::File(_)));
+    matches!(def.core.identity, Text::File(_))
+        || is_file(&def.core.role)
+        || is_file(&def.core.response_format)
+        || is_file(&def.characteristics.personality)
+        || is_file(&def.characteristics.style)
+        || is_file(&def.characteristics.citation_rules)
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// Add `keys`' signatures to the envelope at `path` after checking that it signs `text`.
+fn append_to(path: &Path, text: &str, keys: &[KeyPair]) -> Result<Envelope, CliError> {
+    let bytes = read_limited(path, MAX_ENVELOPE_BYTES, "envelope")?;
+    let mut env = Envelope::parse(&bytes)
+        .map_err(|e| CliError::agentdef(format!("reading envelope {}", path.display()), e))?;
+    if env.payload_type != strata_agentdef::PAYLOAD_TYPE {
+        return Err(CliError::Other(format!(
+            "envelope {} has payload type `{}`, not a strata agent definition; append only to \
+             envelopes made by `strata sign`",
+            path.display(),
+            env.payload_type
+        )));
+    }
+    if env.payload.as_ref() != text.as_bytes() {
+        return Err(CliError::Other(format!(
+            "the payload of {} is not byte-identical to the definition given; a co-signer must \
+             sign exactly the definition that was signed first: get that file and sign it again",
+            path.display()
+        )));
+    }
+    for key in keys {
+        let id = key.key_id();
+        if env.signatures.iter().any(|s| s.keyid == id.as_str()) {
+            return Err(CliError::Other(format!(
+                "{} is already signed by key {id}; a second signature by the same key does not \
+                 count towards a threshold: sign with another key",
+                path.display()
+            )));
+        }
+        env.sign(key);
+    }
+    if env.signatures.len() > MAX_SIGNATURES {
+        return Err(CliError::Other(format!(
+            "the envelope would carry {} signatures, more than the {MAX_SIGNATURES} the loader \
+             accepts",
+            env.signatures.len()
+        )));
+    }
+    Ok(env)
+}
+
+/// Run `strata sign`.
+pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
+    let bytes = read_limited(&args.definition, MAX_PAYLOAD_BYTES, "definition")?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        CliError::Other(format!(
+            "definition {} is not UTF-8 text; agent definitions are TOML",
+            args.definition.display()
+        ))
+    })?;
+    let base = dir_of(&args.definition);
+
+    let mut keys = Vec::with_capacity(args.keys.len());
+    let mut ids = BTreeSet::new();
+    for path in &args.keys {
+        let key = super::read_key(path)?;
+        if !ids.insert(key.key_id()) {
+            return Err(CliError::Usage(format!(
+                "key {} is given twice (key id {}); each --key must be a different key",
+                path.display(),
+                key.key_id()
+            )));
+        }
+        keys.push(key);
+    }
+
+    let checking = || format!("checking definition {}", args.definition.display());
+    let def =
+        check_definition(&text, Some(&base)).map_err(|e| CliError::agentdef(checking(), e))?;
+    let env = match &args.append {
+        Some(path) => append_to(path, &text, &keys)?,
+        None => {
+            let refs: Vec<&KeyPair> = keys.iter().collect();
+            sign_definition(&text, Some(&base), &refs)
+                .map_err(|e| CliError::agentdef(checking(), e))?
+        }
+    };
+
+    let target = match (&args.out, &args.append) {
+        (Some(o), _) => o.clone(),
+        (None, Some(a)) => a.clone(),
+        (None, None) => default_out(&args.definition),
+    };
+    let json = env.to_json();
+    let signed_by: Vec<String> = keys.iter().map(|k| k.key_id().to_string()).collect();
+    tracing::info!(agent = %def.id, version = def.version, keys = ?signed_by, "definition signed");
+    if target.as_os_str() == "-" {
+        out.result(&json)?;
+        return Ok(());
+    }
+    if references_files(&def) && !same_dir(&dir_of(&target), &base) {
+        tracing::warn!(
+            "{} references files by path; the loader looks for them next to the envelope, so \
+             copy them next to {} (or write the envelope next to the definition)",
+            args.definition.display(),
+            target.display()
+        );
+    }
+    super::write_atomically(&target, json.as_bytes())?;
+    out.status(&format!(
+        "signed agent {} version {} -> {} ({} signature(s) in the envelope)",
+        def.id,
+        def.version,
+        target.display(),
+        env.signatures.len()
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_envelope_sits_next_to_the_definition() {
+        assert_eq!(
+            default_out(Path::new("defs/ada.toml")),
+            PathBuf::from("defs/ada.signed.json")
+        );
+        assert_eq!(
+            default_out(Path::new("ada.toml")),
+            PathBuf::from("ada.signed.json")
+        );
+        assert_eq!(dir_of(Path::new("ada.toml")), PathBuf::from("."));
+    }
+}
