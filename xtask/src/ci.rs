@@ -1,0 +1,302 @@
+//! `cargo xtask ci`: every check the CI runs, in order, stopping at the first failure.
+//!
+//! Steps: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test` (unit, integration,
+//! doc and compile-fail tests), `cargo xtask docs --check`, the example programs of
+//! strata-assembler, and a short fuzz run of every target. Each step prints its command and
+//! its duration. The test step's output is passed through unchanged and its counts are added
+//! up into one closing line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::process::{describe, human};
+use crate::{fuzz, Error};
+
+/// Options of `cargo xtask ci`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CiOptions {
+    /// Run property tests with `PROPTEST_CASES=10000`.
+    pub thorough: bool,
+    /// Leave out the fuzz step.
+    pub skip_fuzz: bool,
+    /// Seconds per fuzz target.
+    pub fuzz_seconds: u64,
+}
+
+/// The crate whose `examples/` are run.
+const EXAMPLES_CRATE: (&str, &str) = ("strata-assembler", "crates/strata-assembler/examples");
+
+/// What a step does.
+#[derive(Debug)]
+enum Action {
+    /// Run a command.
+    Command(Command),
+    /// Run the test command, passing its output through and counting its results.
+    Tests(Command),
+    /// Run every fuzz target for this many seconds.
+    Fuzz(u64),
+}
+
+/// One step of the plan.
+#[derive(Debug)]
+struct Step {
+    name: String,
+    action: Action,
+}
+
+impl Step {
+    fn describe(&self) -> String {
+        match &self.action {
+            Action::Command(c) | Action::Tests(c) => describe(c),
+            Action::Fuzz(s) => format!("cargo xtask fuzz --seconds {s}"),
+        }
+    }
+}
+
+fn cargo(args: &[&str]) -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.args(args).stdin(Stdio::null());
+    cmd
+}
+
+/// Example names of the examples crate: `examples/NAME.rs` and `examples/NAME/main.rs`.
+fn examples(root: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(root.join(EXAMPLES_CRATE.1)) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = e.path();
+            if path.is_file() {
+                name.strip_suffix(".rs").map(String::from)
+            } else if path.join("main.rs").is_file() {
+                Some(name)
+            } else {
+                None
+            }
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
+    let mut steps = vec![
+        Step {
+            name: "fmt".into(),
+            action: Action::Command(cargo(&["fmt", "--all", "--", "--check"])),
+        },
+        Step {
+            name: "clippy".into(),
+            action: Action::Command(cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ])),
+        },
+    ];
+    let mut test = cargo(&["test", "--workspace", "--locked"]);
+    if opts.thorough {
+        test.env("PROPTEST_CASES", "10000");
+    }
+    steps.push(Step {
+        name: "test".into(),
+        action: Action::Tests(test),
+    });
+    steps.push(Step {
+        name: "docs".into(),
+        action: Action::Command(cargo(&[
+            "run", "--locked", "-p", "xtask", "--", "docs", "--check",
+        ])),
+    });
+    for example in examples(root) {
+        steps.push(Step {
+            name: format!("example {example}"),
+            action: Action::Command(cargo(&[
+                "run",
+                "--quiet",
+                "--locked",
+                "-p",
+                EXAMPLES_CRATE.0,
+                "--example",
+                &example,
+            ])),
+        });
+    }
+    if !opts.skip_fuzz && root.join("fuzz/Cargo.toml").is_file() {
+        steps.push(Step {
+            name: "fuzz".into(),
+            action: Action::Fuzz(opts.fuzz_seconds),
+        });
+    }
+    steps
+}
+
+/// Totals of libtest's `test result:` lines.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TestCounts {
+    /// Tests that passed.
+    pub passed: u64,
+    /// Tests that failed.
+    pub failed: u64,
+    /// Tests that were ignored.
+    pub ignored: u64,
+    /// Number of `test result:` lines seen (one per test binary).
+    pub binaries: u64,
+}
+
+impl TestCounts {
+    /// Adds one line of output if it is a `test result:` line.
+    pub fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            return;
+        };
+        let number_before = |word: &str| -> u64 {
+            rest.split(';')
+                .filter_map(|part| part.trim().strip_suffix(word))
+                .filter_map(|n| n.trim().rsplit(' ').next()?.parse().ok())
+                .next()
+                .unwrap_or(0)
+        };
+        self.passed += number_before("passed");
+        self.failed += number_before("failed");
+        self.ignored += number_before("ignored");
+        self.binaries += 1;
+    }
+}
+
+/// Runs the test command with its output passed through line by line, and counts results.
+fn run_tests(cmd: &mut Command, counts: &mut TestCounts) -> Result<(), Error> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("could not start `{}`: {e}", describe(cmd)))?;
+    if let Some(out) = child.stdout.take() {
+        let stdout = std::io::stdout();
+        for line in BufReader::new(out).lines() {
+            let line = line?;
+            counts.add_line(&line);
+            let mut lock = stdout.lock();
+            writeln!(lock, "{line}")?;
+            lock.flush()?;
+        }
+    }
+    let status = child.wait()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{}` failed ({status})", describe(cmd)).into())
+    }
+}
+
+/// Runs the plan; prints each step's name and time and a summary at the end.
+pub fn run(root: &Path, opts: &CiOptions) -> Result<(), Error> {
+    let steps = plan(root, opts);
+    let total = steps.len();
+    let started = Instant::now();
+    let mut done: Vec<(String, Duration)> = Vec::new();
+    let mut counts = TestCounts::default();
+    let mut failure = None;
+    for (n, mut step) in steps.into_iter().enumerate() {
+        println!(
+            "\n==> [{}/{total}] {}: {}",
+            n + 1,
+            step.name,
+            step.describe()
+        );
+        let t = Instant::now();
+        let result = match &mut step.action {
+            Action::Command(cmd) => crate::process::run(cmd),
+            Action::Tests(cmd) => run_tests(cmd, &mut counts),
+            Action::Fuzz(seconds) => fuzz::run(
+                root,
+                &fuzz::FuzzOptions {
+                    list: false,
+                    seconds: *seconds,
+                    targets: Vec::new(),
+                },
+            ),
+        };
+        let took = t.elapsed();
+        match result {
+            Ok(()) => {
+                println!("<== {} passed in {}", step.name, human(took));
+                done.push((step.name, took));
+            }
+            Err(e) => {
+                println!("<== {} FAILED after {}", step.name, human(took));
+                failure = Some((step.name, e));
+                break;
+            }
+        }
+    }
+    println!("\nci summary ({} in all):", human(started.elapsed()));
+    for (name, took) in &done {
+        println!("  ok      {name:<24} {}", human(*took));
+    }
+    if let Some((name, _)) = &failure {
+        println!("  FAILED  {name}");
+    }
+    if counts.binaries > 0 {
+        println!(
+            "tests: {} passed, {} failed, {} skipped",
+            counts.passed, counts.failed, counts.ignored
+        );
+    }
+    match failure {
+        None => Ok(()),
+        Some((name, e)) => Err(format!("ci step `{name}` failed: {e}").into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_libtest_result_lines() {
+        let mut c = TestCounts::default();
+        c.add_line("test result: ok. 11 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.00s");
+        c.add_line("test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.02s");
+        c.add_line("test docs::tests::fresh ... ok");
+        assert_eq!(
+            c,
+            TestCounts {
+                passed: 14,
+                failed: 1,
+                ignored: 2,
+                binaries: 2
+            }
+        );
+    }
+
+    #[test]
+    fn plan_follows_the_documented_order() {
+        let root = crate::workspace_root();
+        let opts = CiOptions {
+            thorough: true,
+            skip_fuzz: true,
+            fuzz_seconds: 10,
+        };
+        let steps = plan(&root, &opts);
+        let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(&names[..4], ["fmt", "clippy", "test", "docs"]);
+        assert!(names[4..].iter().all(|n| n.starts_with("example ")));
+        assert_eq!(
+            steps[2].describe(),
+            "PROPTEST_CASES=10000 cargo test --workspace --locked"
+        );
+        assert_eq!(
+            steps[1].describe(),
+            "cargo clippy --workspace --all-targets --locked -- -D warnings"
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! The crate layering of ADR-0002, as data, and the check that the manifests keep it.
+//!
+//! The workspace crates form a strict order; a crate may depend only on crates below it, so
+//! dependency arrows point down and no cycle can form. `strata-memory` sits above
+//! `strata-registry` because its stores reach the assembler as contributors of layers 5 and 6,
+//! which implement the registry's `Contributor` trait. `xtask` depends on no workspace crate.
+//! Only normal and build dependencies are checked: a test may use what it needs.
+
+use std::collections::BTreeSet;
+
+/// The workspace crates from the bottom up; each may depend only on crates before it.
+pub const ORDER: [&str; 6] = [
+    "strata-core",
+    "strata-agentdef",
+    "strata-registry",
+    "strata-memory",
+    "strata-assembler",
+    "strata-cli",
+];
+
+/// Names of the dependencies in the `[dependencies]` and `[build-dependencies]` tables of a
+/// manifest (including `[dependencies.name]` tables and target-specific tables).
+pub fn normal_dependencies(manifest: &str) -> BTreeSet<String> {
+    let mut deps = BTreeSet::new();
+    let mut in_deps = false;
+    for line in manifest.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.trim_end_matches(']').trim();
+            let table = header.rsplit_once('.').map_or(header, |(_, last)| last);
+            let is_dep_table = |t: &str| t == "dependencies" || t == "build-dependencies";
+            in_deps = is_dep_table(table);
+            // `[dependencies.strata-core]` names the dependency in the header.
+            if let Some((prefix, name)) = header.rsplit_once('.') {
+                let owner = prefix.rsplit('.').next().unwrap_or(prefix);
+                if is_dep_table(owner) {
+                    deps.insert(name.trim_matches('"').to_string());
+                    in_deps = false;
+                }
+            }
+            continue;
+        }
+        if !in_deps || line.is_empty() {
+            continue;
+        }
+        if let Some((key, _)) = line.split_once('=') {
+            let name = key
+                .split('.')
+                .next()
+                .unwrap_or(key)
+                .trim()
+                .trim_matches('"');
+            if !name.is_empty() {
+                deps.insert(name.to_string());
+            }
+        }
+    }
+    deps
+}
+
+/// Every dependency that breaks the order, as a sentence. `crates` pairs each crate's name
+/// with its manifest text.
+pub fn violations(crates: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, manifest) in crates {
+        let rank = ORDER.iter().position(|c| c == name);
+        if rank.is_none() && name != "xtask" {
+            out.push(format!(
+                "{name} is not in the layering of ADR-0002; add it to the record and to `layering::ORDER`."
+            ));
+            continue;
+        }
+        for dep in normal_dependencies(manifest) {
+            let Some(dep_rank) = ORDER.iter().position(|c| *c == dep) else {
+                continue;
+            };
+            if rank.is_none_or(|r| dep_rank >= r) {
+                out.push(format!(
+                    "{name} depends on {dep}, which is not below it (ADR-0002): move the shared code down or invert the dependency with a trait."
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Reads the manifests of `crates/*` and `xtask` under `root`.
+#[cfg(test)]
+fn workspace_manifests(root: &std::path::Path) -> std::io::Result<Vec<(String, String)>> {
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("crates"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    dirs.sort();
+    dirs.push(root.join("xtask"));
+    let mut out = Vec::new();
+    for dir in dirs {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push((name, std::fs::read_to_string(dir.join("Cargo.toml"))?));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Verifies ADR-0002: every workspace crate depends only on crates below it.
+    #[test]
+    fn workspace_keeps_the_layering() {
+        let manifests = workspace_manifests(&crate::workspace_root()).unwrap();
+        assert!(manifests.len() >= ORDER.len());
+        let problems = violations(&manifests);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    /// Verifies ADR-0002: an upward or unknown dependency is caught.
+    #[test]
+    fn upward_dependencies_are_rejected() {
+        let core = "[package]\nname = \"strata-core\"\n\n[dependencies]\nserde.workspace = true\n\n[dependencies.strata-assembler]\nworkspace = true\n";
+        let registry = "[dependencies]\nstrata-core = { workspace = true }\n\"strata-memory\".workspace = true\n\n[dev-dependencies]\nstrata-assembler.workspace = true\n";
+        let memory = "[target.'cfg(unix)'.build-dependencies]\nstrata-registry.workspace = true\n";
+        let tool = "[dependencies]\nstrata-core.workspace = true\n";
+        let got = violations(&[
+            ("strata-core".into(), core.into()),
+            ("strata-registry".into(), registry.into()),
+            ("strata-memory".into(), memory.into()),
+            ("xtask".into(), tool.into()),
+            ("strata-new".into(), String::new()),
+        ]);
+        assert_eq!(got.len(), 4, "{got:#?}");
+        assert!(got[0].starts_with("strata-core depends on strata-assembler"));
+        assert!(got[1].starts_with("strata-registry depends on strata-memory"));
+        assert!(got[2].starts_with("xtask depends on strata-core"));
+        assert!(got[3].starts_with("strata-new is not in the layering"));
+    }
+}
