@@ -1,0 +1,308 @@
+//! Property tests of the assembler's invariants with arbitrary, adversarial layers 3-6.
+//! The number of cases follows `PROPTEST_CASES` (the thorough run uses 10,000).
+#![allow(
+    clippy::unwrap_used,
+    reason = "integration tests fail loudly on unexpected errors"
+)]
+
+#[path = "support/adversarial.rs"]
+mod adversarial;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use strata_assembler::*;
+
+fn agent() -> &'static VerifiedAgent {
+    static A: OnceLock<VerifiedAgent> = OnceLock::new();
+    A.get_or_init(support::agent)
+}
+
+fn content() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        proptest::sample::select(adversarial::PIECES).prop_map(str::to_owned),
+        ".{0,40}",
+        proptest::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        Just("You are Tester, an agent used to check the assembler.".to_owned()),
+    ];
+    proptest::collection::vec(piece, 0..5).prop_map(|v| v.concat())
+}
+
+const IDS: &[&str] = &[
+    "a",
+    "b",
+    "c",
+    "d",
+    "core.identity",
+    "core.tools",
+    "characteristics.style",
+    "strata.tools",
+    "m.1",
+    "m.2",
+];
+const KEYS: &[&str] = &["identity", "language", "style", "tools", "k1", "k2", "k3"];
+
+fn section() -> impl Strategy<Value = Section> {
+    (
+        0usize..4,
+        proptest::sample::select(IDS),
+        proptest::option::of(proptest::sample::select(KEYS)),
+        0u32..1000,
+        0usize..6,
+        any::<bool>(),
+        proptest::bool::weighted(0.1),
+        (0u16..300, any::<u8>(), any::<u8>()),
+        proptest::option::of((
+            0u64..20,
+            0usize..4,
+            proptest::option::of(proptest::sample::select(&["c1", "c2", "c3"][..])),
+        )),
+        content(),
+    )
+        .prop_map(
+            |(l, id, key, prio, phase, stable, sticky, (w, modes, paths), turn, text)| {
+                let layer = RuntimeLayer::ALL[l];
+                let text = if sticky {
+                    text.chars().take(40).collect()
+                } else {
+                    text
+                };
+                let mut b = Section::builder(layer, id, text)
+                    .unwrap()
+                    .priority(prio)
+                    .phase(Phase::ALL[phase])
+                    .stability(if stable {
+                        Stability::Stable
+                    } else {
+                        Stability::Dynamic
+                    })
+                    .sticky(sticky)
+                    .weight(Weight(w))
+                    .modes(ModeSet::of(
+                        &PromptMode::ALL
+                            .iter()
+                            .copied()
+                            .enumerate()
+                            .filter(|(i, _)| modes & (1 << i) != 0 || modes > 200)
+                            .map(|(_, m)| m)
+                            .collect::<Vec<_>>(),
+                    ))
+                    .paths(PathSet::of(
+                        &AssemblyPath::ALL
+                            .iter()
+                            .copied()
+                            .enumerate()
+                            .filter(|(i, _)| paths & (1 << i) != 0 || paths > 100)
+                            .map(|(_, p)| p)
+                            .collect::<Vec<_>>(),
+                    ));
+                if let Some(k) = key {
+                    b = b.key(k).unwrap();
+                }
+                if let Some((seq, role, call)) = turn {
+                    let role = [
+                        Role::User,
+                        Role::Assistant,
+                        Role::ToolCall,
+                        Role::ToolResult,
+                    ][role];
+                    b = b.turn(Turn {
+                        seq,
+                        role,
+                        call_id: call.map(Into::into),
+                    });
+                }
+                b.build()
+            },
+        )
+}
+
+fn request() -> impl Strategy<Value = AssemblyRequest> {
+    (
+        proptest::collection::vec(section(), 0..14),
+        0usize..4,
+        0usize..5,
+        (
+            0u32..1500,
+            0u32..64,
+            proptest::option::of(20u32..400),
+            proptest::option::of(50u32..400),
+            proptest::option::of(2_000usize..20_000),
+        ),
+        0usize..3,
+    )
+        .prop_map(
+            |(sections, mode, path, (extra, reserve, cap, layer_cap, chars), enc)| {
+                let identity_tokens = 140;
+                let budget = Budget {
+                    total_tokens: identity_tokens + 80 + extra + reserve,
+                    response_reserve: reserve,
+                    layers: strata_core::LayerBudgets {
+                        long_term_memory: layer_cap,
+                        ..Default::default()
+                    },
+                    section_cap: cap,
+                    max_total_chars: chars,
+                };
+                let encoding = [Encoding::Escaped, Encoding::Datamark, Encoding::Base64][enc];
+                AssemblyRequest {
+                    sections,
+                    mode: PromptMode::ALL[mode],
+                    path: AssemblyPath::ALL[path],
+                    budget: Some(BudgetSpec::Explicit(budget)),
+                    render: RenderOptions::default()
+                        .with_encoding(RuntimeLayer::LongTermMemory, encoding),
+                    ..Default::default()
+                }
+            },
+        )
+}
+
+fn assembler() -> &'static Assembler {
+    static A: OnceLock<Assembler> = OnceLock::new();
+    A.get_or_init(Assembler::o200k)
+}
+
+proptest! {
+    /// Verifies I1 (ADR-0006) and I3 (ADR-0009): for any layers 3-6 the output starts with the
+    /// rendered layers 1-2 exactly once, and parsing the output gives back exactly the identity
+    /// sections followed by the runtime sections that were kept, with their layers and text.
+    #[test]
+    fn identity_first_intact_and_no_forged_boundaries(req in request()) {
+        let agent = agent();
+        let Ok(ctx) = assembler().assemble(agent, &req) else { return Ok(()) };
+        prop_assert!(ctx.text.starts_with(agent.identity_text()));
+        prop_assert_eq!(ctx.text.matches(agent.identity_text()).count(), 1);
+        let parsed = parse(&ctx.text).unwrap();
+        let signed: Vec<_> = parsed.iter().take_while(|p| matches!(p, Parsed::Section { trust: strata_core::format::Trust::Signed, .. })).collect();
+        prop_assert_eq!(signed.len(), agent.identity().sections().len());
+        for (p, s) in signed.iter().zip(agent.identity().sections()) {
+            let Parsed::Section { id, text, .. } = p else { unreachable!() };
+            prop_assert_eq!(id.as_str(), s.id().as_str());
+            prop_assert_eq!(text.as_str(), s.content().as_str());
+        }
+        // After identity: only untrusted sections and markers, all of layers 3-6.
+        let mut kept: BTreeMap<(u8, String), Vec<String>> = BTreeMap::new();
+        for p in &parsed[signed.len()..] {
+            match p {
+                Parsed::Section { layer, id, text, trust, .. } => {
+                    prop_assert_eq!(*trust, strata_core::format::Trust::Untrusted);
+                    prop_assert!(layer.number() >= 3);
+                    kept.entry((layer.number(), id.clone())).or_default().push(text.clone());
+                }
+                Parsed::Omitted { layer, .. } => prop_assert!(layer.number() >= 3),
+            }
+        }
+        // Each parsed runtime section is exactly one input section (or a prefix of it, if cut).
+        let inputs: BTreeMap<(u8, String), Vec<String>> = req.sections.iter().fold(BTreeMap::new(), |mut m, s| {
+            m.entry((s.layer().number(), s.id().to_string())).or_insert_with(Vec::new).push(s.content().to_string());
+            m
+        });
+        for ((layer, id), texts) in &kept {
+            if id == TOOL_CATALOG_ID { continue; }
+            let Some(cands) = inputs.get(&(*layer, id.clone())) else {
+                return Err(TestCaseError::fail(format!("section {id} in layer {layer} was never an input")));
+            };
+            for t in texts {
+                prop_assert!(cands.iter().any(|c| c.starts_with(t.as_str())), "{} text not from input", id);
+            }
+        }
+        // Exact budget: the report's total is the tokenizer's count of the text, within budget.
+        prop_assert_eq!(ctx.report.used_tokens, TiktokenTokenizer::o200k().count(&ctx.text) as u64);
+        prop_assert!(ctx.report.used_tokens <= ctx.report.prompt_budget);
+        if let Some(mc) = ctx.report.max_total_chars {
+            prop_assert!(ctx.text.chars().count() as u64 <= mc);
+        }
+    }
+
+    /// Verifies I2 (ADR-0008): sticky sections that take part are never dropped or cut; if they
+    /// cannot fit, the assembly fails with a typed error.
+    #[test]
+    fn sticky_and_identity_never_trimmed(req in request()) {
+        match assembler().assemble(agent(), &req) {
+            Ok(ctx) => {
+                for r in ctx.report.sections.iter().filter(|r| r.sticky) {
+                    prop_assert!(
+                        matches!(r.status, SectionStatus::Kept | SectionStatus::Filtered { .. } | SectionStatus::Overridden { .. }),
+                        "sticky {} was {:?}", r.id, r.status
+                    );
+                }
+            }
+            Err(e) => prop_assert!(matches!(
+                e,
+                AssembleError::StickyExceedsBudget { .. } | AssembleError::IdentityExceedsBudget { .. } | AssembleError::CharsExceeded { .. }
+            ), "{e}"),
+        }
+    }
+
+    /// Verifies I4 (ADR-0007): no runtime section shares a key or id with identity, keys are
+    /// unique in the output, and each surviving key belongs to the highest layer that claimed it.
+    #[test]
+    fn higher_layer_wins(req in request()) {
+        let agent = agent();
+        let Ok(ctx) = assembler().assemble(agent, &req) else { return Ok(()) };
+        let identity_keys: BTreeSet<String> = agent.identity().sections().iter().filter_map(|s| s.key().map(|k| k.to_string())).collect();
+        let identity_ids: BTreeSet<String> = agent.identity().sections().iter().map(|s| s.id().to_string()).collect();
+        // Reference model of the rule: in order of authority (layer, then score, id, hash), a
+        // section wins its key unless identity or an earlier winner holds its id or key.
+        let mut live: Vec<&Section> = req.sections.iter().filter(|s| s.modes().contains(req.mode) && s.paths().contains(req.path)).collect();
+        live.sort_by(|a, b| (a.layer(), std::cmp::Reverse(a.score()), a.id(), a.content_hash()).cmp(&(b.layer(), std::cmp::Reverse(b.score()), b.id(), b.content_hash())));
+        let (mut ids, mut keys): (BTreeSet<String>, BTreeSet<String>) = (identity_ids.clone(), identity_keys.clone());
+        let mut model: BTreeMap<String, Layer> = BTreeMap::new();
+        for s in live {
+            if ids.contains(s.id().as_str()) || s.key().is_some_and(|k| keys.contains(k.as_str())) { continue; }
+            ids.insert(s.id().to_string());
+            if let Some(k) = s.key() { keys.insert(k.to_string()); model.insert(k.to_string(), s.layer().into()); }
+        }
+        let mut out_keys = BTreeSet::new();
+        for p in parse(&ctx.text).unwrap().into_iter().skip(agent.identity().sections().len()) {
+            let Parsed::Section { layer, id, key, .. } = p else { continue };
+            prop_assert!(!identity_ids.contains(&id), "runtime section reused identity id {}", id);
+            if let Some(k) = key {
+                prop_assert!(!identity_keys.contains(&k), "key {} overrides identity", k);
+                prop_assert!(out_keys.insert(k.clone()), "key {} twice", k);
+                prop_assert_eq!(model.get(&k).copied(), Some(layer), "key {}", k);
+            }
+        }
+    }
+
+    /// Verifies I6 (ADR-0013): the same inputs give the same bytes, whatever their order and
+    /// whether the cache is warm.
+    #[test]
+    fn deterministic(req in request(), seed in any::<u64>()) {
+        let a = assembler().assemble(agent(), &req);
+        let mut shuffled = req.clone();
+        let n = shuffled.sections.len();
+        if n > 1 {
+            for i in 0..n {
+                shuffled.sections.swap(i, (seed as usize).wrapping_add(i * 7) % n);
+            }
+        }
+        let fresh = Assembler::o200k();
+        let b = fresh.assemble(agent(), &shuffled);
+        match (a, b) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a.text, b.text),
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => return Err(TestCaseError::fail(format!("{:?} vs {:?}", a.is_ok(), b.is_ok()))),
+        }
+    }
+
+    /// Verifies I6 (ADR-0013): with room for everything, changing only dynamic content leaves
+    /// the stable prefix byte-identical.
+    #[test]
+    fn stable_prefix_survives_dynamic_changes(req in request(), extra in content()) {
+        let mut roomy = req.clone();
+        roomy.budget = Some(BudgetSpec::Explicit(Budget::with_total(200_000)));
+        let Ok(a) = assembler().assemble(agent(), &roomy) else { return Ok(()) };
+        let mut changed = roomy.clone();
+        changed.sections = roomy.sections.iter().map(|s| {
+            if s.stability() == Stability::Dynamic { s.with_content(format!("{}{}", s.content(), extra)) } else { s.clone() }
+        }).collect();
+        let b = assembler().assemble(agent(), &changed).unwrap();
+        prop_assert_eq!(a.stable_prefix(), b.stable_prefix());
+        prop_assert!(a.stable_prefix().starts_with(agent().identity_text()));
+    }
+}
