@@ -1,4 +1,5 @@
 //! Gathering: concurrency, timeouts, panics, layer checks, sticky failures, order, caching.
+#![allow(clippy::unwrap_used, reason = "helpers outside #[test] functions fail the test on purpose")]
 
 mod common;
 

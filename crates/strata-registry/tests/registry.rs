@@ -1,4 +1,5 @@
 //! Registry: registration, lookups, MCP clearing and change events.
+#![allow(clippy::unwrap_used, reason = "helpers outside #[test] functions fail the test on purpose")]
 
 mod common;
 
