@@ -1,1 +1,2 @@
+//! Benchmarks of the SQLite memory store (filled in below).
 fn main() {}

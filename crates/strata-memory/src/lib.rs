@@ -13,19 +13,29 @@
 //! Store failures are typed ([`MemoryError`]) and never silently hidden.
 #![forbid(unsafe_code)]
 
+mod bm25;
 pub mod clock;
+pub mod embed;
 pub mod error;
+pub mod filelog;
+pub mod inmem;
 pub mod long_term;
 pub mod options;
 pub mod shared;
+pub mod sqlite;
+pub mod text;
 pub mod working;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use embed::{embed_checked, Embedder, HashEmbedder};
 pub use error::{MemoryError, Result};
+pub use filelog::FileLog;
+pub use inmem::InMemoryStore;
 pub use long_term::{
     reciprocal_rank_fusion, ListOptions, LongTermMemory, MemoryId, MemoryRecord, NewMemory,
     SearchHit, SearchMode, SearchOptions, RRF_K,
 };
 pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
 pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
+pub use sqlite::SqliteStore;
 pub use working::{select_recent, Entry, NewEntry, WorkingMemory};

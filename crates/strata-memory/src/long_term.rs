@@ -211,7 +211,7 @@ pub enum SearchMode {
 }
 
 /// What to search for and how many results to return.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SearchOptions {
     /// How many results to return (default 10).
@@ -227,6 +227,9 @@ pub struct SearchOptions {
     pub candidates: Option<usize>,
     /// The RRF constant (default [`RRF_K`]).
     pub rrf_k: u32,
+    /// Leave out of the vector ranking memories whose cosine similarity to the query is not
+    /// above this (default: none left out).
+    pub min_similarity: Option<f32>,
 }
 
 impl Default for SearchOptions {
@@ -238,6 +241,7 @@ impl Default for SearchOptions {
             mode: SearchMode::Hybrid,
             candidates: None,
             rrf_k: RRF_K,
+            min_similarity: None,
         }
     }
 }
@@ -281,6 +285,18 @@ impl SearchOptions {
     pub fn candidates(mut self, n: usize) -> Self {
         self.candidates = Some(n);
         self
+    }
+
+    /// Leave out of the vector ranking memories not more similar than `threshold`.
+    #[must_use]
+    pub fn min_similarity(mut self, threshold: f32) -> Self {
+        self.min_similarity = Some(threshold);
+        self
+    }
+
+    /// True when the vector ranking keeps a memory of this similarity.
+    pub(crate) fn keeps_similarity(&self, similarity: f32) -> bool {
+        self.min_similarity.is_none_or(|t| similarity > t)
     }
 
     /// The number of candidates each ranking contributes.
@@ -416,9 +432,12 @@ pub(crate) fn normalise(v: &mut [f32]) {
     }
 }
 
-/// The top `n` of `(key, similarity)` pairs, best first, ties by key.
-pub(crate) fn top_by_similarity<K: Ord + Clone>(mut scored: Vec<(K, f32)>, n: usize) -> Vec<K> {
-    let cmp = |a: &(K, f32), b: &(K, f32)| {
+/// The top `n` of `(key, score)` pairs (larger is better), best first, ties by key.
+pub(crate) fn top_by_similarity<K: Ord + Clone, S: PartialOrd + Copy>(
+    mut scored: Vec<(K, S)>,
+    n: usize,
+) -> Vec<K> {
+    let cmp = |a: &(K, S), b: &(K, S)| {
         b.1.partial_cmp(&a.1)
             .unwrap_or(Ordering::Equal)
             .then_with(|| a.0.cmp(&b.0))

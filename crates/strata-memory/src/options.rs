@@ -17,6 +17,8 @@ pub struct StoreOptions {
     pub max_entry_bytes: usize,
     /// Where timestamps come from (default: the system clock).
     pub clock: Arc<dyn Clock>,
+    /// The store's name in provenance records (default: the adapter kind and location).
+    pub name: Option<String>,
 }
 
 impl Default for StoreOptions {
@@ -24,6 +26,7 @@ impl Default for StoreOptions {
         StoreOptions {
             max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
             clock: Arc::new(SystemClock),
+            name: None,
         }
     }
 }
@@ -43,7 +46,20 @@ impl StoreOptions {
         self
     }
 
-    /// Refuse text over the size limit.
+    /// Set the store's name in provenance records.
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The configured name, or `default`.
+    pub(crate) fn name_or(&self, default: impl FnOnce() -> String) -> String {
+        self.name.clone().unwrap_or_else(default)
+    }
+
+    /// Refuse text over the size limit, and text with NUL characters (which PostgreSQL cannot
+    /// store in `text` columns; refusing them everywhere keeps the adapters interchangeable).
     pub(crate) fn check_size(&self, what: &'static str, text: &str) -> Result<()> {
         if text.len() > self.max_entry_bytes {
             return Err(MemoryError::EntryTooLarge {
@@ -51,6 +67,12 @@ impl StoreOptions {
                 size: text.len(),
                 limit: self.max_entry_bytes,
             });
+        }
+        if text.contains('\0') {
+            return Err(MemoryError::invalid(
+                what,
+                "text contains a NUL character; replace it (for example with U+FFFD) before storing",
+            ));
         }
         Ok(())
     }

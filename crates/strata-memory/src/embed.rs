@@ -1,0 +1,215 @@
+//! Embedders: text to vectors for the vector half of hybrid search.
+//!
+//! [`HashEmbedder`] is the built-in default: deterministic, offline, no model. It hashes word
+//! unigrams, word bigrams and character trigrams into a fixed number of signed buckets and
+//! scales the result to unit length, so texts that share words and word pieces point the same
+//! way. It is no substitute for a trained model on paraphrases, but it makes the default store
+//! work with nothing to download. `OpenAiEmbedder` (feature `http`) calls any server that
+//! speaks the OpenAI `POST /v1/embeddings` protocol. Stores record the dimension of the
+//! embedder they were created with and refuse a different one (ADR-0012).
+
+use std::fmt;
+
+use crate::error::{MemoryError, Result};
+use crate::long_term::normalise;
+use crate::text::words;
+
+/// Turns texts into vectors of a fixed dimension.
+pub trait Embedder: Send + Sync + fmt::Debug {
+    /// A stable name for the model (stores remember it).
+    fn name(&self) -> &str;
+
+    /// The length of every vector it returns.
+    fn dims(&self) -> usize;
+
+    /// One vector per text, in order.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Embed `texts` and check the answer: one vector per text, each of `embedder.dims()` finite
+/// numbers; the vectors are scaled to unit length so cosine similarity is a dot product.
+pub fn embed_checked(embedder: &dyn Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+    if texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = embedder.embed(texts)?;
+    if out.len() != texts.len() {
+        return Err(MemoryError::Embedder {
+            embedder: embedder.name().to_owned(),
+            detail: format!(
+                "returned {} vectors for {} texts; check the embedding server",
+                out.len(),
+                texts.len()
+            ),
+        });
+    }
+    for v in &mut out {
+        if v.len() != embedder.dims() {
+            return Err(MemoryError::DimensionMismatch {
+                context: format!("embedder `{}`", embedder.name()),
+                expected: embedder.dims(),
+                found: v.len(),
+            });
+        }
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(MemoryError::Embedder {
+                embedder: embedder.name().to_owned(),
+                detail: "returned a vector with NaN or infinite values".to_owned(),
+            });
+        }
+        normalise(v);
+    }
+    Ok(out)
+}
+
+/// The default dimension of [`HashEmbedder`].
+pub const DEFAULT_HASH_DIMS: usize = 256;
+
+/// A deterministic, offline embedder: signed feature hashing of word unigrams (weight 1.0),
+/// word bigrams (0.5) and character trigrams of each word with boundary marks (0.25),
+/// scaled to unit length.
+#[derive(Debug, Clone)]
+pub struct HashEmbedder {
+    dims: usize,
+    name: String,
+}
+
+impl Default for HashEmbedder {
+    fn default() -> Self {
+        HashEmbedder::new(DEFAULT_HASH_DIMS)
+    }
+}
+
+impl HashEmbedder {
+    /// An embedder with `dims` buckets (at least 1).
+    pub fn new(dims: usize) -> HashEmbedder {
+        let dims = dims.max(1);
+        HashEmbedder {
+            dims,
+            name: format!("strata-hash-v1/{dims}"),
+        }
+    }
+
+    fn add(&self, v: &mut [f32], kind: u8, feature: &str, weight: f32) {
+        let h = mix(fnv1a(kind, feature.as_bytes()));
+        let idx = (h % self.dims as u64) as usize;
+        let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
+        v[idx] += sign * weight;
+    }
+
+    fn embed_one(&self, text: &str) -> Vec<f32> {
+        let mut v = vec![0.0f32; self.dims];
+        let ws = words(text);
+        for w in &ws {
+            self.add(&mut v, b'w', w, 1.0);
+            let chars: Vec<char> = std::iter::once('^')
+                .chain(w.chars())
+                .chain(std::iter::once('$'))
+                .collect();
+            for t in chars.windows(3) {
+                let tri: String = t.iter().collect();
+                self.add(&mut v, b'c', &tri, 0.25);
+            }
+        }
+        for pair in ws.windows(2) {
+            self.add(&mut v, b'b', &format!("{} {}", pair[0], pair[1]), 0.5);
+        }
+        normalise(&mut v);
+        v
+    }
+}
+
+impl Embedder for HashEmbedder {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn dims(&self) -> usize {
+        self.dims
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        Ok(texts.iter().map(|t| self.embed_one(t)).collect())
+    }
+}
+
+/// 64-bit FNV-1a over a kind byte and the feature bytes.
+fn fnv1a(kind: u8, bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in std::iter::once(&kind).chain(bytes) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// A finaliser (from SplitMix64) so all bits of the hash depend on all input bits.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::long_term::dot;
+
+    #[test]
+    fn hash_embedder_is_deterministic_unit_and_similarity_aware() {
+        let e = HashEmbedder::default();
+        let v = embed_checked(
+            &e,
+            &[
+                "the deploy pipeline failed on staging",
+                "staging deploy pipeline failure",
+                "grandmother's apple pie recipe",
+                "",
+            ],
+        )
+        .unwrap();
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[0].len(), 256);
+        let norm: f32 = v[0].iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-5);
+        assert!(v[3].iter().all(|x| *x == 0.0));
+        let related = dot(&v[0], &v[1]);
+        let unrelated = dot(&v[0], &v[2]);
+        assert!(related > 0.4, "{related}");
+        assert!(related > unrelated + 0.3, "{related} vs {unrelated}");
+        assert_eq!(
+            e.embed(&["the deploy pipeline failed on staging"]).unwrap()[0],
+            v[0]
+        );
+    }
+
+    #[derive(Debug)]
+    struct Wrong;
+    impl Embedder for Wrong {
+        fn name(&self) -> &str {
+            "wrong"
+        }
+        fn dims(&self) -> usize {
+            4
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+            Ok(texts.iter().map(|_| vec![1.0; 3]).collect())
+        }
+    }
+
+    #[test]
+    fn wrong_dimension_is_an_error() {
+        let e = embed_checked(&Wrong, &["x"]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryError::DimensionMismatch {
+                    expected: 4,
+                    found: 3,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,402 @@
+//! The durable file log: working memory (layer 5) in one append-only file.
+//!
+//! Format (ADR-0012): a 16-byte header (`STRATAWL`, format version as u32 little-endian, four
+//! zero bytes), then records. A record is the payload length (u32 little-endian), the BLAKE3
+//! hash of the length bytes and the payload (32 bytes), and the payload (one JSON object).
+//!
+//! Durability: an append returns only after the record is written and `fsync`ed, so an
+//! acknowledged entry survives a crash of the process or the machine. A crash in the middle of
+//! an append can leave a torn last record; opening the log detects it (short frame, or a hash
+//! that does not match in the final record), skips it and truncates the file back to the last
+//! whole record. A damaged record followed by more data is not a torn write: that is reported
+//! as [`MemoryError::Corrupt`] and nothing is truncated.
+//!
+//! One process owns a log file at a time; the store keeps the sessions in memory and replays
+//! the file when it opens.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use strata_core::{Content, Role};
+
+use crate::error::{MemoryError, Result};
+use crate::options::StoreOptions;
+use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
+
+const MAGIC: &[u8; 8] = b"STRATAWL";
+/// The format version this build writes and reads.
+pub const FILE_LOG_VERSION: u32 = 1;
+const HEADER_LEN: u64 = 16;
+const FRAME_LEN: u64 = 4 + 32;
+/// Records larger than this are not records: the length field is damaged.
+const MAX_RECORD: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Record {
+    Append {
+        seq: u64,
+        session: String,
+        role: Role,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        content: String,
+        at_ms: i64,
+    },
+    Clear {
+        session: String,
+        at_ms: i64,
+    },
+}
+
+/// What opening the log found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Whole records replayed.
+    pub records: u64,
+    /// Bytes of a torn last record that were cut off (0 after a clean shutdown).
+    pub truncated_bytes: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    file: File,
+    len: u64,
+    next_seq: u64,
+    sessions: HashMap<Arc<str>, Vec<Entry>>,
+    /// Set when a failed append could not be rolled back: the file's end is unknown.
+    poisoned: bool,
+}
+
+/// Working memory in a durable append-only file.
+#[derive(Debug)]
+pub struct FileLog {
+    path: PathBuf,
+    name: String,
+    options: StoreOptions,
+    recovery: Recovery,
+    state: Mutex<State>,
+}
+
+fn frame_hash(len_bytes: &[u8; 4], payload: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(len_bytes);
+    h.update(payload);
+    *h.finalize().as_bytes()
+}
+
+fn header() -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&FILE_LOG_VERSION.to_le_bytes());
+    h
+}
+
+fn sync_dir(path: &Path) {
+    // Make the file's directory entry durable too; not every platform can open a directory,
+    // and failing here after the file itself is synced is only logged.
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
+            tracing::debug!(dir = %dir.display(), error = %e, "could not sync directory");
+        }
+    }
+}
+
+impl FileLog {
+    /// Open (or create) the log at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<FileLog> {
+        FileLog::open_with(path, StoreOptions::default())
+    }
+
+    /// Open (or create) the log at `path`, replaying it and cutting off a torn last record.
+    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<FileLog> {
+        let path = path.as_ref().to_path_buf();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| MemoryError::io("open", &path, e))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| MemoryError::io("read", &path, e))?;
+        let location = path.display().to_string();
+        let corrupt = |detail: String| MemoryError::Corrupt {
+            location: location.clone(),
+            detail,
+        };
+
+        let head = header();
+        if (bytes.len() as u64) < HEADER_LEN {
+            // A new file, or a header torn while the file was being created.
+            if !head.starts_with(&bytes) {
+                return Err(corrupt(
+                    "the file does not start with a strata log header".into(),
+                ));
+            }
+            file.set_len(0)
+                .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
+                .and_then(|()| file.write_all(&head))
+                .and_then(|()| file.sync_all())
+                .map_err(|e| MemoryError::io("initialise", &path, e))?;
+            sync_dir(&path);
+            bytes = head.to_vec();
+        }
+        if &bytes[..8] != MAGIC {
+            return Err(corrupt(
+                "the file does not start with a strata log header".into(),
+            ));
+        }
+        let mut version = [0u8; 4];
+        version.copy_from_slice(&bytes[8..12]);
+        let version = u32::from_le_bytes(version);
+        if version != FILE_LOG_VERSION {
+            return Err(MemoryError::SchemaVersionMismatch {
+                location,
+                found: i64::from(version),
+                expected: i64::from(FILE_LOG_VERSION),
+            });
+        }
+
+        let total = bytes.len() as u64;
+        let mut pos = HEADER_LEN;
+        let mut recovery = Recovery::default();
+        let mut next_seq = 0u64;
+        let mut sessions: HashMap<Arc<str>, Vec<Entry>> = HashMap::new();
+        while pos < total {
+            let rest = total - pos;
+            let torn = |why: &str| {
+                tracing::warn!(
+                    path = %path.display(),
+                    offset = pos,
+                    bytes = rest,
+                    why,
+                    "cutting off a torn last record of the working-memory log"
+                );
+            };
+            if rest < FRAME_LEN {
+                torn("short frame");
+                break;
+            }
+            let p = usize::try_from(pos).map_err(|_| corrupt("file too large".into()))?;
+            let mut len_bytes = [0u8; 4];
+            len_bytes.copy_from_slice(&bytes[p..p + 4]);
+            let len = u64::from(u32::from_le_bytes(len_bytes));
+            if len > MAX_RECORD || FRAME_LEN + len > rest {
+                torn("record runs past the end of the file");
+                break;
+            }
+            let body = &bytes[p + 36..p + 36 + len as usize];
+            if frame_hash(&len_bytes, body)[..] != bytes[p + 4..p + 36] {
+                if FRAME_LEN + len == rest {
+                    torn("hash mismatch in the last record");
+                    break;
+                }
+                return Err(corrupt(format!(
+                    "record at byte {pos} fails its checksum and is followed by more records"
+                )));
+            }
+            let rec: Record = serde_json::from_slice(body).map_err(|e| {
+                corrupt(format!(
+                    "record at byte {pos} has a valid checksum but cannot be read: {e}"
+                ))
+            })?;
+            match rec {
+                Record::Append {
+                    seq,
+                    session,
+                    role,
+                    call_id,
+                    content,
+                    at_ms,
+                } => {
+                    if seq <= next_seq {
+                        return Err(corrupt(format!(
+                            "record at byte {pos} has sequence {seq} after {next_seq}"
+                        )));
+                    }
+                    next_seq = seq;
+                    let session: Arc<str> = Arc::from(session);
+                    sessions.entry(session.clone()).or_default().push(Entry {
+                        seq,
+                        session,
+                        role,
+                        call_id: call_id.map(|c| Arc::from(c.as_str())),
+                        content: Content::from(content),
+                        at_ms,
+                    });
+                }
+                Record::Clear { session, .. } => {
+                    sessions.remove(session.as_str());
+                }
+            }
+            recovery.records += 1;
+            pos += FRAME_LEN + len;
+        }
+        if pos < total {
+            recovery.truncated_bytes = total - pos;
+            file.set_len(pos)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| MemoryError::io("truncate the torn end of", &path, e))?;
+        }
+        Ok(FileLog {
+            name: options.name_or(|| format!("file:{}", path.display())),
+            path,
+            options,
+            recovery,
+            state: Mutex::new(State {
+                file,
+                len: pos,
+                next_seq,
+                sessions,
+                poisoned: false,
+            }),
+        })
+    }
+
+    /// What opening the log found.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Write one record durably at the end of the file; on failure, cut the file back.
+    fn write_record(&self, st: &mut State, rec: &Record) -> Result<()> {
+        if st.poisoned {
+            return Err(MemoryError::Corrupt {
+                location: self.path.display().to_string(),
+                detail: "an earlier append failed and could not be rolled back; reopen the log"
+                    .into(),
+            });
+        }
+        let payload = serde_json::to_vec(rec).map_err(|e| MemoryError::Database {
+            location: self.path.display().to_string(),
+            detail: format!("could not encode a record: {e}"),
+        })?;
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|l| u64::from(*l) <= MAX_RECORD)
+            .ok_or(MemoryError::EntryTooLarge {
+                what: "working-memory record",
+                size: payload.len(),
+                limit: MAX_RECORD as usize,
+            })?;
+        let len_bytes = len.to_le_bytes();
+        let mut frame = Vec::with_capacity(payload.len() + FRAME_LEN as usize);
+        frame.extend_from_slice(&len_bytes);
+        frame.extend_from_slice(&frame_hash(&len_bytes, &payload));
+        frame.extend_from_slice(&payload);
+        let start = st.len;
+        let res = st
+            .file
+            .seek(SeekFrom::Start(start))
+            .and_then(|_| st.file.write_all(&frame))
+            .and_then(|()| st.file.sync_data());
+        match res {
+            Ok(()) => {
+                st.len = start + frame.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                if st
+                    .file
+                    .set_len(start)
+                    .and_then(|()| st.file.sync_data())
+                    .is_err()
+                {
+                    st.poisoned = true;
+                }
+                Err(MemoryError::io("append to", &self.path, e))
+            }
+        }
+    }
+}
+
+impl WorkingMemory for FileLog {
+    fn store_name(&self) -> &str {
+        &self.name
+    }
+
+    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry> {
+        check_new_entry(&self.options, session, &entry)?;
+        let mut st = self.lock();
+        if let Some(id) = entry.call_id.as_deref() {
+            let mut state = CallState::default();
+            for e in st.sessions.get(session).into_iter().flatten() {
+                if e.call_id.as_deref() == Some(id) {
+                    state.has_call |= e.role == Role::ToolCall;
+                    state.has_result |= e.role == Role::ToolResult;
+                }
+            }
+            check_call_link(session, &entry, state)?;
+        }
+        let seq = st.next_seq + 1;
+        let stored = Entry {
+            seq,
+            session: Arc::from(session),
+            role: entry.role,
+            call_id: entry.call_id.as_deref().map(Arc::from),
+            content: Content::from(entry.content),
+            at_ms: self.options.now_ms(),
+        };
+        let rec = Record::Append {
+            seq,
+            session: session.to_owned(),
+            role: stored.role,
+            call_id: entry.call_id,
+            content: stored.content.as_str().to_owned(),
+            at_ms: stored.at_ms,
+        };
+        self.write_record(&mut st, &rec)?;
+        st.next_seq = seq;
+        st.sessions
+            .entry(stored.session.clone())
+            .or_default()
+            .push(stored.clone());
+        Ok(stored)
+    }
+
+    fn entries(&self, session: &str) -> Result<Vec<Entry>> {
+        Ok(self
+            .lock()
+            .sessions
+            .get(session)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn clear(&self, session: &str) -> Result<usize> {
+        let mut st = self.lock();
+        let n = st.sessions.get(session).map_or(0, Vec::len);
+        if n == 0 {
+            return Ok(0);
+        }
+        let rec = Record::Clear {
+            session: session.to_owned(),
+            at_ms: self.options.now_ms(),
+        };
+        self.write_record(&mut st, &rec)?;
+        st.sessions.remove(session);
+        Ok(n)
+    }
+}

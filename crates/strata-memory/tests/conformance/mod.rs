@@ -1,0 +1,577 @@
+//! The shared conformance suite: the same checks run against every adapter (in-memory, file
+//! log, SQLite, PostgreSQL), so the stores are interchangeable behind their traits.
+//!
+//! Each function takes a fresh, empty store built with the given [`ManualClock`] and the
+//! default options (64 KiB entry limit). Verifies ADR-0012.
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+
+use strata_core::{Role, TiktokenTokenizer, Tokenizer};
+use strata_memory::{
+    Entry, ListOptions, LongTermMemory, ManualClock, MemoryError, MemoryId, NewEntry, NewMemory,
+    Scope, SearchMode, SearchOptions, SharedContext, SharedContextReader, SharedContextWriter,
+    WorkingMemory, DEFAULT_MAX_ENTRY_BYTES,
+};
+
+/// The clock every conformance store starts from.
+pub const T0: i64 = 1_700_000_000_000;
+
+fn invalid<T: std::fmt::Debug>(r: Result<T, MemoryError>) {
+    match r {
+        Err(MemoryError::Invalid { .. }) => {}
+        other => panic!("expected an Invalid error, got {other:?}"),
+    }
+}
+
+/// Working memory: appends, order, validation, budgeted selection, clear.
+pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
+    assert!(!wm.store_name().is_empty());
+    assert!(wm.entries("s1").unwrap().is_empty());
+    clock.set(T0);
+    let a = wm
+        .append("s1", NewEntry::user("hello <|endoftext|> ünïcode 🦀"))
+        .unwrap();
+    clock.advance(5);
+    let b = wm
+        .append("s1", NewEntry::tool_call("c1", r#"{"q":"weather"}"#))
+        .unwrap();
+    let other = wm
+        .append("s2", NewEntry::assistant("other session"))
+        .unwrap();
+    let c = wm
+        .append("s1", NewEntry::tool_result("c1", "sunny"))
+        .unwrap();
+    let d = wm
+        .append("s1", NewEntry::assistant("It is sunny."))
+        .unwrap();
+    assert!(a.seq < b.seq && b.seq < other.seq && other.seq < c.seq && c.seq < d.seq);
+    assert_eq!(a.at_ms, T0);
+    assert_eq!(b.at_ms, T0 + 5);
+    assert_eq!(a.role, Role::User);
+    assert_eq!(c.call_id.as_deref(), Some("c1"));
+    let all = wm.entries("s1").unwrap();
+    assert_eq!(all, vec![a.clone(), b.clone(), c.clone(), d.clone()]);
+    assert_eq!(all[0].content.as_str(), "hello <|endoftext|> ünïcode 🦀");
+    assert_eq!(wm.entries("s2").unwrap(), vec![other.clone()]);
+    assert_eq!(d.turn().seq, d.seq);
+
+    // Validation.
+    invalid(wm.append("", NewEntry::user("x")));
+    invalid(wm.append(
+        "s1",
+        NewEntry {
+            role: Role::ToolCall,
+            content: "x".into(),
+            call_id: None,
+        },
+    ));
+    invalid(wm.append(
+        "s1",
+        NewEntry {
+            role: Role::User,
+            content: "x".into(),
+            call_id: Some("c9".into()),
+        },
+    ));
+    invalid(wm.append("s1", NewEntry::tool_result("nope", "orphan")));
+    invalid(wm.append("s1", NewEntry::tool_call("c1", "duplicate call id")));
+    invalid(wm.append("s1", NewEntry::tool_result("c1", "second result")));
+    invalid(wm.append(
+        "s2",
+        NewEntry::tool_result("c1", "call is in another session"),
+    ));
+    invalid(wm.append("s1", NewEntry::user("nul \0 inside")));
+    let big = "x".repeat(DEFAULT_MAX_ENTRY_BYTES + 1);
+    match wm.append("s1", NewEntry::user(big)) {
+        Err(MemoryError::EntryTooLarge { size, limit, .. }) => {
+            assert_eq!(size, DEFAULT_MAX_ENTRY_BYTES + 1);
+            assert_eq!(limit, DEFAULT_MAX_ENTRY_BYTES);
+        }
+        other => panic!("expected EntryTooLarge, got {other:?}"),
+    }
+    let at_limit = wm
+        .append("s3", NewEntry::user("y".repeat(DEFAULT_MAX_ENTRY_BYTES)))
+        .unwrap();
+    assert_eq!(at_limit.content.len(), DEFAULT_MAX_ENTRY_BYTES);
+    // Nothing refused was stored.
+    assert_eq!(wm.entries("s1").unwrap().len(), 4);
+
+    // Clear: only that session; sequence numbers keep growing.
+    assert_eq!(wm.clear("s1").unwrap(), 4);
+    assert_eq!(wm.clear("s1").unwrap(), 0);
+    assert!(wm.entries("s1").unwrap().is_empty());
+    assert_eq!(wm.entries("s2").unwrap(), vec![other]);
+    let e = wm.append("s1", NewEntry::user("after clear")).unwrap();
+    assert!(e.seq > at_limit.seq);
+    // A cleared call id may be used again.
+    wm.append("s1", NewEntry::tool_call("c1", "again")).unwrap();
+    wm.clear("s1").unwrap();
+    wm.clear("s2").unwrap();
+    wm.clear("s3").unwrap();
+
+    recent_within(wm);
+}
+
+/// The budgeted selection, with the real o200k tokenizer, over an interleaved conversation.
+fn recent_within(wm: &dyn WorkingMemory) {
+    let tok = TiktokenTokenizer::o200k();
+    let s = "budget";
+    let mut pending: Vec<String> = Vec::new();
+    for i in 0..30u32 {
+        match i % 5 {
+            0 => wm.append(
+                s,
+                NewEntry::user(format!("question number {i} about the build")),
+            ),
+            1 | 2 => {
+                let id = format!("call-{i}");
+                pending.push(id.clone());
+                wm.append(s, NewEntry::tool_call(id, format!("{{\"step\":{i}}}")))
+            }
+            3 => {
+                // Results arrive in reverse order of the calls.
+                let id = pending.pop().unwrap();
+                wm.append(
+                    s,
+                    NewEntry::tool_result(id, "output ".repeat(i as usize % 7 + 1)),
+                )
+            }
+            _ => {
+                let id = pending.pop().unwrap();
+                wm.append(
+                    s,
+                    NewEntry::tool_result(id.clone(), format!("late result of {id}")),
+                )
+            }
+        }
+        .unwrap();
+    }
+    // One call stays pending at the very end.
+    wm.append(s, NewEntry::tool_call("pending", "{}")).unwrap();
+    let all = wm.entries(s).unwrap();
+    let total: usize = all.iter().map(|e| tok.count(e.content.as_str())).sum();
+    for budget in 0..=total + 3 {
+        let got = wm.recent_within(s, budget, &tok).unwrap();
+        check_selection(&all, &got, budget, &tok);
+    }
+    assert_eq!(wm.recent_within(s, total, &tok).unwrap(), all);
+    let got = wm.recent_within(s, total, &tok).unwrap();
+    assert_eq!(got.last().unwrap().call_id.as_deref(), Some("pending"));
+    wm.clear(s).unwrap();
+}
+
+/// The selection is a suffix, fits, never splits a pair, and is the longest such suffix.
+pub fn check_selection(all: &[Entry], got: &[Entry], budget: usize, tok: &dyn Tokenizer) {
+    let start = all.len() - got.len();
+    assert_eq!(&all[start..], got, "budget {budget}: not the newest suffix");
+    let used: usize = got.iter().map(|e| tok.count(e.content.as_str())).sum();
+    assert!(used <= budget, "budget {budget}: used {used}");
+    let valid = |s: usize| {
+        let ids: HashSet<&str> = all[s..]
+            .iter()
+            .filter(|e| e.role == Role::ToolCall)
+            .filter_map(|e| e.call_id.as_deref())
+            .collect();
+        all[s..]
+            .iter()
+            .filter(|e| e.role == Role::ToolResult)
+            .all(|e| ids.contains(e.call_id.as_deref().unwrap()))
+    };
+    assert!(valid(start), "budget {budget}: a result without its call");
+    // Calls in the selection have their results in the selection whenever the result exists.
+    for e in got.iter().filter(|e| e.role == Role::ToolCall) {
+        let has_result = all
+            .iter()
+            .any(|r| r.role == Role::ToolResult && r.call_id == e.call_id);
+        let in_sel = got
+            .iter()
+            .any(|r| r.role == Role::ToolResult && r.call_id == e.call_id);
+        assert_eq!(
+            has_result, in_sel,
+            "budget {budget}: a call without its result"
+        );
+    }
+    // Maximal: no earlier valid start fits.
+    for s in 0..start {
+        let cost: usize = all[s..].iter().map(|e| tok.count(e.content.as_str())).sum();
+        assert!(
+            !(valid(s) && cost <= budget),
+            "budget {budget}: start {s} also fits, selection starts at {start}"
+        );
+    }
+}
+
+fn corpus() -> Vec<NewMemory> {
+    let m = |id: &str, agent: &str, text: &str, tags: &[&str]| {
+        NewMemory::new(agent, text)
+            .with_id(MemoryId::new(id).unwrap())
+            .with_tags(tags.iter().copied())
+    };
+    vec![
+        m(
+            "deploy",
+            "ops",
+            "The deploy pipeline for staging fails when the migration step times out.",
+            &["ci", "staging"],
+        ),
+        m(
+            "deploy-prod",
+            "ops",
+            "Production deploys happen on Tuesdays after the change review.",
+            &["ci", "prod"],
+        ),
+        m(
+            "pie",
+            "cook",
+            "Grandmother's apple pie recipe uses cinnamon and brown butter.",
+            &["recipe"],
+        ),
+        m(
+            "coffee",
+            "cook",
+            "The office coffee machine needs descaling every month.",
+            &["office"],
+        ),
+        m(
+            "rust",
+            "dev",
+            "Rust borrow checker errors usually mean two mutable references overlap.",
+            &["rust"],
+        ),
+        m(
+            "rust-async",
+            "dev",
+            "Async Rust futures do nothing until they are polled by an executor.",
+            &["rust", "async"],
+        ),
+        m(
+            "postgres",
+            "dev",
+            "PostgreSQL full text search uses tsvector columns and ts_rank.",
+            &["db"],
+        ),
+        m(
+            "sqlite",
+            "dev",
+            "SQLite FTS5 bm25 scores are negative and lower is better.",
+            &["db"],
+        ),
+        m(
+            "vacation",
+            "hr",
+            "Vacation requests go to the team lead two weeks in advance.",
+            &[],
+        ),
+        m(
+            "oncall",
+            "ops",
+            "The on-call rotation hands over every Monday at ten.",
+            &["oncall"],
+        ),
+        m(
+            "staging-db",
+            "ops",
+            "The staging database is restored from last night's production snapshot.",
+            &["staging", "db"],
+        ),
+        m(
+            "lunch",
+            "hr",
+            "Team lunch is on Friday at the Thai place.",
+            &[],
+        ),
+    ]
+}
+
+/// Long-term memory: put, replace, get, delete, list, count, search with filters.
+pub fn long_term_memory(ltm: &dyn LongTermMemory, clock: &ManualClock) {
+    assert!(!ltm.store_name().is_empty());
+    assert!(ltm.dims() > 0);
+    clock.set(T0);
+    assert_eq!(ltm.count(None).unwrap(), 0);
+
+    // Generated ids, timestamps, tag normalisation.
+    let r = ltm
+        .put(NewMemory::new("a1", "first memory").with_tags(["zeta", "alpha", "zeta"]))
+        .unwrap();
+    assert!(r.id.as_str().starts_with("m-"));
+    assert_eq!(r.created_ms, T0);
+    assert_eq!(r.updated_ms, T0);
+    assert_eq!(
+        r.tags.iter().map(|t| &**t).collect::<Vec<_>>(),
+        vec!["alpha", "zeta"]
+    );
+    assert_eq!(ltm.get(&r.id).unwrap().as_ref(), Some(&r));
+
+    // Replace by id keeps creation time.
+    clock.advance(1000);
+    let r2 = ltm
+        .put(
+            NewMemory::new("a1", "first memory, revised")
+                .with_id(r.id.clone())
+                .with_tags(["beta"]),
+        )
+        .unwrap();
+    assert_eq!(r2.id, r.id);
+    assert_eq!(r2.created_ms, T0);
+    assert_eq!(r2.updated_ms, T0 + 1000);
+    assert_eq!(ltm.get(&r.id).unwrap().unwrap(), r2);
+    assert_eq!(ltm.count(None).unwrap(), 1);
+    // The old text is gone from the lexical index, the new one is in it.
+    let lex = SearchOptions::top(5).mode(SearchMode::Lexical);
+    assert!(ltm
+        .search("revised", &lex)
+        .unwrap()
+        .iter()
+        .any(|h| h.record.id == r.id));
+    assert_eq!(
+        ltm.list(&ListOptions::all().tags(["alpha"])).unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        ltm.list(&ListOptions::all().tags(["beta"])).unwrap(),
+        vec![r2.clone()]
+    );
+
+    // Validation.
+    invalid(ltm.put(NewMemory::new("", "no agent")));
+    invalid(ltm.put(NewMemory::new("a1", "bad tag").with_tags(["has space"])));
+    invalid(ltm.put(NewMemory::new("a1", "nul \0")));
+    assert!(matches!(
+        ltm.put(NewMemory::new(
+            "a1",
+            "m".repeat(DEFAULT_MAX_ENTRY_BYTES + 1)
+        )),
+        Err(MemoryError::EntryTooLarge { .. })
+    ));
+    assert!(MemoryId::new("bad id").is_err());
+
+    // Delete.
+    assert!(ltm.delete(&r.id).unwrap());
+    assert!(!ltm.delete(&r.id).unwrap());
+    assert_eq!(ltm.get(&r.id).unwrap(), None);
+    assert!(ltm.search("revised", &lex).unwrap().is_empty());
+    assert_eq!(ltm.count(None).unwrap(), 0);
+
+    // A corpus, one memory per clock tick.
+    let mut stored = Vec::new();
+    for m in corpus() {
+        clock.advance(1);
+        stored.push(ltm.put(m).unwrap());
+    }
+    let n = stored.len();
+    assert_eq!(ltm.count(None).unwrap(), n);
+    assert_eq!(ltm.count(Some("ops")).unwrap(), 4);
+    assert_eq!(ltm.count(Some("nobody")).unwrap(), 0);
+    // List: creation order, filters, paging.
+    let listed = ltm.list(&ListOptions::all()).unwrap();
+    assert_eq!(listed, stored);
+    let page = ltm.list(&ListOptions::all().page(2, 3)).unwrap();
+    assert_eq!(page, stored[2..5].to_vec());
+    let ops: Vec<String> = ltm
+        .list(&ListOptions::all().agent("ops"))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id.to_string())
+        .collect();
+    assert_eq!(ops, vec!["deploy", "deploy-prod", "oncall", "staging-db"]);
+    let staging_db: Vec<String> = ltm
+        .list(&ListOptions::all().tags(["staging", "db"]))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id.to_string())
+        .collect();
+    assert_eq!(staging_db, vec!["staging-db"]);
+
+    search(ltm, &stored);
+}
+
+fn ids(hits: &[strata_memory::SearchHit]) -> Vec<String> {
+    hits.iter().map(|h| h.record.id.to_string()).collect()
+}
+
+fn search(ltm: &dyn LongTermMemory, stored: &[strata_memory::MemoryRecord]) {
+    // Hybrid: the obviously relevant memory is first, found by both rankings.
+    let hits = ltm
+        .search(
+            "why does the staging deploy pipeline fail?",
+            &SearchOptions::top(3),
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 3);
+    assert_eq!(hits[0].record.id.as_str(), "deploy", "{:?}", ids(&hits));
+    assert_eq!(hits[0].lexical_rank, Some(1));
+    assert!(hits[0].vector_rank.is_some());
+    assert_eq!(
+        &hits[0].record,
+        stored.iter().find(|r| r.id.as_str() == "deploy").unwrap()
+    );
+    for h in &hits {
+        let expect: f64 = [h.lexical_rank, h.vector_rank]
+            .iter()
+            .flatten()
+            .map(|r| 1.0 / (60.0 + f64::from(*r)))
+            .sum();
+        assert!(
+            (h.score - expect).abs() < 1e-12,
+            "score is reciprocal rank fusion with k = 60"
+        );
+    }
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+    // Deterministic.
+    assert_eq!(
+        ltm.search(
+            "why does the staging deploy pipeline fail?",
+            &SearchOptions::top(3)
+        )
+        .unwrap(),
+        hits
+    );
+
+    // Filters.
+    let hits = ltm
+        .search("database snapshot", &SearchOptions::top(10).agent("dev"))
+        .unwrap();
+    assert!(!hits.is_empty());
+    assert!(
+        hits.iter().all(|h| &*h.record.agent_id == "dev"),
+        "{:?}",
+        ids(&hits)
+    );
+    let hits = ltm
+        .search("database", &SearchOptions::top(10).tags(["db", "staging"]))
+        .unwrap();
+    assert_eq!(ids(&hits), vec!["staging-db"]);
+    let hits = ltm
+        .search(
+            "rust",
+            &SearchOptions::top(10)
+                .tags(["rust"])
+                .mode(SearchMode::Lexical),
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 2);
+    assert!(hits
+        .iter()
+        .all(|h| h.vector_rank.is_none() && h.lexical_rank.is_some()));
+
+    // Lexical only returns memories that contain a query word.
+    let hits = ltm
+        .search(
+            "cinnamon",
+            &SearchOptions::top(10).mode(SearchMode::Lexical),
+        )
+        .unwrap();
+    assert_eq!(ids(&hits), vec!["pie"]);
+    // Vector only ranks by similarity and ignores words.
+    let hits = ltm
+        .search(
+            "apple pie recipe",
+            &SearchOptions::top(2).mode(SearchMode::Vector),
+        )
+        .unwrap();
+    assert_eq!(hits[0].record.id.as_str(), "pie");
+    assert!(hits
+        .iter()
+        .all(|h| h.lexical_rank.is_none() && h.vector_rank.is_some()));
+    // A similarity threshold leaves unrelated memories out of the vector ranking.
+    let hits = ltm
+        .search(
+            "apple pie recipe",
+            &SearchOptions::top(12)
+                .mode(SearchMode::Vector)
+                .min_similarity(0.3),
+        )
+        .unwrap();
+    assert_eq!(ids(&hits), vec!["pie"]);
+
+    // top_k, empty queries, no match.
+    assert_eq!(ltm.search("the", &SearchOptions::top(4)).unwrap().len(), 4);
+    assert!(ltm.search("", &SearchOptions::top(4)).unwrap().is_empty());
+    assert!(ltm
+        .search("  ?! ", &SearchOptions::top(4))
+        .unwrap()
+        .is_empty());
+    assert!(ltm
+        .search("deploy", &SearchOptions::top(0))
+        .unwrap()
+        .is_empty());
+    assert!(ltm
+        .search(
+            "xylophone",
+            &SearchOptions::top(4).mode(SearchMode::Lexical)
+        )
+        .unwrap()
+        .is_empty());
+    // Query text with FTS or SQL syntax in it is only words.
+    let hits = ltm
+        .search(
+            "deploy\" OR content:* NEAR( ') -- ; DROP TABLE memories",
+            &SearchOptions::top(3),
+        )
+        .unwrap();
+    assert!(!hits.is_empty());
+    assert_eq!(ltm.count(None).unwrap(), stored.len());
+    // put_many stores several at once.
+    let many = ltm
+        .put_many(vec![
+            NewMemory::new("bulk", "bulk one"),
+            NewMemory::new("bulk", "bulk two"),
+        ])
+        .unwrap();
+    assert_eq!(many.len(), 2);
+    assert_eq!(ltm.count(Some("bulk")).unwrap(), 2);
+}
+
+/// Shared context: writer and read-only handle.
+pub fn shared_context<S: SharedContextWriter + 'static>(
+    store: std::sync::Arc<S>,
+    clock: &ManualClock,
+) {
+    clock.set(T0);
+    let global = Scope::global();
+    let agent = Scope::agent("a1").unwrap();
+    assert_eq!(store.fact(&global, "tz").unwrap(), None);
+    let f = store.set_fact(&global, "tz", "UTC").unwrap();
+    assert_eq!(f.updated_ms, T0);
+    store.set_fact(&global, "company", "Acme").unwrap();
+    store.set_fact(&agent, "tz", "Europe/Paris").unwrap();
+    clock.advance(7);
+    let f2 = store.set_fact(&global, "tz", "UTC+0").unwrap();
+    assert_eq!(f2.updated_ms, T0 + 7);
+    assert_eq!(store.fact(&global, "tz").unwrap(), Some(f2));
+
+    let reader = SharedContextReader::new(store.clone());
+    assert_eq!(reader.store_name(), store.store_name());
+    let facts = reader.facts(&[agent.clone(), global.clone()]).unwrap();
+    let flat: Vec<(String, String, String)> = facts
+        .iter()
+        .map(|f| (f.scope.to_string(), f.key.to_string(), f.value.to_string()))
+        .collect();
+    assert_eq!(
+        flat,
+        vec![
+            ("agent:a1".into(), "tz".into(), "Europe/Paris".into()),
+            ("global".into(), "company".into(), "Acme".into()),
+            ("global".into(), "tz".into(), "UTC+0".into()),
+        ]
+    );
+    assert!(reader
+        .facts(&[Scope::new("workspace:none").unwrap()])
+        .unwrap()
+        .is_empty());
+
+    invalid(store.set_fact(&global, "has space", "x"));
+    invalid(store.set_fact(&global, &"k".repeat(97), "x"));
+    assert!(matches!(
+        store.set_fact(&global, "big", &"v".repeat(DEFAULT_MAX_ENTRY_BYTES + 1)),
+        Err(MemoryError::EntryTooLarge { .. })
+    ));
+    assert!(Scope::new("bad scope").is_err());
+
+    assert!(store.remove_fact(&global, "tz").unwrap());
+    assert!(!store.remove_fact(&global, "tz").unwrap());
+    assert_eq!(reader.fact(&global, "tz").unwrap(), None);
+    assert_eq!(reader.facts(&[global]).unwrap().len(), 1);
+}
