@@ -57,6 +57,17 @@ pub fn require_file(path: &Path, what: &str) -> Result<(), CliError> {
     }
 }
 
+/// Fail with exit code 1 unless the directory `path` would be created in exists.
+pub fn require_parent_dir(path: &Path, what: &str) -> Result<(), CliError> {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => Err(CliError::Other(format!(
+            "the directory of {what} {} does not exist; create it first",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Write `bytes` to `path` through a temporary file in the same directory that is synced and
 /// renamed over the target, so a reader never sees half a file.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -77,8 +88,8 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     let hint = "check that the directory exists and is writable";
     let result = std::fs::File::create(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .map_err(|e| CliError::io(&tmp, e, hint))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| CliError::io(path, e, hint)));
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| CliError::io(path, e, hint));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

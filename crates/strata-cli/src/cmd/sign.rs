@@ -191,6 +191,7 @@ pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
         out.result(&json)?;
         return Ok(());
     }
+    super::require_parent_dir(&target, "the envelope")?;
     if references_files(&def) && !same_dir(&dir_of(&target), &base) {
         tracing::warn!(
             "{} references files by path; the loader looks for them next to the envelope, so \

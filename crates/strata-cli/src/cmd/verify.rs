@@ -81,9 +81,12 @@ pub fn run(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
     super::require_file(&args.envelope, "envelope")?;
     let trust = super::read_trust(&args.trust)?;
     let guard = match &args.rollback_state {
-        Some(path) => RollbackGuard::open(path).map_err(|e| {
-            CliError::agentdef(format!("opening rollback state {}", path.display()), e)
-        })?,
+        Some(path) => {
+            super::require_parent_dir(path, "the rollback state")?;
+            RollbackGuard::open(path).map_err(|e| {
+                CliError::agentdef(format!("opening rollback state {}", path.display()), e)
+            })?
+        }
         None => {
             tracing::debug!(
                 "no --rollback-state given: using an in-memory rollback guard, so a rollback \
