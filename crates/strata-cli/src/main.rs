@@ -59,11 +59,17 @@ Logging:
 )]
 struct Cli {
     /// Show errors only; silence status lines and warnings.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        display_order = 900
+    )]
     quiet: bool,
 
     /// Show more logs on stderr (repeat for more: -v info, -vv debug, -vvv trace).
-    #[arg(short, long, global = true, action = ArgAction::Count)]
+    #[arg(short, long, global = true, action = ArgAction::Count, display_order = 901)]
     verbose: u8,
 
     #[command(subcommand)]

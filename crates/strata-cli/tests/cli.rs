@@ -285,6 +285,26 @@ fn rollback_state_persists_across_runs() {
     );
     // Without a state file nothing is remembered between runs.
     assert_eq!(verify("v3.json", false).code, 0);
+    // ... and the command says so at debug level.
+    let debug = strata(
+        dir,
+        &[
+            "-vv",
+            "verify",
+            "v3.json",
+            "--trust",
+            "trust.toml",
+            "--at",
+            AT,
+        ],
+    );
+    assert_eq!(debug.code, 0, "{}", debug.stderr);
+    assert!(
+        debug.stderr.contains("in-memory rollback guard"),
+        "{}",
+        debug.stderr
+    );
+    assert!(!verify("v4.json", false).stderr.contains("in-memory"));
 }
 
 #[test]
@@ -451,8 +471,16 @@ fn sign_to_stdout_writes_the_envelope_there() {
     let dir = tmp.path();
     std::fs::write(dir.join("trust.toml"), keygen(dir, "k.key", "k")).unwrap();
     write_definition(dir, 3);
-    let r = strata(dir, &["sign", "ada.toml", "--key", "k.key", "--out", "-"]);
+    let r = strata(
+        dir,
+        &["-q", "sign", "ada.toml", "--key", "k.key", "--out", "-"],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.is_empty(),
+        "--quiet leaves stderr empty: {}",
+        r.stderr
+    );
     assert!(!dir.join("ada.signed.json").exists());
     std::fs::write(dir.join("piped.json"), &r.stdout).unwrap();
     let v = strata(
