@@ -466,21 +466,13 @@ fn sign_refuses_an_invalid_definition_and_writes_nothing() {
 }
 
 #[test]
-fn sign_to_stdout_writes_the_envelope_there() {
+fn sign_to_stdout_writes_the_envelope_there_and_quiet_silences_status() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     std::fs::write(dir.join("trust.toml"), keygen(dir, "k.key", "k")).unwrap();
     write_definition(dir, 3);
-    let r = strata(
-        dir,
-        &["-q", "sign", "ada.toml", "--key", "k.key", "--out", "-"],
-    );
+    let r = strata(dir, &["sign", "ada.toml", "--key", "k.key", "--out", "-"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.is_empty(),
-        "--quiet leaves stderr empty: {}",
-        r.stderr
-    );
     assert!(!dir.join("ada.signed.json").exists());
     std::fs::write(dir.join("piped.json"), &r.stdout).unwrap();
     let v = strata(
@@ -488,6 +480,17 @@ fn sign_to_stdout_writes_the_envelope_there() {
         &["verify", "piped.json", "--trust", "trust.toml", "--at", AT],
     );
     assert_eq!(v.code, 0, "{}", v.stderr);
+    // Status lines go to stderr, and --quiet silences them.
+    let loud = strata(dir, &["sign", "ada.toml", "--key", "k.key"]);
+    assert!(
+        loud.stderr.contains("signed agent ada version 3"),
+        "{}",
+        loud.stderr
+    );
+    assert!(loud.stdout.is_empty(), "{}", loud.stdout);
+    let quiet = strata(dir, &["-q", "sign", "ada.toml", "--key", "k.key"]);
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    assert!(quiet.stderr.is_empty(), "{}", quiet.stderr);
 }
 
 #[test]
