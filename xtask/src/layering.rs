@@ -1,22 +1,28 @@
 //! The crate layering of ADR-0002, as data, and the check that the manifests keep it.
 //!
-//! The workspace crates form a strict order; a crate may depend only on crates below it, so
-//! dependency arrows point down and no cycle can form. `strata-memory` sits above
-//! `strata-registry` because its stores reach the assembler as contributors of layers 5 and 6,
-//! which implement the registry's `Contributor` trait. `xtask` depends on no workspace crate.
-//! Only normal and build dependencies are checked: a test may use what it needs.
+//! Each workspace crate sits on a level; a crate may depend only on crates of a lower level,
+//! so dependency arrows point down and no cycle can form. `strata-registry` and
+//! `strata-memory` share a level: neither may depend on the other, and the assembler joins
+//! them. `xtask` depends on no workspace crate. Only normal and build dependencies are
+//! checked: a test may use what it needs.
 
 use std::collections::BTreeSet;
 
-/// The workspace crates from the bottom up; each may depend only on crates before it.
-pub const ORDER: [&str; 6] = [
-    "strata-core",
-    "strata-agentdef",
-    "strata-registry",
-    "strata-memory",
-    "strata-assembler",
-    "strata-cli",
+/// The workspace crates from the bottom up, with their level; each may depend only on crates
+/// of a lower level.
+pub const LEVELS: [(&str, u8); 6] = [
+    ("strata-core", 0),
+    ("strata-agentdef", 1),
+    ("strata-registry", 2),
+    ("strata-memory", 2),
+    ("strata-assembler", 3),
+    ("strata-cli", 4),
 ];
+
+/// The level of a workspace crate, if it is one.
+pub fn level(name: &str) -> Option<u8> {
+    LEVELS.iter().find(|(c, _)| *c == name).map(|(_, l)| *l)
+}
 
 /// Names of the dependencies in the `[dependencies]` and `[build-dependencies]` tables of a
 /// manifest (including `[dependencies.name]` tables and target-specific tables).
@@ -63,15 +69,15 @@ pub fn normal_dependencies(manifest: &str) -> BTreeSet<String> {
 pub fn violations(crates: &[(String, String)]) -> Vec<String> {
     let mut out = Vec::new();
     for (name, manifest) in crates {
-        let rank = ORDER.iter().position(|c| c == name);
+        let rank = level(name);
         if rank.is_none() && name != "xtask" {
             out.push(format!(
-                "{name} is not in the layering of ADR-0002; add it to the record and to `layering::ORDER`."
+                "{name} is not in the layering of ADR-0002; add it to the record and to `layering::LEVELS`."
             ));
             continue;
         }
         for dep in normal_dependencies(manifest) {
-            let Some(dep_rank) = ORDER.iter().position(|c| *c == dep) else {
+            let Some(dep_rank) = level(&dep) else {
                 continue;
             };
             if rank.is_none_or(|r| dep_rank >= r) {
@@ -113,7 +119,7 @@ mod tests {
     #[test]
     fn workspace_keeps_the_layering() {
         let manifests = workspace_manifests(&crate::workspace_root()).unwrap();
-        assert!(manifests.len() >= ORDER.len());
+        assert!(manifests.len() > LEVELS.len());
         let problems = violations(&manifests);
         assert!(problems.is_empty(), "{problems:#?}");
     }
@@ -123,7 +129,7 @@ mod tests {
     fn upward_dependencies_are_rejected() {
         let core = "[package]\nname = \"strata-core\"\n\n[dependencies]\nserde.workspace = true\n\n[dependencies.strata-assembler]\nworkspace = true\n";
         let registry = "[dependencies]\nstrata-core = { workspace = true }\n\"strata-memory\".workspace = true\n\n[dev-dependencies]\nstrata-assembler.workspace = true\n";
-        let memory = "[target.'cfg(unix)'.build-dependencies]\nstrata-registry.workspace = true\n";
+        let memory = "[target.'cfg(unix)'.build-dependencies]\nstrata-registry.workspace = true\nstrata-agentdef.workspace = true\n";
         let tool = "[dependencies]\nstrata-core.workspace = true\n";
         let got = violations(&[
             ("strata-core".into(), core.into()),
@@ -132,10 +138,11 @@ mod tests {
             ("xtask".into(), tool.into()),
             ("strata-new".into(), String::new()),
         ]);
-        assert_eq!(got.len(), 4, "{got:#?}");
+        assert_eq!(got.len(), 5, "{got:#?}");
         assert!(got[0].starts_with("strata-core depends on strata-assembler"));
         assert!(got[1].starts_with("strata-registry depends on strata-memory"));
-        assert!(got[2].starts_with("xtask depends on strata-core"));
-        assert!(got[3].starts_with("strata-new is not in the layering"));
+        assert!(got[2].starts_with("strata-memory depends on strata-registry"));
+        assert!(got[3].starts_with("xtask depends on strata-core"));
+        assert!(got[4].starts_with("strata-new is not in the layering"));
     }
 }

@@ -3,6 +3,9 @@
 //! Budgets are enforced in exact tokens (ADR-0008). Untrusted text is always encoded as
 //! ordinary text: special tokens such as `<|endoftext|>` in it are counted as the characters
 //! they are, never as control tokens.
+//!
+//! Why counts are exact, which encodings are embedded and where the estimator may be used
+//! is recorded in ADR-0003.
 
 use std::fmt;
 
@@ -96,6 +99,8 @@ mod exact {
     /// Exact BPE counts with the encodings OpenAI models use, embedded (no network). The
     /// encoders are process-wide singletons built on first use (building one costs about half
     /// a second in debug builds), so constructing this type is free.
+    ///
+    /// Implements the exact counting of ADR-0003.
     #[derive(Clone, Copy)]
     pub struct TiktokenTokenizer {
         bpe: &'static CoreBPE,
@@ -143,6 +148,7 @@ mod exact {
         }
 
         fn count(&self, text: &str) -> usize {
+            // ADR-0003: ordinary encoding, so special-token text counts as plain text.
             self.bpe.encode_ordinary(text).len()
         }
 
@@ -188,6 +194,8 @@ mod tests {
         }
     }
 
+    /// Verifies ADR-0003: exact counts, special-token text counted as text, and
+    /// prefixes that fit their budget.
     #[cfg(feature = "tiktoken")]
     #[test]
     fn tiktoken_counts_are_exact_and_special_tokens_are_text() {

@@ -37,7 +37,7 @@ impl fmt::Display for Status {
     }
 }
 
-/// `7` -> `ADR-0007`.
+/// Formats a record number as its id: four digits after `ADR-`.
 pub fn adr_id(n: u32) -> String {
     format!("ADR-{n:04}")
 }
@@ -209,7 +209,7 @@ pub fn parse(file: &str, text: &str) -> Result<Adr, Vec<String>> {
     })
 }
 
-/// `# ADR-0003: Exact token counting` -> `(3, "Exact token counting")`.
+/// `# ADR-NNNN: Title` -> `(NNNN, "Title")`.
 fn parse_title(line: &str) -> Option<(u32, String)> {
     let rest = line.strip_prefix("# ")?.trim();
     let (id, title) = rest.split_once(':')?;
@@ -220,7 +220,7 @@ fn parse_title(line: &str) -> Option<(u32, String)> {
     Some((parse_id(id.trim())?, title.to_string()))
 }
 
-/// `ADR-0003` -> `3`; anything else -> `None`.
+/// `ADR-NNNN` with four digits -> the number; anything else -> `None`.
 pub fn parse_id(s: &str) -> Option<u32> {
     let digits = s.strip_prefix("ADR-")?;
     if digits.len() == 4 && digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -275,7 +275,7 @@ fn first_paragraph(body: &[&str]) -> String {
         .join("\n")
 }
 
-/// Invariant ids (`I1` to `I7`) named in a text.
+/// Invariant ids (`I` and a digit from 1 to 7) named in a text.
 pub fn named_invariants(text: &str) -> BTreeSet<u8> {
     super::scan::find_citations(text)
         .into_iter()

@@ -88,7 +88,7 @@ pub fn collect(root: &Path) -> std::io::Result<Model> {
         }
     }
     check_model(&mut model);
-    model.problems.sort();
+    model.problems.sort_by_key(|p| problem_key(p));
     model.problems.dedup();
     Ok(model)
 }
@@ -126,6 +126,17 @@ fn read_adrs(root: &Path, model: &mut Model) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Sorts problems by file, then by line number (numerically), then by text.
+fn problem_key(problem: &str) -> (String, u64, String) {
+    let mut parts = problem.splitn(3, ':');
+    let file = parts.next().unwrap_or_default().to_string();
+    let line = parts
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(0);
+    (file, line, problem.to_string())
 }
 
 /// Reads `name` and `description` from the `[package]` table of a manifest.
@@ -181,7 +192,7 @@ fn find_crates(root: &Path, problems: &mut Vec<String>) -> std::io::Result<Vec<C
         let name = name.unwrap_or_else(|| dir.rsplit('/').next().unwrap_or(&dir).to_string());
         let depends_on = layering::normal_dependencies(&text)
             .into_iter()
-            .filter(|d| layering::ORDER.contains(&d.as_str()))
+            .filter(|d| layering::level(d).is_some())
             .collect();
         if dir != "fuzz" {
             manifests.push((name.clone(), text));

@@ -8,7 +8,7 @@ use super::adr::{adr_id, Adr, Status};
 use super::scan::{Citation, Role, Target};
 use super::{CrateInfo, Model, MARKER, TOML_MARKER};
 
-/// The invariants: short name and statement, in order I1 to I7.
+/// The invariants: short name and statement, in order from the first to the seventh.
 pub const INVARIANTS: [(&str, &str); 7] = [
     (
         "Identity first and intact",
@@ -424,15 +424,15 @@ fn crate_citations<'m>(
 fn crate_index(model: &Model) -> String {
     let mut s = page("Crates");
     s.push_str(
-        "\nThe crates from the bottom layer up (ADR-0002: each depends only on crates listed above \
-         it), the workspace crates each one depends on, and the decisions each implements and \
-         verifies according to the citations in its code.\n\n\
-         | Crate | Directory | Depends on | Implements | Verifies |\n|---|---|---|---|---|\n",
+        "\nThe crates from the bottom level up, the workspace crates each one depends on, and the \
+         decisions each implements and verifies according to the citations in its code. A crate \
+         depends only on crates of a lower level (ADR-0002).\n\n\
+         | Crate | Level | Directory | Depends on | Implements | Verifies |\n|---|---:|---|---|---|---|\n",
     );
     let mut ordered: Vec<&CrateInfo> = model.crates.iter().collect();
     ordered.sort_by_key(|k| {
-        let rank = crate::layering::ORDER.iter().position(|c| *c == k.name);
-        (rank.unwrap_or(usize::MAX), k.name.clone())
+        let level = crate::layering::level(&k.name);
+        (level.unwrap_or(u8::MAX), k.name.clone())
     });
     for k in ordered {
         let map = crate_citations(model, k);
@@ -465,9 +465,10 @@ fn crate_index(model: &Model) -> String {
         };
         let _ = writeln!(
             s,
-            "| [{}]({}.md) | [`{}`](../../{}) | {} | {} | {} |",
+            "| [{}]({}.md) | {} | [`{}`](../../{}) | {} | {} | {} |",
             k.name,
             k.name,
+            crate::layering::level(&k.name).map_or_else(|| "-".to_string(), |l| l.to_string()),
             k.dir,
             k.dir,
             deps,
@@ -541,19 +542,15 @@ fn crate_page(model: &Model, k: &CrateInfo) -> String {
             Target::Adr(id) => format!("{}: {}", adr_id(*id), title_of(model, *id)),
             Target::Invariant(n) => invariant_heading(*n),
         };
-        let _ = writeln!(s, "\n### {heading}\n");
+        let _ = writeln!(s, "\n### {heading}");
         for (role, list) in roles {
             let _ = write!(
                 s,
-                "{}:\n\n{}\n",
+                "\n{}:\n\n{}",
                 role_heading(*role),
                 citation_table(list, "../../", "", Some(&strip))
             );
         }
-    }
-    // One trailing newline only.
-    while s.ends_with("\n\n") {
-        s.pop();
     }
     s
 }

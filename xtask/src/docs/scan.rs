@@ -45,7 +45,8 @@ pub struct Citation {
     pub role: Role,
 }
 
-/// A token that looks like a decision citation but is not one (`ADR-12`).
+/// Text that looks like a decision citation but is not one: the id has too few or too many
+/// digits, or letters run into it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Malformed {
     /// Path of the file, relative to the workspace root.
@@ -237,7 +238,7 @@ pub fn find_citations(text: &str) -> Vec<Found> {
                     text: text[i..end].to_string(),
                 });
             } else if digits > 0 {
-                // `ADR-0003a`, `ADR-12x`: a citation that was mistyped.
+                // Letters run into the digits: a mistyped citation.
                 let mut stop = end;
                 while stop < bytes.len() && word(bytes[stop]) {
                     stop += 1;
