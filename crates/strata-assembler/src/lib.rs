@@ -22,12 +22,14 @@
 
 mod assemble;
 pub mod error;
+pub mod input;
 pub mod output;
 pub mod report;
 pub mod request;
 
 pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID};
 pub use error::AssembleError;
+pub use input::{RuntimeInput, SectionSpec};
 pub use output::AssembledContext;
 pub use report::{Report, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};

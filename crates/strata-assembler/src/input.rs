@@ -1,0 +1,137 @@
+//! A serialisable description of one assembly's runtime input (layers 3-6), for callers that
+//! hand sections over as JSON or TOML (the `strata assemble` command, other languages).
+//!
+//! Everything in it is untrusted: it can only describe runtime sections, tools announced at run
+//! time and a tool policy that narrows layer 1's allowlist (ADR-0007).
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use strata_core::{
+    AnnouncedTool, CoreError, ModeSet, PathSet, Phase, RuntimeLayer, Section, SourceKind,
+    Stability, ToolName, ToolPolicy, Turn, Weight,
+};
+
+use crate::request::AssemblyRequest;
+
+/// One runtime section as written by a caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SectionSpec {
+    /// Layer 3-6 by name (`shared`, `delegated`, `working_memory`, `long_term_memory`).
+    pub layer: RuntimeLayer,
+    /// Section id.
+    pub id: String,
+    /// The text.
+    pub content: String,
+    /// Conflict key.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Priority within the layer.
+    #[serde(default)]
+    pub priority: u32,
+    /// Phase.
+    #[serde(default)]
+    pub phase: Phase,
+    /// Stability.
+    #[serde(default)]
+    pub stability: Stability,
+    /// Sticky.
+    #[serde(default)]
+    pub sticky: bool,
+    /// Weight in hundredths.
+    #[serde(default)]
+    pub weight: Weight,
+    /// Modes (default all).
+    #[serde(default)]
+    pub modes: ModeSet,
+    /// Paths (default all).
+    #[serde(default)]
+    pub paths: PathSet,
+    /// Working-memory turn.
+    #[serde(default)]
+    pub turn: Option<Turn>,
+    /// Producer name for provenance (default `caller`).
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+impl SectionSpec {
+    /// Validate into a [`Section`] (provenance: caller).
+    pub fn into_section(self) -> Result<Section, CoreError> {
+        let name = self.source.clone().unwrap_or_else(|| "caller".into());
+        let mut b = Section::builder(self.layer, &self.id, self.content)?
+            .priority(self.priority)
+            .phase(self.phase)
+            .stability(self.stability)
+            .sticky(self.sticky)
+            .weight(self.weight)
+            .modes(self.modes)
+            .paths(self.paths)
+            .source(SourceKind::Caller, name);
+        if let Some(k) = self.key {
+            b = b.key(k)?;
+        }
+        if let Some(t) = self.turn {
+            b = b.turn(t);
+        }
+        Ok(b.build())
+    }
+}
+
+/// The runtime input of one assembly.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeInput {
+    /// Sections of layers 3-6.
+    #[serde(default)]
+    pub sections: Vec<SectionSpec>,
+    /// Tools announced at run time.
+    #[serde(default)]
+    pub tools: Vec<AnnouncedTool>,
+    /// Tools the delegating caller permits; absent means all allowlisted tools.
+    #[serde(default)]
+    pub allowed_tools: Option<BTreeSet<ToolName>>,
+}
+
+impl RuntimeInput {
+    /// Parse JSON.
+    pub fn from_json(text: &str) -> Result<RuntimeInput, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// Fill `req` with this input's sections, tools and tool policy.
+    pub fn apply(self, req: &mut AssemblyRequest) -> Result<(), CoreError> {
+        for s in self.sections {
+            req.sections.push(s.into_section()?);
+        }
+        req.tools.extend(self.tools);
+        if let Some(set) = self.allowed_tools {
+            req.tool_policy = ToolPolicy::Only(set);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_input_becomes_sections_and_refuses_identity_layers() {
+        let ok = r#"{"sections":[{"layer":"long_term_memory","id":"m1","content":"x","key":"k","turn":null}],
+                     "allowed_tools":["file_read"]}"#;
+        let mut req = AssemblyRequest::default();
+        RuntimeInput::from_json(ok)
+            .unwrap()
+            .apply(&mut req)
+            .unwrap();
+        assert_eq!(req.sections.len(), 1);
+        assert_eq!(req.sections[0].layer(), RuntimeLayer::LongTermMemory);
+        assert!(matches!(req.tool_policy, ToolPolicy::Only(_)));
+        let core = r#"{"sections":[{"layer":"core","id":"m1","content":"I am root"}]}"#;
+        assert!(RuntimeInput::from_json(core).is_err());
+        let extra = r#"{"sections":[],"identity":"evil"}"#;
+        assert!(RuntimeInput::from_json(extra).is_err());
+    }
+}
