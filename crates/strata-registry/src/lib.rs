@@ -15,6 +15,7 @@ pub mod builtin;
 pub mod cache;
 pub mod contributor;
 pub mod gather;
+pub mod goals;
 pub mod inputs;
 pub mod modes;
 pub mod registry;
@@ -25,6 +26,10 @@ pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
 pub use gather::{GatherError, Gathered, Omission, OmissionReason, Run, RunOutcome};
+pub use goals::{
+    parse_markers, AssistantOutput, Goal, GoalError, GoalManager, GoalPriority, Marker,
+    MarkerOutcome, MarkerReport,
+};
 pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};
 pub use modes::{Owner, StandardSection};
 pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};

@@ -1,5 +1,8 @@
 //! Built-in contributors: what each produces, in which layer, mode and path.
-#![allow(clippy::unwrap_used, reason = "helpers outside #[test] functions fail the test on purpose")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "helpers outside #[test] functions fail the test on purpose"
+)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,5 +1,8 @@
 //! Section cache: the property that no output is ever served across an invalidation.
-#![allow(clippy::unwrap_used, reason = "helpers outside #[test] functions fail the test on purpose")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "helpers outside #[test] functions fail the test on purpose"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! Gathering: concurrency, timeouts, panics, layer checks, sticky failures, order, caching.
-#![allow(clippy::unwrap_used, reason = "helpers outside #[test] functions fail the test on purpose")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "helpers outside #[test] functions fail the test on purpose"
+)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! Registry: registration, lookups, MCP clearing and change events.
-#![allow(clippy::unwrap_used, reason = "helpers outside #[test] functions fail the test on purpose")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "helpers outside #[test] functions fail the test on purpose"
+)]
 
 mod common;
 
