@@ -21,6 +21,8 @@ pub mod filelog;
 pub mod inmem;
 pub mod long_term;
 pub mod options;
+#[cfg(feature = "postgres")]
+pub mod pg;
 pub mod shared;
 pub mod sqlite;
 pub mod text;
@@ -36,6 +38,8 @@ pub use long_term::{
     SearchHit, SearchMode, SearchOptions, RRF_K,
 };
 pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
+#[cfg(feature = "postgres")]
+pub use pg::PgStore;
 pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
 pub use sqlite::SqliteStore;
 pub use working::{select_recent, Entry, NewEntry, WorkingMemory};

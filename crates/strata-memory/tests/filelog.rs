@@ -1,6 +1,9 @@
 //! The conformance suite, torn-record recovery and the crash test against the durable file
 //! log. Verifies ADR-0012.
-#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 mod conformance;
 

@@ -1,5 +1,8 @@
 //! The conformance suite against the in-memory adapter. Verifies ADR-0012.
-#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 mod conformance;
 

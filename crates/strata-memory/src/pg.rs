@@ -1,0 +1,772 @@
+//! The PostgreSQL adapter: working memory, long-term memory and shared context in one database
+//! schema that many runtimes share (ADR-0012).
+//!
+//! Long-term memory keeps a generated `tsvector` column (`simple` configuration, GIN index)
+//! ranked with `ts_rank`, and vectors as `real[]` ranked by their dot product in SQL (vectors
+//! are stored at unit length, so that is cosine similarity). This needs no extension; the
+//! vector ranking is a scan of the rows that pass the agent and tag filters.
+//!
+//! The schema is versioned in `<schema>.schema_version` and migrated forward in one
+//! transaction under an advisory lock, so runtimes starting together do not race. A lost
+//! connection is reported as [`MemoryError::ConnectionLost`]; the next call reconnects.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls};
+use strata_core::{Content, Role};
+
+use crate::embed::{embed_checked, Embedder, HashEmbedder};
+use crate::error::{MemoryError, Result};
+use crate::long_term::{
+    check_new_memory, check_tags, fuse, ListOptions, LongTermMemory, MemoryId, MemoryRecord,
+    NewMemory, SearchHit, SearchMode, SearchOptions,
+};
+use crate::options::StoreOptions;
+use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
+use crate::text::{query_terms, MAX_QUERY_TERMS};
+use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
+
+/// The schema version this build writes.
+pub const PG_SCHEMA_VERSION: i64 = 1;
+
+/// The default PostgreSQL schema (namespace) holding the tables.
+pub const DEFAULT_PG_SCHEMA: &str = "strata";
+
+/// Forward migrations: `(version reached, SQL with {s} for the quoted schema name)`.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    r"
+CREATE TABLE {s}.meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE {s}.wm_entries (
+    seq     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session text NOT NULL,
+    role    text NOT NULL CHECK (role IN ('user', 'assistant', 'tool_call', 'tool_result')),
+    call_id text,
+    content text NOT NULL,
+    at_ms   bigint NOT NULL
+);
+CREATE INDEX wm_entries_session ON {s}.wm_entries (session, seq);
+CREATE UNIQUE INDEX wm_entries_call ON {s}.wm_entries (session, call_id, role)
+    WHERE call_id IS NOT NULL;
+CREATE TABLE {s}.memories (
+    key        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id         text NOT NULL UNIQUE,
+    agent_id   text NOT NULL,
+    content    text NOT NULL,
+    tags       text[] NOT NULL,
+    created_ms bigint NOT NULL,
+    updated_ms bigint NOT NULL,
+    embedding  real[] NOT NULL,
+    tsv        tsvector GENERATED ALWAYS AS (to_tsvector('simple', content)) STORED
+);
+CREATE INDEX memories_tsv ON {s}.memories USING gin (tsv);
+CREATE INDEX memories_tags ON {s}.memories USING gin (tags);
+CREATE INDEX memories_agent ON {s}.memories (agent_id, created_ms);
+CREATE INDEX memories_created ON {s}.memories (created_ms, id);
+CREATE TABLE {s}.shared_facts (
+    scope      text NOT NULL,
+    key        text NOT NULL,
+    value      text NOT NULL,
+    updated_ms bigint NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+",
+)];
+
+/// Working memory, long-term memory and shared context in a PostgreSQL schema.
+pub struct PgStore {
+    params: String,
+    location: String,
+    schema: String,
+    name: String,
+    options: StoreOptions,
+    embedder: Arc<dyn Embedder>,
+    client: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.location)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Classify a client error: a closed socket, an I/O failure, a connection exception (class
+/// 08) or an operator intervention such as a shutdown (class 57P) means the connection is lost.
+fn pg_err(location: &str, e: postgres::Error) -> MemoryError {
+    let code = e.code().map(|c| c.code().to_owned());
+    let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+    let lost = e.is_closed()
+        || io
+        || code
+            .as_deref()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P"));
+    let detail = match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    };
+    if lost {
+        MemoryError::ConnectionLost {
+            location: location.to_owned(),
+            detail,
+        }
+    } else {
+        MemoryError::Database {
+            location: location.to_owned(),
+            detail,
+        }
+    }
+}
+
+/// Describe the server without the password.
+fn describe(params: &str, schema: &str) -> String {
+    match params.parse::<postgres::Config>() {
+        Ok(c) => {
+            let host = c
+                .get_hosts()
+                .first()
+                .map(|h| match h {
+                    postgres::config::Host::Tcp(s) => s.clone(),
+                    postgres::config::Host::Unix(p) => p.display().to_string(),
+                })
+                .unwrap_or_else(|| "localhost".into());
+            let port = c.get_ports().first().copied().unwrap_or(5432);
+            format!(
+                "postgres://{}@{host}:{port}/{} (schema {schema})",
+                c.get_user().unwrap_or("?"),
+                c.get_dbname().unwrap_or("?"),
+            )
+        }
+        Err(_) => format!("postgres (unparsable connection parameters, schema {schema})"),
+    }
+}
+
+fn check_schema_name(schema: &str) -> Result<()> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(MemoryError::invalid(
+            "PostgreSQL schema name",
+            format!(
+                "`{schema}` must be 1-63 characters of a-z, 0-9 and _, not starting with a digit"
+            ),
+        ))
+    }
+}
+
+fn role_from(location: &str, s: &str) -> Result<Role> {
+    match s {
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        "tool_call" => Ok(Role::ToolCall),
+        "tool_result" => Ok(Role::ToolResult),
+        other => Err(MemoryError::Corrupt {
+            location: location.to_owned(),
+            detail: format!("unknown role `{other}` in wm_entries"),
+        }),
+    }
+}
+
+impl PgStore {
+    /// Connect with libpq-style parameters (`host=... port=... user=... dbname=...` or a
+    /// `postgres://` URL), the default schema, the built-in embedder and default options.
+    pub fn connect(params: &str) -> Result<PgStore> {
+        PgStore::connect_with(
+            params,
+            DEFAULT_PG_SCHEMA,
+            Arc::new(HashEmbedder::default()),
+            StoreOptions::default(),
+        )
+    }
+
+    /// Connect, create or migrate the tables in `schema`, and check the embedder's dimension
+    /// against the store's.
+    pub fn connect_with(
+        params: &str,
+        schema: &str,
+        embedder: Arc<dyn Embedder>,
+        options: StoreOptions,
+    ) -> Result<PgStore> {
+        check_schema_name(schema)?;
+        let location = describe(params, schema);
+        let store = PgStore {
+            params: params.to_owned(),
+            name: options.name_or(|| format!("postgres:{schema}")),
+            location,
+            schema: schema.to_owned(),
+            options,
+            embedder,
+            client: Mutex::new(None),
+        };
+        store.with_client(|c| store.migrate(c))?;
+        store.with_client(|c| store.check_embedder(c))?;
+        Ok(store)
+    }
+
+    fn s(&self) -> String {
+        format!("\"{}\"", self.schema)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Client>> {
+        self.client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Run `f` on a live connection, connecting first when there is none. A lost connection
+    /// is dropped so the next call connects again.
+    fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        let mut guard = self.lock();
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            let client = Client::connect(&self.params, NoTls).map_err(|e| {
+                let mut err = pg_err(&self.location, e);
+                if let MemoryError::Database { location, detail } = err {
+                    // Failing to connect at all is a connection problem, whatever the cause.
+                    err = MemoryError::ConnectionLost { location, detail };
+                }
+                err
+            })?;
+            *guard = Some(client);
+        }
+        let client = guard.as_mut().ok_or_else(|| MemoryError::ConnectionLost {
+            location: self.location.clone(),
+            detail: "no connection".into(),
+        })?;
+        let out = f(client);
+        if matches!(out, Err(MemoryError::ConnectionLost { .. })) {
+            *guard = None;
+        }
+        out
+    }
+
+    fn err(&self, e: postgres::Error) -> MemoryError {
+        pg_err(&self.location, e)
+    }
+
+    fn migrate(&self, c: &mut Client) -> Result<()> {
+        let s = self.s();
+        let mut tx = c.transaction().map_err(|e| self.err(e))?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('strata-memory:' || $1))",
+            &[&self.schema],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {s};
+             CREATE TABLE IF NOT EXISTS {s}.schema_version (
+                 id integer PRIMARY KEY CHECK (id = 1),
+                 version bigint NOT NULL
+             );
+             INSERT INTO {s}.schema_version (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;"
+        ))
+        .map_err(|e| self.err(e))?;
+        let found: i64 = tx
+            .query_one(
+                &format!("SELECT version FROM {s}.schema_version WHERE id = 1"),
+                &[],
+            )
+            .map_err(|e| self.err(e))?
+            .get(0);
+        if !(0..=PG_SCHEMA_VERSION).contains(&found) {
+            return Err(MemoryError::SchemaVersionMismatch {
+                location: self.location.clone(),
+                found,
+                expected: PG_SCHEMA_VERSION,
+            });
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
+            tracing::info!(store = %self.location, version, "migrating PostgreSQL memory store");
+            tx.batch_execute(&sql.replace("{s}", &s))
+                .map_err(|e| self.err(e))?;
+            tx.execute(
+                &format!("UPDATE {s}.schema_version SET version = $1 WHERE id = 1"),
+                &[version],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    fn check_embedder(&self, c: &mut Client) -> Result<()> {
+        let s = self.s();
+        let dims = i64::try_from(self.embedder.dims())
+            .unwrap_or(i64::MAX)
+            .to_string();
+        c.execute(
+            &format!(
+                "INSERT INTO {s}.meta (key, value) VALUES ('dims', $1), ('embedder', $2) ON CONFLICT (key) DO NOTHING"
+            ),
+            &[&dims, &self.embedder.name()],
+        )
+        .map_err(|e| self.err(e))?;
+        let rows = c
+            .query(
+                &format!("SELECT key, value FROM {s}.meta WHERE key IN ('dims', 'embedder')"),
+                &[],
+            )
+            .map_err(|e| self.err(e))?;
+        let get = |k: &str| {
+            rows.iter()
+                .find(|r| r.get::<_, &str>(0) == k)
+                .map(|r| r.get::<_, String>(1))
+                .unwrap_or_default()
+        };
+        let stored: usize = get("dims").parse().map_err(|_| MemoryError::Corrupt {
+            location: self.location.clone(),
+            detail: format!("meta.dims is `{}`, not a number", get("dims")),
+        })?;
+        if stored != self.embedder.dims() {
+            return Err(MemoryError::DimensionMismatch {
+                context: format!(
+                    "the store at {} (embedder {})",
+                    self.location,
+                    get("embedder")
+                ),
+                expected: stored,
+                found: self.embedder.dims(),
+            });
+        }
+        if get("embedder") != self.embedder.name() {
+            tracing::warn!(
+                store = %self.location,
+                stored = get("embedder"),
+                given = self.embedder.name(),
+                "the store was created with another embedder of the same dimension; vector ranking may be meaningless"
+            );
+        }
+        Ok(())
+    }
+
+    fn record(&self, row: &postgres::Row) -> Result<MemoryRecord> {
+        let id: String = row.get("id");
+        let tags: Vec<String> = row.get("tags");
+        Ok(MemoryRecord {
+            id: MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {
+                location: self.location.clone(),
+                detail: format!("invalid memory id `{id}` in memories"),
+            })?,
+            agent_id: Arc::from(row.get::<_, String>("agent_id")),
+            content: Content::from(row.get::<_, String>("content")),
+            tags: tags.into_iter().map(Arc::from).collect(),
+            created_ms: row.get("created_ms"),
+            updated_ms: row.get("updated_ms"),
+        })
+    }
+}
+
+/// A `WHERE` fragment restricting `m` to an agent and to all `tags`, numbering parameters from
+/// `first`; the values are appended to `params`.
+fn filter_sql(
+    agent: Option<&str>,
+    tags: &[Arc<str>],
+    first: usize,
+    params: &mut Vec<Box<dyn ToSql + Sync>>,
+) -> String {
+    let mut sql = String::new();
+    let mut n = first;
+    if let Some(a) = agent {
+        let _ = write!(sql, " AND m.agent_id = ${n}");
+        params.push(Box::new(a.to_owned()));
+        n += 1;
+    }
+    if !tags.is_empty() {
+        let _ = write!(sql, " AND m.tags @> ${n}::text[]");
+        params.push(Box::new(
+            tags.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+        ));
+    }
+    sql
+}
+
+fn refs(params: &[Box<dyn ToSql + Sync>]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|b| b.as_ref()).collect()
+}
+
+const RECORD_COLUMNS: &str = "m.id, m.agent_id, m.content, m.tags, m.created_ms, m.updated_ms";
+
+impl WorkingMemory for PgStore {
+    fn store_name(&self) -> &str {
+        &self.name
+    }
+
+    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry> {
+        check_new_entry(&self.options, session, &entry)?;
+        let s = self.s();
+        let at_ms = self.options.now_ms();
+        self.with_client(|c| {
+            let mut tx = c.transaction().map_err(|e| self.err(e))?;
+            if let Some(id) = entry.call_id.as_deref() {
+                let mut state = CallState::default();
+                for row in tx
+                    .query(
+                        &format!("SELECT role FROM {s}.wm_entries WHERE session = $1 AND call_id = $2"),
+                        &[&session, &id],
+                    )
+                    .map_err(|e| self.err(e))?
+                {
+                    match row.get::<_, &str>(0) {
+                        "tool_call" => state.has_call = true,
+                        "tool_result" => state.has_result = true,
+                        _ => {}
+                    }
+                }
+                check_call_link(session, &entry, state)?;
+            }
+            let seq: i64 = tx
+                .query_one(
+                    &format!(
+                        "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms) VALUES ($1, $2, $3, $4, $5) RETURNING seq"
+                    ),
+                    &[&session, &entry.role.name(), &entry.call_id, &entry.content, &at_ms],
+                )
+                .map_err(|e| self.err(e))?
+                .get(0);
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(seq)
+        })
+        .map(|seq| Entry {
+            seq: u64::try_from(seq).unwrap_or(0),
+            session: Arc::from(session),
+            role: entry.role,
+            call_id: entry.call_id.as_deref().map(Arc::from),
+            content: Content::from(entry.content.as_str()),
+            at_ms,
+        })
+    }
+
+    fn entries(&self, session: &str) -> Result<Vec<Entry>> {
+        let s = self.s();
+        let rows = self.with_client(|c| {
+            c.query(
+                &format!(
+                    "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
+                ),
+                &[&session],
+            )
+            .map_err(|e| self.err(e))
+        })?;
+        let session: Arc<str> = Arc::from(session);
+        rows.iter()
+            .map(|r| {
+                Ok(Entry {
+                    seq: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+                    session: session.clone(),
+                    role: role_from(&self.location, r.get(1))?,
+                    call_id: r.get::<_, Option<String>>(2).map(Arc::from),
+                    content: Content::from(r.get::<_, String>(3)),
+                    at_ms: r.get(4),
+                })
+            })
+            .collect()
+    }
+
+    fn clear(&self, session: &str) -> Result<usize> {
+        let s = self.s();
+        self.with_client(|c| {
+            c.execute(
+                &format!("DELETE FROM {s}.wm_entries WHERE session = $1"),
+                &[&session],
+            )
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .map_err(|e| self.err(e))
+        })
+    }
+}
+
+impl LongTermMemory for PgStore {
+    fn store_name(&self) -> &str {
+        &self.name
+    }
+
+    fn dims(&self) -> usize {
+        self.embedder.dims()
+    }
+
+    fn put(&self, memory: NewMemory) -> Result<MemoryRecord> {
+        let mut out = self.put_many(vec![memory])?;
+        Ok(out.remove(0))
+    }
+
+    fn put_many(&self, memories: Vec<NewMemory>) -> Result<Vec<MemoryRecord>> {
+        let mut tags = Vec::with_capacity(memories.len());
+        for m in &memories {
+            tags.push(check_new_memory(&self.options, m)?);
+        }
+        let texts: Vec<&str> = memories.iter().map(|m| m.content.as_str()).collect();
+        let vectors = embed_checked(self.embedder.as_ref(), &texts)?;
+        let s = self.s();
+        let sql = format!(
+            "INSERT INTO {s}.memories AS m (id, agent_id, content, tags, created_ms, updated_ms, embedding) \
+             VALUES ($1, $2, $3, $4, $5, $5, $6) \
+             ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, content = excluded.content, \
+             tags = excluded.tags, updated_ms = excluded.updated_ms, embedding = excluded.embedding \
+             RETURNING {RECORD_COLUMNS}"
+        );
+        self.with_client(|c| {
+            let mut tx = c.transaction().map_err(|e| self.err(e))?;
+            let stmt = tx.prepare(&sql).map_err(|e| self.err(e))?;
+            let mut out = Vec::with_capacity(memories.len());
+            for ((m, t), v) in memories.iter().zip(&tags).zip(&vectors) {
+                let now = self.options.now_ms();
+                let id = m.id.clone().unwrap_or_else(|| MemoryId::generate(now));
+                let t: Vec<String> = t.iter().map(|x| x.to_string()).collect();
+                let row = tx
+                    .query_one(&stmt, &[&id.as_str(), &m.agent_id, &m.content, &t, &now, v])
+                    .map_err(|e| self.err(e))?;
+                out.push(self.record(&row)?);
+            }
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(out)
+        })
+    }
+
+    fn get(&self, id: &MemoryId) -> Result<Option<MemoryRecord>> {
+        let s = self.s();
+        let row = self.with_client(|c| {
+            c.query_opt(
+                &format!("SELECT {RECORD_COLUMNS} FROM {s}.memories m WHERE m.id = $1"),
+                &[&id.as_str()],
+            )
+            .map_err(|e| self.err(e))
+        })?;
+        row.map(|r| self.record(&r)).transpose()
+    }
+
+    fn delete(&self, id: &MemoryId) -> Result<bool> {
+        let s = self.s();
+        self.with_client(|c| {
+            c.execute(
+                &format!("DELETE FROM {s}.memories WHERE id = $1"),
+                &[&id.as_str()],
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    fn list(&self, options: &ListOptions) -> Result<Vec<MemoryRecord>> {
+        let tags = check_tags(&options.tags)?;
+        let s = self.s();
+        let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
+        let filter = filter_sql(options.agent_id.as_deref(), &tags, 1, &mut params);
+        let limit = options
+            .limit
+            .map_or_else(|| "ALL".to_owned(), |l| l.to_string());
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM {s}.memories m WHERE TRUE{filter} \
+             ORDER BY m.created_ms, m.id COLLATE \"C\" LIMIT {limit} OFFSET {}",
+            options.offset
+        );
+        let rows = self.with_client(|c| c.query(&sql, &refs(&params)).map_err(|e| self.err(e)))?;
+        rows.iter().map(|r| self.record(r)).collect()
+    }
+
+    fn count(&self, agent_id: Option<&str>) -> Result<usize> {
+        let s = self.s();
+        let n: i64 = self.with_client(|c| {
+            c.query_one(
+                &format!(
+                    "SELECT count(*) FROM {s}.memories WHERE $1::text IS NULL OR agent_id = $1"
+                ),
+                &[&agent_id],
+            )
+            .map(|r| r.get(0))
+            .map_err(|e| self.err(e))
+        })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
+        let tags = check_tags(&options.tags)?;
+        let terms = query_terms(query, MAX_QUERY_TERMS);
+        if terms.is_empty() || options.top_k == 0 {
+            return Ok(Vec::new());
+        }
+        let n = i64::try_from(options.candidate_count()).unwrap_or(i64::MAX);
+        let qv = if options.mode == SearchMode::Lexical {
+            None
+        } else {
+            Some(embed_checked(self.embedder.as_ref(), &[query])?.remove(0))
+        };
+        let s = self.s();
+        let agent = options.agent_id.as_deref();
+        let (lexical, vector, records) = self.with_client(|c| {
+            let mut tx = c
+                .build_transaction()
+                .read_only(true)
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .start()
+                .map_err(|e| self.err(e))?;
+            let mut lexical: Vec<MemoryId> = Vec::new();
+            if options.mode != SearchMode::Vector {
+                let mut params: Vec<Box<dyn ToSql + Sync>> =
+                    vec![Box::new(terms.join(" or ")), Box::new(n)];
+                let filter = filter_sql(agent, &tags, 3, &mut params);
+                let sql = format!(
+                    "SELECT m.id FROM {s}.memories m, websearch_to_tsquery('simple', $1) q \
+                     WHERE m.tsv @@ q{filter} ORDER BY ts_rank(m.tsv, q) DESC, m.id COLLATE \"C\" ASC LIMIT $2"
+                );
+                for row in tx.query(&sql, &refs(&params)).map_err(|e| self.err(e))? {
+                    lexical.push(self.id_of(&row)?);
+                }
+            }
+            let mut vector: Vec<MemoryId> = Vec::new();
+            if let Some(q) = &qv {
+                let mut params: Vec<Box<dyn ToSql + Sync>> = vec![
+                    Box::new(q.clone()),
+                    Box::new(n),
+                    Box::new(options.min_similarity),
+                ];
+                let filter = filter_sql(agent, &tags, 4, &mut params);
+                let sql = format!(
+                    "SELECT id FROM (SELECT m.id, \
+                     (SELECT sum(a * b) FROM unnest(m.embedding, $1::real[]) AS t (a, b)) AS sim \
+                     FROM {s}.memories m WHERE TRUE{filter}) x \
+                     WHERE $3::real IS NULL OR sim > $3 ORDER BY sim DESC, id COLLATE \"C\" ASC LIMIT $2"
+                );
+                for row in tx.query(&sql, &refs(&params)).map_err(|e| self.err(e))? {
+                    vector.push(self.id_of(&row)?);
+                }
+            }
+            let fused = fuse(&lexical, &vector, options);
+            let ids: Vec<String> = fused.iter().map(|(id, ..)| id.to_string()).collect();
+            let rows = tx
+                .query(
+                    &format!("SELECT {RECORD_COLUMNS} FROM {s}.memories m WHERE m.id = ANY($1)"),
+                    &[&ids],
+                )
+                .map_err(|e| self.err(e))?;
+            let records = rows
+                .iter()
+                .map(|r| self.record(r))
+                .collect::<Result<Vec<_>>>()?;
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok((lexical, vector, records))
+        })?;
+        Ok(fuse(&lexical, &vector, options)
+            .into_iter()
+            .filter_map(|(id, score, lr, vr)| {
+                let record = records.iter().find(|r| r.id == id)?.clone();
+                Some(SearchHit {
+                    record,
+                    score,
+                    lexical_rank: lr,
+                    vector_rank: vr,
+                })
+            })
+            .collect())
+    }
+}
+
+impl PgStore {
+    fn id_of(&self, row: &postgres::Row) -> Result<MemoryId> {
+        let id: String = row.get(0);
+        MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {
+            location: self.location.clone(),
+            detail: format!("invalid memory id `{id}` in memories"),
+        })
+    }
+}
+
+impl SharedContext for PgStore {
+    fn store_name(&self) -> &str {
+        &self.name
+    }
+
+    fn fact(&self, scope: &Scope, key: &str) -> Result<Option<Fact>> {
+        let s = self.s();
+        let row = self.with_client(|c| {
+            c.query_opt(
+                &format!(
+                    "SELECT value, updated_ms FROM {s}.shared_facts WHERE scope = $1 AND key = $2"
+                ),
+                &[&scope.as_str(), &key],
+            )
+            .map_err(|e| self.err(e))
+        })?;
+        Ok(row.map(|r| Fact {
+            scope: scope.clone(),
+            key: Arc::from(key),
+            value: Content::from(r.get::<_, String>(0)),
+            updated_ms: r.get(1),
+        }))
+    }
+
+    fn facts(&self, scopes: &[Scope]) -> Result<Vec<Fact>> {
+        let s = self.s();
+        let names: Vec<&str> = scopes.iter().map(Scope::as_str).collect();
+        let rows = self.with_client(|c| {
+            c.query(
+                &format!(
+                    "SELECT scope, key, value, updated_ms FROM {s}.shared_facts WHERE scope = ANY($1) \
+                     ORDER BY array_position($1, scope), key COLLATE \"C\""
+                ),
+                &[&names],
+            )
+            .map_err(|e| self.err(e))
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(Fact {
+                    scope: Scope::new(r.get::<_, &str>(0)).map_err(|_| MemoryError::Corrupt {
+                        location: self.location.clone(),
+                        detail: "invalid scope in shared_facts".into(),
+                    })?,
+                    key: Arc::from(r.get::<_, String>(1)),
+                    value: Content::from(r.get::<_, String>(2)),
+                    updated_ms: r.get(3),
+                })
+            })
+            .collect()
+    }
+}
+
+impl SharedContextWriter for PgStore {
+    fn set_fact(&self, scope: &Scope, key: &str, value: &str) -> Result<Fact> {
+        check_fact_key(key)?;
+        self.options.check_size("shared fact", value)?;
+        let now = self.options.now_ms();
+        let s = self.s();
+        self.with_client(|c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO {s}.shared_facts (scope, key, value, updated_ms) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms"
+                ),
+                &[&scope.as_str(), &key, &value, &now],
+            )
+            .map_err(|e| self.err(e))
+        })?;
+        Ok(Fact {
+            scope: scope.clone(),
+            key: Arc::from(key),
+            value: Content::from(value),
+            updated_ms: now,
+        })
+    }
+
+    fn remove_fact(&self, scope: &Scope, key: &str) -> Result<bool> {
+        let s = self.s();
+        self.with_client(|c| {
+            c.execute(
+                &format!("DELETE FROM {s}.shared_facts WHERE scope = $1 AND key = $2"),
+                &[&scope.as_str(), &key],
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.err(e))
+        })
+    }
+}

@@ -1,0 +1,206 @@
+//! The conformance suite and the fault tests against the PostgreSQL adapter, on a real server
+//! that the harness starts. Verifies ADR-0012.
+#![cfg(feature = "postgres")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod conformance;
+mod pg_harness;
+
+use std::sync::Arc;
+
+use strata_memory::{HashEmbedder, ManualClock, PgStore, StoreOptions};
+
+fn store(schema_prefix: &str, clock: &Arc<ManualClock>) -> PgStore {
+    let server = pg_harness::shared();
+    PgStore::connect_with(
+        &server.test_params(),
+        &pg_harness::fresh_schema(schema_prefix),
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default().with_clock(clock.clone()),
+    )
+    .unwrap()
+}
+
+/// Verifies ADR-0012: PostgreSQL working memory conforms.
+#[test]
+fn working_memory_conforms() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::working_memory(&store("wm", &clock), &clock);
+}
+
+/// Verifies ADR-0012: PostgreSQL long-term memory conforms.
+#[test]
+fn long_term_memory_conforms() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::long_term_memory(&store("ltm", &clock), &clock);
+}
+
+/// Verifies ADR-0012: PostgreSQL shared context conforms.
+#[test]
+fn shared_context_conforms() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::shared_context(Arc::new(store("shared", &clock)), &clock);
+}
+
+use strata_memory::{
+    LongTermMemory, MemoryError, NewEntry, NewMemory, Scope, SharedContext, SharedContextWriter,
+    WorkingMemory,
+};
+
+/// Verifies ADR-0012: stopping the server mid-test gives a connection-lost error, the store
+/// reconnects once the server is back, and nothing that was acknowledged is lost.
+#[test]
+fn lost_connection_is_reported_and_nothing_stored_is_lost() {
+    let server = pg_harness::PgServer::start();
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    let store = PgStore::connect_with(
+        &server.test_params(),
+        "faults",
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default().with_clock(clock.clone()),
+    )
+    .unwrap();
+    let global = Scope::global();
+    let mut entries = Vec::new();
+    let mut memories = Vec::new();
+    for i in 0..20 {
+        entries.push(
+            store
+                .append("s", NewEntry::user(format!("turn {i}")))
+                .unwrap(),
+        );
+        memories.push(
+            store
+                .put(NewMemory::new(
+                    "agent",
+                    format!("memory number {i} about topic {}", i % 3),
+                ))
+                .unwrap(),
+        );
+        store
+            .set_fact(&global, &format!("k{i}"), &format!("v{i}"))
+            .unwrap();
+    }
+
+    server.stop();
+    let lost = |r: Result<(), MemoryError>| match r {
+        Err(e) => assert!(e.is_connection_lost(), "expected ConnectionLost, got {e}"),
+        Ok(()) => panic!("an operation succeeded while the server was down"),
+    };
+    lost(store.append("s", NewEntry::user("while down")).map(drop));
+    lost(store.entries("s").map(drop));
+    lost(store.put(NewMemory::new("agent", "while down")).map(drop));
+    lost(
+        store
+            .search("memory topic", &strata_memory::SearchOptions::top(3))
+            .map(drop),
+    );
+    lost(store.set_fact(&global, "down", "x").map(drop));
+    let e = store.fact(&global, "k1").unwrap_err();
+    assert!(
+        e.to_string().contains("lost the connection"),
+        "the message says what happened: {e}"
+    );
+
+    server.restart();
+    // The same store reconnects by itself.
+    assert_eq!(store.entries("s").unwrap(), entries);
+    for m in &memories {
+        assert_eq!(store.get(&m.id).unwrap().as_ref(), Some(m));
+    }
+    assert_eq!(store.count(None).unwrap(), 20);
+    assert_eq!(store.facts(&[global.clone()]).unwrap().len(), 20);
+    assert_eq!(
+        store.fact(&global, "k7").unwrap().unwrap().value.as_str(),
+        "v7"
+    );
+    // A new connection sees the same data, and writes work again.
+    let again = PgStore::connect_with(
+        &server.test_params(),
+        "faults",
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(again.entries("s").unwrap(), entries);
+    again.append("s", NewEntry::user("after restart")).unwrap();
+    assert_eq!(store.entries("s").unwrap().len(), 21);
+}
+
+/// Verifies ADR-0012: a schema version this build does not know is refused by name.
+#[test]
+fn wrong_schema_version_is_refused() {
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("version");
+    drop(
+        PgStore::connect_with(
+            &server.test_params(),
+            &schema,
+            Arc::new(HashEmbedder::default()),
+            StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "UPDATE \"{schema}\".schema_version SET version = 99"
+    ))
+    .unwrap();
+    let e = PgStore::connect_with(
+        &server.test_params(),
+        &schema,
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default(),
+    )
+    .unwrap_err();
+    match e {
+        MemoryError::SchemaVersionMismatch {
+            found, expected, ..
+        } => {
+            assert_eq!(found, 99);
+            assert_eq!(expected, strata_memory::pg::PG_SCHEMA_VERSION);
+        }
+        other => panic!("expected SchemaVersionMismatch, got {other}"),
+    }
+}
+
+/// Verifies ADR-0012: an embedder of another dimension than the store's is refused.
+#[test]
+fn embedder_dimension_mismatch_is_refused() {
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("dims");
+    let open = |dims| {
+        PgStore::connect_with(
+            &server.test_params(),
+            &schema,
+            Arc::new(HashEmbedder::new(dims)),
+            StoreOptions::default(),
+        )
+    };
+    drop(open(256).unwrap());
+    match open(64).unwrap_err() {
+        MemoryError::DimensionMismatch {
+            expected, found, ..
+        } => assert_eq!((expected, found), (256, 64)),
+        other => panic!("expected DimensionMismatch, got {other}"),
+    }
+}
+
+/// Verifies ADR-0012: an unreachable server is a connection error, not a hang or a panic.
+#[test]
+fn unreachable_server_is_connection_lost() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = PgStore::connect(&format!(
+        "host=127.0.0.1 port={port} user=postgres dbname=none connect_timeout=2"
+    ))
+    .unwrap_err();
+    assert!(e.is_connection_lost(), "{e}");
+}
