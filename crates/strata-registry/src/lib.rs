@@ -13,6 +13,7 @@
 
 pub mod builtin;
 pub mod cache;
+pub mod config;
 pub mod contributor;
 pub mod gather;
 pub mod goals;
@@ -22,6 +23,7 @@ pub mod registry;
 
 pub use builtin::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
+pub use config::{Config, ConfigError};
 pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };

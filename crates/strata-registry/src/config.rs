@@ -1,0 +1,475 @@
+//! `strata.toml`: the runtime's configuration of prompt assembly.
+//!
+//! ```toml
+//! [prompt]
+//! default_mode = "full"            # full, compact, minimal, scheduled
+//! max_total_chars = 80000
+//! protected_priorities = [1950, 1945, 1925, 1900, 1500, 1499, 800]
+//!
+//! [caching]
+//! enabled = true
+//! ttl_secs = 30
+//!
+//! [budget]                         # tokens
+//! total = 16384
+//! response_reserve = 0
+//! system = 16000
+//! memory = 2000
+//! skills = 4000
+//! history = 10000
+//!
+//! [memory]
+//! file = "MEMORY.md"
+//! max_lines = 200
+//! max_chars = 20000
+//!
+//! [workspace]
+//! dir = "."                        # bootstrap files: SOUL.md, AGENTS.md, ...
+//! custom_instructions = ""
+//! ```
+//!
+//! Every table and key is optional and defaults to the numbers of the seed systems. Unknown
+//! keys are errors, and every error names the key and its line and column, so a typo never
+//! silently falls back to a default.
+//!
+//! Priorities are in strata's scale, where a larger number is more important (the seed
+//! pipeline's `2000 - priority`, see [`crate::modes`]): the defaults protect the workspace
+//! profile, tool catalog and their peers, as the seeds protected 50, 55, 75, 100, 500, 501
+//! and 1200.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use strata_core::{Budget, LayerBudgets, PromptMode};
+
+use crate::cache::{Clock, SectionCache};
+
+/// The whole of `strata.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Prompt assembly.
+    pub prompt: PromptConfig,
+    /// The section cache.
+    pub caching: CachingConfig,
+    /// Token budgets.
+    pub budget: BudgetConfig,
+    /// The MEMORY.md index.
+    pub memory: MemoryConfig,
+    /// The workspace folder and custom instructions.
+    pub workspace: WorkspaceConfig,
+}
+
+/// `[prompt]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PromptConfig {
+    /// The prompt mode used when a request names none.
+    pub default_mode: PromptMode,
+    /// Longest rendered prompt, in characters.
+    pub max_total_chars: usize,
+    /// Runtime sections with one of these priorities are kept under budget pressure like
+    /// sticky ones.
+    pub protected_priorities: Vec<u32>,
+}
+
+impl Default for PromptConfig {
+    fn default() -> Self {
+        PromptConfig {
+            default_mode: PromptMode::Full,
+            max_total_chars: 80_000,
+            protected_priorities: vec![1950, 1945, 1925, 1900, 1500, 1499, 800],
+        }
+    }
+}
+
+/// `[caching]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CachingConfig {
+    /// Whether contributors' output is cached at all.
+    pub enabled: bool,
+    /// Time to live of contributors that opt into one, in seconds.
+    pub ttl_secs: u64,
+}
+
+impl Default for CachingConfig {
+    fn default() -> Self {
+        CachingConfig {
+            enabled: true,
+            ttl_secs: 30,
+        }
+    }
+}
+
+/// `[budget]`, in tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetConfig {
+    /// The whole assembled prompt.
+    pub total: u32,
+    /// Kept free for the model's answer.
+    pub response_reserve: u32,
+    /// Layer 3 (shared context: environment, tools, workspace files).
+    pub system: u32,
+    /// Layer 6 (long-term memory).
+    pub memory: u32,
+    /// Layer 4 (delegated: skills, goal, task).
+    pub skills: u32,
+    /// Layer 5 (working memory: conversation history).
+    pub history: u32,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            total: Budget::DEFAULT_TOTAL,
+            response_reserve: 0,
+            system: 16_000,
+            memory: 2_000,
+            skills: 4_000,
+            history: 10_000,
+        }
+    }
+}
+
+/// `[memory]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// The MEMORY.md index, relative to the workspace.
+    pub file: PathBuf,
+    /// Most lines read from it.
+    pub max_lines: usize,
+    /// Most characters injected from it.
+    pub max_chars: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            file: PathBuf::from("MEMORY.md"),
+            max_lines: 200,
+            max_chars: 20_000,
+        }
+    }
+}
+
+/// `[workspace]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkspaceConfig {
+    /// The folder holding bootstrap files; none means no bootstrap files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// Custom instructions (layer 3).
+    pub custom_instructions: String,
+}
+
+/// Where in the file an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// Line, from 1.
+    pub line: usize,
+    /// Column in characters, from 1.
+    pub column: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}, column {}", self.line, self.column)
+    }
+}
+
+fn at(location: &Option<Location>) -> String {
+    location.map(|l| format!(" ({l})")).unwrap_or_default()
+}
+
+fn key_text(key: &Option<String>) -> String {
+    key.as_ref()
+        .map(|k| format!(" at key `{k}`"))
+        .unwrap_or_default()
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("could not read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML, or does not fit the schema (unknown key, wrong type...).
+    #[error("invalid strata.toml{}{}: {message}", key_text(.key), at(.location))]
+    Syntax {
+        /// The dotted key the error is at, when it could be told.
+        key: Option<String>,
+        /// Where.
+        location: Option<Location>,
+        /// What is wrong, from the TOML reader.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid strata.toml at key `{key}`{}: {reason}", at(.location))]
+    Value {
+        /// The dotted key.
+        key: &'static str,
+        /// Where, when the key is written in the file.
+        location: Option<Location>,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// The dotted key the error is about, when known.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Syntax { key, .. } => key.as_deref(),
+            ConfigError::Value { key, .. } => Some(key),
+            ConfigError::Io { .. } => None,
+        }
+    }
+
+    /// Where the error is, when known.
+    pub fn location(&self) -> Option<Location> {
+        match self {
+            ConfigError::Syntax { location, .. } | ConfigError::Value { location, .. } => *location,
+            ConfigError::Io { .. } => None,
+        }
+    }
+}
+
+/// Line and column (from 1) of a byte offset.
+fn location_of(text: &str, offset: usize) -> Location {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = text
+        .get(line_start..offset)
+        .map_or(1, |s| s.chars().count() + 1);
+    Location { line, column }
+}
+
+/// The table header a line is under, and the line's own text.
+fn table_and_line(text: &str, line_no: usize) -> (Option<String>, &str) {
+    let mut table = None;
+    let mut current = "";
+    for (i, line) in text.lines().enumerate() {
+        if let Some(name) = header(line) {
+            table = Some(name);
+        }
+        if i + 1 == line_no {
+            current = line;
+            break;
+        }
+    }
+    (table, current)
+}
+
+fn header(line: &str) -> Option<String> {
+    let t = line.trim();
+    let inner = t.strip_prefix('[')?.split(']').next()?;
+    Some(inner.trim_matches(['[', ' ']).trim().to_owned())
+}
+
+/// The dotted key at a byte offset: the table header above it, then the key on its line.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let loc = location_of(text, offset);
+    let (table, line) = table_and_line(text, loc.line);
+    if let Some(h) = header(line) {
+        return Some(h);
+    }
+    let key = line
+        .split('=')
+        .next()
+        .map(|k| k.trim().trim_matches('"'))
+        .filter(|k| !k.is_empty() && !k.starts_with('#'))?;
+    Some(match table {
+        Some(t) => format!("{t}.{key}"),
+        None => key.to_owned(),
+    })
+}
+
+/// Where the dotted key `table.key` is written, if it is.
+fn find_key(text: &str, dotted: &str) -> Option<Location> {
+    let (table, key) = dotted.rsplit_once('.')?;
+    let mut in_table = false;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if let Some(h) = header(line) {
+            in_table = h == table;
+        } else if in_table
+            && line
+                .split('=')
+                .next()
+                .is_some_and(|k| k.trim().trim_matches('"') == key)
+            && line.contains('=')
+        {
+            let col = line.len() - line.trim_start().len();
+            return Some(location_of(text, offset + col));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+impl Config {
+    /// The file name looked for by default.
+    pub const FILE_NAME: &'static str = "strata.toml";
+
+    /// Read and check `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml_str(&text)
+    }
+
+    /// Parse and check a configuration text.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let span = e.span();
+            ConfigError::Syntax {
+                key: span.as_ref().and_then(|s| key_at(text, s.start)),
+                location: span.map(|s| location_of(text, s.start)),
+                message: e.message().trim().to_owned(),
+            }
+        })?;
+        config.validate_in(Some(text))?;
+        Ok(config)
+    }
+
+    /// Check that values are in range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_in(None)
+    }
+
+    fn validate_in(&self, text: Option<&str>) -> Result<(), ConfigError> {
+        let fail = |key: &'static str, reason: String| ConfigError::Value {
+            key,
+            location: text.and_then(|t| find_key(t, key)),
+            reason,
+        };
+        if self.prompt.max_total_chars == 0 {
+            return Err(fail(
+                "prompt.max_total_chars",
+                "must be a positive number of characters (default 80000)".into(),
+            ));
+        }
+        if self.caching.enabled && self.caching.ttl_secs == 0 {
+            return Err(fail(
+                "caching.ttl_secs",
+                "must be at least 1 second while caching is enabled (default 30)".into(),
+            ));
+        }
+        if self.budget.total == 0 {
+            return Err(fail(
+                "budget.total",
+                "must be a positive number of tokens (default 16384)".into(),
+            ));
+        }
+        if self.budget.response_reserve >= self.budget.total {
+            return Err(fail(
+                "budget.response_reserve",
+                format!(
+                    "{} leaves nothing of budget.total ({}) for the prompt; make it smaller",
+                    self.budget.response_reserve, self.budget.total
+                ),
+            ));
+        }
+        for (key, v) in [
+            ("budget.system", self.budget.system),
+            ("budget.memory", self.budget.memory),
+            ("budget.skills", self.budget.skills),
+            ("budget.history", self.budget.history),
+        ] {
+            if v == 0 {
+                return Err(fail(
+                    key,
+                    "must be a positive number of tokens; leave it out for the default".into(),
+                ));
+            }
+        }
+        if self.memory.max_lines == 0 {
+            return Err(fail(
+                "memory.max_lines",
+                "must be at least 1 (default 200)".into(),
+            ));
+        }
+        if self.memory.max_chars == 0 {
+            return Err(fail(
+                "memory.max_chars",
+                "must be at least 1 (default 20000)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configuration as TOML text.
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# could not write: {e}\n"))
+    }
+
+    /// The token budget: total, reserve, the character cap, and per-layer soft budgets
+    /// (system for layer 3, skills for layer 4, history for layer 5, memory for layer 6).
+    pub fn to_budget(&self) -> Budget {
+        Budget {
+            total_tokens: self.budget.total,
+            response_reserve: self.budget.response_reserve,
+            layers: LayerBudgets {
+                shared: Some(self.budget.system),
+                delegated: Some(self.budget.skills),
+                working_memory: Some(self.budget.history),
+                long_term_memory: Some(self.budget.memory),
+            },
+            section_cap: None,
+            max_total_chars: Some(self.prompt.max_total_chars),
+        }
+    }
+
+    /// Whether runtime sections of `priority` are protected from trimming.
+    pub fn is_protected(&self, priority: u32) -> bool {
+        self.prompt.protected_priorities.contains(&priority)
+    }
+
+    /// The section cache this configuration asks for, on `clock`; `None` when caching is
+    /// disabled.
+    pub fn section_cache(&self, clock: Arc<dyn Clock>) -> Option<Arc<SectionCache>> {
+        self.caching.enabled.then(|| {
+            Arc::new(
+                SectionCache::new(clock)
+                    .with_default_ttl(Duration::from_secs(self.caching.ttl_secs)),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_and_keys() {
+        let text = "[prompt]\nmax_total_chars = 5\n\n[budget]\n total = 1\n";
+        assert_eq!(location_of(text, 9), Location { line: 2, column: 1 });
+        assert_eq!(key_at(text, 9).as_deref(), Some("prompt.max_total_chars"));
+        assert_eq!(key_at(text, 30).as_deref(), Some("budget"));
+        assert_eq!(
+            find_key(text, "budget.total"),
+            Some(Location { line: 5, column: 2 })
+        );
+        assert_eq!(find_key(text, "budget.memory"), None);
+        assert_eq!(location_of("é\nx", 99), Location { line: 2, column: 2 });
+    }
+}
