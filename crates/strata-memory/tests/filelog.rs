@@ -26,3 +26,274 @@ fn working_memory_conforms() {
     let clock = Arc::new(ManualClock::new(conformance::T0));
     conformance::working_memory(&open(&dir, &clock), &clock);
 }
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use strata_memory::{MemoryError, NewEntry, WorkingMemory};
+
+const HEADER: u64 = 16;
+const FRAME: u64 = 36;
+
+fn fill(log: &FileLog, n: usize) -> Vec<strata_memory::Entry> {
+    (0..n)
+        .map(|i| {
+            log.append("s", NewEntry::user(format!("entry {i}")))
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Byte offsets of the records of a log file.
+fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut pos = HEADER as usize;
+    while pos + FRAME as usize <= bytes.len() {
+        out.push(pos);
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += FRAME as usize + len;
+    }
+    out
+}
+
+/// Verifies ADR-0012: a partial last record (a crash during an append) is cut off on open and
+/// every whole record is kept.
+#[test]
+fn torn_last_record_is_skipped_and_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("working.log");
+    let entries = fill(&FileLog::open(&path).unwrap(), 5);
+    let good_len = std::fs::metadata(&path).unwrap().len();
+    // Half a frame: a length that promises more bytes than follow.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(&200u32.to_le_bytes()).unwrap();
+    f.write_all(&[7u8; 50]).unwrap();
+    drop(f);
+
+    let log = FileLog::open(&path).unwrap();
+    assert_eq!(log.recovery().records, 5);
+    assert_eq!(log.recovery().truncated_bytes, 54);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), good_len);
+    assert_eq!(log.entries("s").unwrap(), entries);
+    // Appending after recovery continues the log cleanly.
+    let next = log.append("s", NewEntry::user("after")).unwrap();
+    assert!(next.seq > entries[4].seq);
+    drop(log);
+    let log = FileLog::open(&path).unwrap();
+    assert_eq!(log.recovery().truncated_bytes, 0);
+    assert_eq!(log.entries("s").unwrap().len(), 6);
+}
+
+/// Verifies ADR-0012: a last record whose checksum does not match is a torn write: cut off.
+#[test]
+fn last_record_with_bad_checksum_is_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("working.log");
+    let entries = fill(&FileLog::open(&path).unwrap(), 3);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = *record_offsets(&bytes).last().unwrap();
+    let n = bytes.len();
+    bytes[n - 2] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let log = FileLog::open(&path).unwrap();
+    assert_eq!(log.recovery().truncated_bytes, (n - last) as u64);
+    assert_eq!(log.entries("s").unwrap(), entries[..2].to_vec());
+}
+
+/// Verifies ADR-0012: damage before the last record is not a torn write; it is reported and
+/// the file is left alone.
+#[test]
+fn damaged_middle_record_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("working.log");
+    fill(&FileLog::open(&path).unwrap(), 3);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let first = record_offsets(&bytes)[0];
+    bytes[first + FRAME as usize + 3] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    match FileLog::open(&path) {
+        Err(MemoryError::Corrupt { detail, .. }) => {
+            assert!(detail.contains("checksum"), "{detail}")
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+/// Verifies ADR-0012: a file that is not a log, or a log of another format version, is refused.
+#[test]
+fn foreign_file_and_other_version_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "just some notes, not a log\n").unwrap();
+    assert!(matches!(
+        FileLog::open(&path),
+        Err(MemoryError::Corrupt { .. })
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "just some notes, not a log\n"
+    );
+
+    let path = dir.path().join("future.log");
+    drop(FileLog::open(&path).unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&9u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    match FileLog::open(&path) {
+        Err(MemoryError::SchemaVersionMismatch {
+            found: 9,
+            expected: 1,
+            ..
+        }) => {}
+        other => panic!("expected SchemaVersionMismatch, got {other:?}"),
+    }
+}
+
+/// Verifies ADR-0012: clearing a session is durable.
+#[test]
+fn clear_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("working.log");
+    {
+        let log = FileLog::open(&path).unwrap();
+        fill(&log, 3);
+        log.append("other", NewEntry::user("kept")).unwrap();
+        assert_eq!(log.clear("s").unwrap(), 3);
+    }
+    let log = FileLog::open(&path).unwrap();
+    assert!(log.entries("s").unwrap().is_empty());
+    assert_eq!(log.entries("other").unwrap().len(), 1);
+    assert_eq!(log.recovery().records, 5);
+}
+
+/// The environment variable that turns [`crash_child_writer`] into the writer process.
+const CHILD_ENV: &str = "STRATA_MEMORY_CRASH_CHILD_LOG";
+
+/// The content the writer stores for its `i`-th append: varied sizes, checkable text.
+fn crash_payload(i: u64) -> String {
+    let filler = "abcdefghij".repeat((i as usize * 37) % 400);
+    format!("entry {i} <{filler}> end {i}")
+}
+
+/// The writer half of [`acknowledged_entries_survive_kill_9`]. It does nothing unless the
+/// parent test starts this binary with [`CHILD_ENV`] set: then it appends to the log until it
+/// is killed, printing `ACK <seq> <i>` after each append returns (after the fsync).
+#[test]
+fn crash_child_writer() {
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let log = FileLog::open(&path).unwrap();
+    let mut i = log.entries("crash").unwrap().len() as u64;
+    let out = std::io::stdout();
+    loop {
+        let entry = match i % 3 {
+            0 => NewEntry::user(crash_payload(i)),
+            1 => NewEntry::tool_call(format!("call-{i}"), crash_payload(i)),
+            _ => NewEntry::tool_result(format!("call-{}", i - 1), crash_payload(i)),
+        };
+        let e = log.append("crash", entry).unwrap();
+        let mut lock = out.lock();
+        writeln!(lock, "ACK {} {i}", e.seq).unwrap();
+        lock.flush().unwrap();
+        i += 1;
+    }
+}
+
+/// A small deterministic generator for kill delays (xorshift), seeded from the clock.
+fn next_rand(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Verifies ADR-0012: nothing acknowledged is lost when the writer is killed at random moments.
+/// This binary is started again as a writer (see [`crash_child_writer`]) and killed with
+/// SIGKILL 30 times; then every acknowledged entry must be in the log, intact.
+#[test]
+fn acknowledged_entries_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.log");
+    let exe = std::env::current_exe().unwrap();
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let mut acked: Vec<(u64, u64)> = Vec::new();
+    let started = Instant::now();
+    let mut rounds = 0;
+    let mut truncations = 0;
+    while rounds < 30 && started.elapsed() < Duration::from_secs(120) {
+        rounds += 1;
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "crash_child_writer",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let mut parts = line.split_whitespace();
+                if parts.next() == Some("ACK") {
+                    let seq: u64 = parts.next().unwrap().parse().unwrap();
+                    let i: u64 = parts.next().unwrap().parse().unwrap();
+                    got.push((seq, i));
+                }
+            }
+            got
+        });
+        let delay = 20 + next_rand(&mut seed) % 130;
+        std::thread::sleep(Duration::from_millis(delay));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        acked.extend(reader.join().unwrap());
+        // Reopen between rounds, as the next writer will; count torn tails cut off.
+        let log = FileLog::open(&path).unwrap();
+        if log.recovery().truncated_bytes > 0 {
+            truncations += 1;
+        }
+    }
+    assert_eq!(rounds, 30, "the rounds took too long");
+    assert!(
+        acked.len() >= 30,
+        "the writer acknowledged only {} appends; the test proves nothing",
+        acked.len()
+    );
+    let log = FileLog::open(&path).unwrap();
+    let stored = log.entries("crash").unwrap();
+    let by_seq: std::collections::HashMap<u64, &strata_memory::Entry> =
+        stored.iter().map(|e| (e.seq, e)).collect();
+    for (seq, i) in &acked {
+        let e = by_seq
+            .get(seq)
+            .unwrap_or_else(|| panic!("acknowledged entry {seq} is missing"));
+        assert_eq!(
+            e.content.as_str(),
+            crash_payload(*i),
+            "entry {seq} is damaged"
+        );
+    }
+    assert!(stored.windows(2).all(|w| w[0].seq < w[1].seq));
+    eprintln!(
+        "crash test: {rounds} rounds, {} acknowledged, {} stored, {truncations} torn tails cut",
+        acked.len(),
+        stored.len()
+    );
+}

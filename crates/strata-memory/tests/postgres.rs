@@ -112,7 +112,10 @@ fn lost_connection_is_reported_and_nothing_stored_is_lost() {
         assert_eq!(store.get(&m.id).unwrap().as_ref(), Some(m));
     }
     assert_eq!(store.count(None).unwrap(), 20);
-    assert_eq!(store.facts(&[global.clone()]).unwrap().len(), 20);
+    assert_eq!(
+        store.facts(std::slice::from_ref(&global)).unwrap().len(),
+        20
+    );
     assert_eq!(
         store.fact(&global, "k7").unwrap().unwrap().value.as_str(),
         "v7"

@@ -42,3 +42,204 @@ fn shared_context_conforms() {
     let clock = Arc::new(ManualClock::new(conformance::T0));
     conformance::shared_context(Arc::new(open(&dir, &clock)), &clock);
 }
+
+use strata_memory::{
+    LongTermMemory, MemoryError, NewEntry, NewMemory, Scope, SearchOptions, SharedContext,
+    SharedContextWriter, WorkingMemory,
+};
+
+fn open_path(path: &std::path::Path) -> Result<SqliteStore, MemoryError> {
+    SqliteStore::open(path)
+}
+
+/// Verifies ADR-0012: data survives closing and reopening the file.
+#[test]
+fn data_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let (entry, memory) = {
+        let s = open_path(&path).unwrap();
+        s.set_fact(&Scope::global(), "tz", "UTC").unwrap();
+        (
+            s.append("s", NewEntry::user("hello")).unwrap(),
+            s.put(NewMemory::new("a", "the build uses cargo").with_tags(["x"]))
+                .unwrap(),
+        )
+    };
+    let s = open_path(&path).unwrap();
+    assert_eq!(s.entries("s").unwrap(), vec![entry]);
+    assert_eq!(s.get(&memory.id).unwrap(), Some(memory.clone()));
+    let hits = s.search("cargo build", &SearchOptions::top(1)).unwrap();
+    assert_eq!(hits[0].record, memory);
+    assert_eq!(
+        s.fact(&Scope::global(), "tz")
+            .unwrap()
+            .unwrap()
+            .value
+            .as_str(),
+        "UTC"
+    );
+    s.check_integrity().unwrap();
+    let stats = s.stats().unwrap();
+    assert_eq!(
+        (stats.memories, stats.entries, stats.sessions, stats.facts),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(
+        stats.schema_version,
+        strata_memory::sqlite::SQLITE_SCHEMA_VERSION
+    );
+}
+
+/// Verifies ADR-0012: a file that is not a database is a Corrupt error and is left as it was.
+#[test]
+fn garbage_file_is_corrupt_and_not_recreated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 13) as u8).collect();
+    std::fs::write(&path, &garbage).unwrap();
+    match open_path(&path) {
+        Err(MemoryError::Corrupt { detail, .. }) => assert!(!detail.is_empty()),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        garbage,
+        "the file was changed"
+    );
+}
+
+/// Verifies ADR-0012: damaged pages inside a real store are reported as Corrupt.
+#[test]
+fn damaged_pages_are_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    {
+        let s = open_path(&path).unwrap();
+        let many: Vec<NewMemory> = (0..300)
+            .map(|i| NewMemory::new("a", format!("memory {i} with some words to index")))
+            .collect();
+        s.put_many(many).unwrap();
+    }
+    // Closing checkpointed the WAL into the main file; scribble over everything after page 1.
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 3 * 4096, "the store is several pages long");
+    for (i, b) in bytes.iter_mut().enumerate().skip(4096) {
+        *b = (i % 251) as u8;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let outcome = open_path(&path).and_then(|s| {
+        s.check_integrity()?;
+        s.search("memory words", &SearchOptions::top(3)).map(drop)
+    });
+    match outcome {
+        Err(MemoryError::Corrupt { .. }) => {}
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+/// Verifies ADR-0012: a SQLite file of another application is not taken over.
+#[test]
+fn foreign_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        .unwrap();
+    drop(c);
+    assert!(matches!(open_path(&path), Err(MemoryError::Corrupt { .. })));
+}
+
+/// Verifies ADR-0012: a store written by a newer schema version is refused, naming both
+/// versions.
+#[test]
+fn wrong_schema_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    drop(open_path(&path).unwrap());
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute("UPDATE schema_version SET version = 42", [])
+        .unwrap();
+    drop(c);
+    let e = open_path(&path).unwrap_err();
+    match &e {
+        MemoryError::SchemaVersionMismatch {
+            found, expected, ..
+        } => {
+            assert_eq!(*found, 42);
+            assert_eq!(*expected, strata_memory::sqlite::SQLITE_SCHEMA_VERSION);
+        }
+        other => panic!("expected SchemaVersionMismatch, got {other}"),
+    }
+    assert!(e.to_string().contains("schema version 42"), "{e}");
+}
+
+/// Verifies ADR-0012: an embedder of another dimension than the store's is refused.
+#[test]
+fn embedder_dimension_mismatch_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    drop(open_path(&path).unwrap());
+    let e = SqliteStore::open_with(
+        &path,
+        Arc::new(HashEmbedder::new(64)),
+        StoreOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            MemoryError::DimensionMismatch {
+                expected: 256,
+                found: 64,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+/// Verifies ADR-0012: the entry size limit is configurable and applies to all three stores.
+#[test]
+fn oversized_entries_are_refused_with_the_configured_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open_with(
+        dir.path().join("memory.db"),
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default().with_max_entry_bytes(100),
+    )
+    .unwrap();
+    let too_big = "é".repeat(51); // 102 bytes
+    let check = |r: Result<(), MemoryError>| match r {
+        Err(MemoryError::EntryTooLarge { size, limit, .. }) => {
+            assert_eq!((size, limit), (102, 100));
+        }
+        other => panic!("expected EntryTooLarge, got {other:?}"),
+    };
+    check(s.append("s", NewEntry::user(too_big.clone())).map(drop));
+    check(s.put(NewMemory::new("a", too_big.clone())).map(drop));
+    check(s.set_fact(&Scope::global(), "k", &too_big).map(drop));
+    s.append("s", NewEntry::user("x".repeat(100))).unwrap();
+    let e = s.append("s", NewEntry::user(too_big)).unwrap_err();
+    assert!(e.to_string().contains("over the limit of 100 bytes"), "{e}");
+}
+
+/// Verifies ADR-0012: a second connection's writes are seen by a store's vector ranking.
+#[test]
+fn vector_cache_follows_other_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let a = open_path(&path).unwrap();
+    let b = open_path(&path).unwrap();
+    a.put(NewMemory::new("x", "first note about kubernetes"))
+        .unwrap();
+    let vec_only = SearchOptions::top(5).mode(strata_memory::SearchMode::Vector);
+    assert_eq!(a.search("kubernetes", &vec_only).unwrap().len(), 1);
+    let m = b
+        .put(NewMemory::new("x", "second note about kubernetes"))
+        .unwrap();
+    let hits = a.search("kubernetes", &vec_only).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert!(b.delete(&m.id).unwrap());
+    assert_eq!(a.search("kubernetes", &vec_only).unwrap().len(), 1);
+}

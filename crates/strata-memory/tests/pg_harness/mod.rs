@@ -224,6 +224,11 @@ impl PgServer {
             pid = std::process::id(),
             root = self.root.display()
         );
+        // The watchdog must outlive this process, so it is deliberately not waited for.
+        #[allow(
+            clippy::zombie_processes,
+            reason = "the watchdog outlives the test process"
+        )]
         Command::new("sh")
             .args(["-c", &script])
             .current_dir("/tmp")
