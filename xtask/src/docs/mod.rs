@@ -310,15 +310,11 @@ fn scan_sources(root: &Path, model: &mut Model) -> std::io::Result<()> {
 /// The consistency rules `--check` enforces beyond freshness.
 fn check_model(model: &mut Model) {
     let mut problems = Vec::new();
+    let mut missing: BTreeMap<u32, Vec<&Citation>> = BTreeMap::new();
     for c in &model.citations {
         let Target::Adr(id) = c.target else { continue };
         match model.adrs.get(&id) {
-            None => problems.push(format!(
-                "{}:{}: cites {} but there is no adr/{id:04}-*.md; fix the id or write the record.",
-                c.path,
-                c.line,
-                adr_id(id)
-            )),
+            None => missing.entry(id).or_default().push(c),
             Some(record) if !record.status.is_live() => problems.push(format!(
                 "{}:{}: cites {}, which is {}; cite the decision in force instead.",
                 c.path,
@@ -332,6 +328,22 @@ fn check_model(model: &mut Model) {
             )),
             Some(_) => {}
         }
+    }
+    // One problem per missing record, so a record that is still being written does not bury
+    // everything else.
+    for (id, places) in missing {
+        let first = places[0];
+        let others = match places.len() - 1 {
+            0 => String::new(),
+            1 => " (as does 1 other place)".to_string(),
+            n => format!(" (as do {n} other places)"),
+        };
+        problems.push(format!(
+            "{}:{}: cites {}{others} but there is no adr/{id:04}-*.md; fix the id or write the record.",
+            first.path,
+            first.line,
+            adr_id(id)
+        ));
     }
     for record in model.adrs.values() {
         let id = record.id;
@@ -512,4 +524,223 @@ pub fn run(root: &Path, check: bool) -> std::io::Result<bool> {
         model.problems.len()
     );
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A throwaway workspace under the system temp folder, removed on drop.
+    struct Tree(PathBuf);
+
+    impl Tree {
+        fn new(files: &[(&str, &str)]) -> Tree {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let root = std::env::temp_dir().join(format!(
+                "xtask-docs-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::SeqCst)
+            ));
+            let tree = Tree(root);
+            for (path, text) in files {
+                tree.write(path, text);
+            }
+            tree
+        }
+
+        fn write(&self, path: &str, text: &str) {
+            let p = self.0.join(path);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, text).unwrap();
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn record(id: u32, status: &str, extra: &str, decision: &str) -> String {
+        format!(
+            "# ADR-{id:04}: Record {id}\n\nStatus: {status}\n\nDate: 2026-11-21\n{extra}\n## Context\n\nC.\n\n## Decision\n\n{decision}\n\n## Consequences\n\nQ.\n\n## Alternatives considered\n\nA.\n"
+        )
+    }
+
+    const LIB: &str = "//! Demo crate (ADR-0001).\n\n/// Keeps the invariants (I1, I2).\npub fn keep() {}\n\n#[cfg(test)]\nmod tests {\n    /// Verifies ADR-0001 and I1, I2, I3, I4, I5, I6, I7.\n    #[test]\n    fn proves() {}\n}\n";
+    const MANIFEST: &str =
+        "[package]\nname = \"strata-core\"\ndescription = \"A demo crate.\"\n\n[dependencies]\n";
+
+    fn good_tree() -> Tree {
+        Tree::new(&[
+            (
+                "adr/0001-first.md",
+                &record(
+                    1,
+                    "Accepted",
+                    "",
+                    "We decide (I1 to I7: I2, I3, I4, I5, I6).",
+                ),
+            ),
+            (
+                "adr/0002-old.md",
+                &record(2, "Superseded by ADR-0003", "", "Old."),
+            ),
+            (
+                "adr/0003-new.md",
+                &record(3, "Proposed", "\nSupersedes: ADR-0002\n", "New."),
+            ),
+            ("adr/TEMPLATE.md", "# ADR-NNNN: Title\n"),
+            ("crates/strata-core/Cargo.toml", MANIFEST),
+            ("crates/strata-core/src/lib.rs", LIB),
+        ])
+    }
+
+    /// Verifies ADR-0005: a consistent tree passes, and what is written is then fresh.
+    #[test]
+    fn consistent_tree_generates_fresh_docs() {
+        let tree = good_tree();
+        let model = collect(&tree.0).unwrap();
+        assert_eq!(model.problems, Vec::<String>::new());
+        assert_eq!(model.adrs.len(), 3);
+        assert!(!run(&tree.0, true).unwrap(), "nothing is generated yet");
+        assert!(run(&tree.0, false).unwrap());
+        assert!(run(&tree.0, true).unwrap());
+
+        let page = fs::read_to_string(tree.0.join("docs/adr/ADR-0001.md")).unwrap();
+        assert!(page.starts_with(MARKER));
+        assert!(page.contains(
+            "| [crates/strata-core/src/lib.rs:1](../../crates/strata-core/src/lib.rs#L1) | `crate root` |"
+        ));
+        assert!(page.contains(
+            "| [crates/strata-core/src/lib.rs:8](../../crates/strata-core/src/lib.rs#L8) | `fn tests::proves` |"
+        ));
+        let invariants = fs::read_to_string(tree.0.join("docs/invariants.md")).unwrap();
+        assert!(invariants.contains("| [I7](#i7-typestate) Typestate |"));
+        let summary = fs::read_to_string(tree.0.join("docs/SUMMARY.md")).unwrap();
+        assert!(summary.contains("    - [ADR-0003: Record 3](adr/ADR-0003.md)"));
+
+        // Output is deterministic: a second render of a fresh collection is identical.
+        let again = render::render(&collect(&tree.0).unwrap());
+        assert_eq!(again, render::render(&model));
+    }
+
+    /// Verifies ADR-0005: moving a citation makes the committed pages stale, and a page left
+    /// over from a deleted record is reported.
+    #[test]
+    fn drift_is_detected() {
+        let tree = good_tree();
+        assert!(run(&tree.0, false).unwrap());
+        tree.write("crates/strata-core/src/lib.rs", &format!("\n{LIB}"));
+        let files = render::render(&collect(&tree.0).unwrap());
+        let d = drift(&tree.0, &files).unwrap();
+        assert!(d.changed.contains(&"docs/adr/ADR-0001.md".to_string()));
+        assert!(!run(&tree.0, true).unwrap());
+
+        assert!(run(&tree.0, false).unwrap());
+        tree.write("docs/adr/ADR-0042.md", &format!("{MARKER}\n\n# gone\n"));
+        tree.write("docs/adr/notes.md", "Written by hand.\n");
+        let d = drift(&tree.0, &files).unwrap();
+        assert_eq!(d.removed, vec!["docs/adr/ADR-0042.md".to_string()]);
+        assert!(run(&tree.0, false).unwrap());
+        assert!(!tree.0.join("docs/adr/ADR-0042.md").exists());
+        assert!(tree.0.join("docs/adr/notes.md").exists());
+    }
+
+    /// Verifies ADR-0001 and ADR-0005: a citation of a record that does not exist fails the
+    /// check, and so does a malformed id.
+    #[test]
+    fn broken_tag_fails_the_check() {
+        let tree = good_tree();
+        tree.write(
+            "crates/strata-core/src/extra.rs",
+            "//! Extra.\n\n/// Follows ADR-0099.\npub fn f() {}\n// See ADR-12.\n",
+        );
+        let model = collect(&tree.0).unwrap();
+        assert_eq!(model.problems.len(), 2, "{:#?}", model.problems);
+        assert!(model.problems[0].starts_with("crates/strata-core/src/extra.rs:3: cites ADR-0099"));
+        assert!(model.problems[1].starts_with("crates/strata-core/src/extra.rs:5: `ADR-12` is not"));
+        assert!(run(&tree.0, false).unwrap());
+        assert!(
+            !run(&tree.0, true).unwrap(),
+            "fresh pages do not hide a broken tag"
+        );
+    }
+
+    /// Verifies ADR-0001: superseded records may not be cited, supersession must be two-sided,
+    /// and an accepted record needs both code and a test.
+    #[test]
+    fn lifecycle_rules() {
+        let tree = good_tree();
+        tree.write(
+            "crates/strata-core/src/old.rs",
+            "//! Still follows the old way (ADR-0002).\n",
+        );
+        tree.write(
+            "adr/0004-lonely.md",
+            &record(
+                4,
+                "Accepted",
+                "\nSupersedes: ADR-0001\n",
+                "Nothing cites me.",
+            ),
+        );
+        let problems = collect(&tree.0).unwrap().problems;
+        let expect = [
+            "adr/0004-lonely.md: supersedes ADR-0001, so that record's status must be",
+            "adr/0004-lonely.md: ADR-0004 is Accepted but no code cites it",
+            "adr/0004-lonely.md: ADR-0004 is Accepted but no test cites it",
+            "crates/strata-core/src/old.rs:1: cites ADR-0002, which is superseded by ADR-0003",
+        ];
+        for e in expect {
+            assert!(
+                problems.iter().any(|p| p.starts_with(e)),
+                "{e}: {problems:#?}"
+            );
+        }
+        assert!(!problems
+            .iter()
+            .any(|p| p.starts_with("adr/0001-first.md: is superseded")));
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+    }
+
+    /// Verifies ADR-0005: every invariant needs a test and a record that names it.
+    #[test]
+    fn invariants_need_tests_and_records() {
+        let tree = good_tree();
+        tree.write(
+            "crates/strata-core/src/lib.rs",
+            &LIB.replace("I1, I2, I3, I4, I5, I6, I7", "I1, I2, I3, I4, I5, I6"),
+        );
+        tree.write(
+            "adr/0001-first.md",
+            &record(1, "Accepted", "", "We decide (I1, I2, I3, I4, I5, I6)."),
+        );
+        let problems = collect(&tree.0).unwrap().problems;
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].starts_with("I7 (Typestate) has no test"));
+        assert!(problems[1].starts_with("I7 (Typestate) is named by no decision record"));
+    }
+
+    #[test]
+    fn test_modules_declared_out_of_line_are_tests() {
+        let tree = good_tree();
+        tree.write(
+            "crates/strata-core/src/lib.rs",
+            &format!("{LIB}\n#[cfg(test)]\nmod more_tests;\n"),
+        );
+        tree.write(
+            "crates/strata-core/src/more_tests.rs",
+            "/// Verifies ADR-0001 again.\nfn again() {}\n",
+        );
+        let model = collect(&tree.0).unwrap();
+        let c = model
+            .citations
+            .iter()
+            .find(|c| c.path.ends_with("more_tests.rs"))
+            .unwrap();
+        assert_eq!(c.role, Role::Verifies);
+        assert_eq!(c.item, "fn more_tests::again");
+    }
 }
