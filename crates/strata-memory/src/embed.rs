@@ -133,6 +133,227 @@ impl Embedder for HashEmbedder {
     }
 }
 
+#[cfg(feature = "http")]
+pub use http::OpenAiEmbedder;
+
+#[cfg(feature = "http")]
+mod http {
+    use std::fmt;
+    use std::time::Duration;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::Embedder;
+    use crate::error::{MemoryError, Result};
+
+    /// A client for servers that speak the OpenAI embeddings protocol
+    /// (`POST /v1/embeddings` with `model` and `input`, answering `data[].embedding`):
+    /// OpenAI itself, and local servers such as llama.cpp, vLLM, Ollama or text-embeddings-
+    /// inference. Blocking; texts are sent in batches.
+    #[derive(Clone)]
+    pub struct OpenAiEmbedder {
+        endpoint: String,
+        model: String,
+        api_key: Option<String>,
+        dims: usize,
+        name: String,
+        batch: usize,
+        request_dimensions: bool,
+        agent: ureq::Agent,
+    }
+
+    impl fmt::Debug for OpenAiEmbedder {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            // Never print the key.
+            f.debug_struct("OpenAiEmbedder")
+                .field("endpoint", &self.endpoint)
+                .field("model", &self.model)
+                .field("dims", &self.dims)
+                .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+                .finish_non_exhaustive()
+        }
+    }
+
+    #[derive(Serialize)]
+    struct Request<'a> {
+        model: &'a str,
+        input: &'a [&'a str],
+        encoding_format: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dimensions: Option<usize>,
+    }
+
+    #[derive(Deserialize)]
+    struct Response {
+        data: Vec<Item>,
+    }
+
+    #[derive(Deserialize)]
+    struct Item {
+        index: usize,
+        embedding: Vec<f32>,
+    }
+
+    fn agent(timeout: Duration) -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into()
+    }
+
+    impl OpenAiEmbedder {
+        /// A client for `model` returning vectors of `dims` numbers, at `base_url`
+        /// (`https://api.openai.com`, `http://127.0.0.1:8080`, or either ending in `/v1`).
+        /// Timeout 30 s, batches of 64 texts, no API key.
+        pub fn new(base_url: &str, model: &str, dims: usize) -> OpenAiEmbedder {
+            let base = base_url.trim_end_matches('/');
+            let endpoint = if base.ends_with("/v1") {
+                format!("{base}/embeddings")
+            } else {
+                format!("{base}/v1/embeddings")
+            };
+            OpenAiEmbedder {
+                name: format!("openai-compatible:{model}/{dims}"),
+                endpoint,
+                model: model.to_owned(),
+                api_key: None,
+                dims,
+                batch: 64,
+                request_dimensions: false,
+                agent: agent(Duration::from_secs(30)),
+            }
+        }
+
+        /// Send `Authorization: Bearer <key>`.
+        #[must_use]
+        pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+            self.api_key = Some(key.into());
+            self
+        }
+
+        /// The longest a request may take.
+        #[must_use]
+        pub fn with_timeout(mut self, timeout: Duration) -> Self {
+            self.agent = agent(timeout);
+            self
+        }
+
+        /// How many texts to send per request (at least 1).
+        #[must_use]
+        pub fn with_batch_size(mut self, n: usize) -> Self {
+            self.batch = n.max(1);
+            self
+        }
+
+        /// Ask the server for `dims` dimensions (the `dimensions` field, which models with
+        /// shortened embeddings accept; others reject it).
+        #[must_use]
+        pub fn request_dimensions(mut self, yes: bool) -> Self {
+            self.request_dimensions = yes;
+            self
+        }
+
+        /// The full URL requests go to.
+        pub fn endpoint(&self) -> &str {
+            &self.endpoint
+        }
+
+        fn fail(&self, detail: String) -> MemoryError {
+            MemoryError::Embedder {
+                embedder: self.name.clone(),
+                detail,
+            }
+        }
+
+        fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+            let body = serde_json::to_string(&Request {
+                model: &self.model,
+                input: texts,
+                encoding_format: "float",
+                dimensions: self.request_dimensions.then_some(self.dims),
+            })
+            .map_err(|e| self.fail(format!("could not encode the request: {e}")))?;
+            let mut req = self
+                .agent
+                .post(&self.endpoint)
+                .header("Content-Type", "application/json");
+            if let Some(key) = &self.api_key {
+                req = req.header("Authorization", &format!("Bearer {key}"));
+            }
+            let mut resp = req.send(&body).map_err(|e| {
+                self.fail(format!(
+                    "could not reach {}: {e}; check the URL and that the server is running",
+                    self.endpoint
+                ))
+            })?;
+            let status = resp.status();
+            let text = resp
+                .body_mut()
+                .with_config()
+                .limit(256 * 1024 * 1024)
+                .read_to_string()
+                .map_err(|e| self.fail(format!("could not read the response: {e}")))?;
+            if !status.is_success() {
+                let snippet: String = text.chars().take(300).collect();
+                return Err(self.fail(format!(
+                    "{} answered HTTP {}: {snippet}; check the model name and the API key",
+                    self.endpoint,
+                    status.as_u16()
+                )));
+            }
+            let parsed: Response = serde_json::from_str(&text).map_err(|e| {
+                self.fail(format!(
+                    "the response is not an embeddings response ({e}); is {} an OpenAI-compatible endpoint?",
+                    self.endpoint
+                ))
+            })?;
+            let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+            for item in parsed.data {
+                let slot = out.get_mut(item.index).ok_or_else(|| {
+                    self.fail(format!(
+                        "the response has index {} for {} inputs",
+                        item.index,
+                        texts.len()
+                    ))
+                })?;
+                if item.embedding.len() != self.dims {
+                    return Err(MemoryError::DimensionMismatch {
+                        context: format!("embedder `{}` (configured dimension)", self.name),
+                        expected: self.dims,
+                        found: item.embedding.len(),
+                    });
+                }
+                *slot = Some(item.embedding);
+            }
+            out.into_iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.ok_or_else(|| self.fail(format!("the response has no vector for input {i}")))
+                })
+                .collect()
+        }
+    }
+
+    impl Embedder for OpenAiEmbedder {
+        fn name(&self) -> &str {
+            &self.name
+        }
+
+        fn dims(&self) -> usize {
+            self.dims
+        }
+
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+            let mut out = Vec::with_capacity(texts.len());
+            for chunk in texts.chunks(self.batch) {
+                out.extend(self.embed_batch(chunk)?);
+            }
+            Ok(out)
+        }
+    }
+}
+
 /// 64-bit FNV-1a over a kind byte and the feature bytes.
 fn fnv1a(kind: u8, bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

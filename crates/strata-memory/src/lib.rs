@@ -29,6 +29,8 @@ pub mod text;
 pub mod working;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(feature = "http")]
+pub use embed::OpenAiEmbedder;
 pub use embed::{embed_checked, Embedder, HashEmbedder};
 pub use error::{MemoryError, Result};
 pub use filelog::FileLog;
