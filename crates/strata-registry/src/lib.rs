@@ -20,6 +20,7 @@ pub mod goals;
 pub mod inputs;
 pub mod modes;
 pub mod registry;
+pub mod templates;
 
 pub use builtin::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
@@ -35,3 +36,4 @@ pub use goals::{
 pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};
 pub use modes::{Owner, StandardSection};
 pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};
+pub use templates::{OperationalTemplate, SignedTemplate, TemplateError, TemplateValues};
