@@ -55,7 +55,7 @@ pub struct Model {
     /// Problems found while reading: each makes `--check` fail.
     pub problems: Vec<String>,
     /// Other pages that exist and are linked from the index (`docs/benchmarks.md`,
-    /// `README.md`, `ARCHITECTURE.md`), relative to the workspace root.
+    /// `README.md`, `ARCHITECTURE.md`, `SECURITY.md`), relative to the workspace root.
     pub extra_pages: BTreeSet<String>,
 }
 
@@ -82,7 +82,12 @@ pub fn collect(root: &Path) -> std::io::Result<Model> {
     read_adrs(root, &mut model)?;
     model.crates = find_crates(root, &mut model.problems)?;
     scan_sources(root, &mut model)?;
-    for page in ["docs/benchmarks.md", "README.md", "ARCHITECTURE.md"] {
+    for page in [
+        "docs/benchmarks.md",
+        "README.md",
+        "ARCHITECTURE.md",
+        "SECURITY.md",
+    ] {
         if root.join(page).is_file() {
             model.extra_pages.insert(page.to_string());
         }

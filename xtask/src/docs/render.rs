@@ -198,7 +198,7 @@ fn overview(model: &Model) -> String {
             "| [Benchmarks](benchmarks.md) | Measured speed (written by hand, not generated) |\n",
         );
     }
-    let elsewhere: Vec<String> = ["README.md", "ARCHITECTURE.md"]
+    let elsewhere: Vec<String> = ["README.md", "ARCHITECTURE.md", "SECURITY.md"]
         .iter()
         .filter(|p| model.extra_pages.contains(**p))
         .map(|p| format!("[{}](../{p})", p.trim_end_matches(".md")))
