@@ -9,9 +9,27 @@
 //! - Gathering never fails because a non-sticky contributor failed; it reports an omission.
 //! - The section cache never serves output across an invalidation, and its keys include the
 //!   identity digest, so a new agent definition never sees old output.
+//!
+//! The paved path: one registry for the runtime, built-ins registered once, a gathering per
+//! request.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use strata_core::ContentHash;
+//! use strata_registry::{Builtins, ContributionContext, Registry, SectionCache};
+//!
+//! let registry = Arc::new(Registry::with_cache(Arc::new(SectionCache::default())));
+//! Builtins::detect().register(&registry)?;
+//! // The digest comes from the verified agent definition; the time from the runtime.
+//! let ctx = ContributionContext::new("ada", ContentHash::of("digest"), "session-1", 0);
+//! let gathered = registry.gather(&ctx)?;
+//! assert!(gathered.sections.iter().any(|s| s.id().as_str() == "time"));
+//! assert!(gathered.omissions.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
 
-pub mod builtin;
+pub mod builtins;
 pub mod cache;
 pub mod config;
 pub mod contributor;
@@ -22,7 +40,7 @@ pub mod modes;
 pub mod registry;
 pub mod templates;
 
-pub use builtin::Builtins;
+pub use builtins::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
 pub use config::{Config, ConfigError};
 pub use contributor::{

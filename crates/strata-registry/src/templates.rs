@@ -241,7 +241,7 @@ impl OperationalTemplate {
         put("mode", ctx.operational_mode.to_string());
         put("tier", ctx.tier.number().to_string());
         put("prompt_mode", ctx.mode.to_string());
-        put("date", crate::builtin::CivilTime::at(ctx.now_ms, 0).date());
+        put("date", crate::builtins::CivilTime::at(ctx.now_ms, 0).date());
         let i = &ctx.inputs;
         if let Some(l) = &i.language {
             put("language", l.to_string());

@@ -13,7 +13,7 @@ use strata_core::{
     AnnouncedTool, AssemblyPath, ContentHash, PromptMode, RuntimeLayer, Section, SourceKind,
     Stability, ToolName, ToolUsageHint,
 };
-use strata_registry::builtin::{
+use strata_registry::builtins::{
     BootstrapFiles, Environment, Prompt, RuntimeCapabilities, TemporalContext, ToolGuidance,
 };
 use strata_registry::{
