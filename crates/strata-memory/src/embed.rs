@@ -399,7 +399,7 @@ mod tests {
         assert!(related > 0.4, "{related}");
         assert!(related > unrelated + 0.3, "{related} vs {unrelated}");
         assert_eq!(
-            e.embed(&["the deploy pipeline failed on staging"]).unwrap()[0],
+            embed_checked(&e, &["the deploy pipeline failed on staging"]).unwrap()[0],
             v[0]
         );
     }

@@ -20,6 +20,7 @@ pub mod error;
 pub mod filelog;
 pub mod inmem;
 pub mod long_term;
+pub mod markdown;
 pub mod options;
 #[cfg(feature = "postgres")]
 pub mod pg;
@@ -39,6 +40,7 @@ pub use long_term::{
     reciprocal_rank_fusion, ListOptions, LongTermMemory, MemoryId, MemoryRecord, NewMemory,
     SearchHit, SearchMode, SearchOptions, RRF_K,
 };
+pub use markdown::{IndexLimits, MemoryIndex, NoteGraph, WalkOptions};
 pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::PgStore;

@@ -425,7 +425,9 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// Scale a vector to unit length (a zero vector stays zero).
 pub(crate) fn normalise(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 && norm.is_finite() {
+    // Vectors already at unit length (up to rounding) are left as they are, so normalising
+    // twice changes nothing.
+    if norm > 0.0 && norm.is_finite() && (norm - 1.0).abs() > 1e-6 {
         for x in v.iter_mut() {
             *x /= norm;
         }
