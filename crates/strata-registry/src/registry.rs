@@ -185,6 +185,15 @@ impl Registry {
         Registry::build(Some(cache), clock)
     }
 
+    /// An empty registry as `config` asks: with a section cache of its TTL on `clock`, or
+    /// without a cache when caching is disabled.
+    pub fn from_config(config: &crate::config::Config, clock: Arc<dyn Clock>) -> Registry {
+        match config.section_cache(clock.clone()) {
+            Some(cache) => Registry::with_cache(cache),
+            None => Registry::build(None, clock),
+        }
+    }
+
     fn build(cache: Option<Arc<SectionCache>>, clock: Arc<dyn Clock>) -> Registry {
         Registry {
             entries: RwLock::new(BTreeMap::new()),

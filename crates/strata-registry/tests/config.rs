@@ -94,6 +94,17 @@ fn the_cache_follows_the_configuration() {
     let c = Config::from_toml_str("[caching]\nttl_secs = 7").unwrap();
     let cache = c.section_cache(Arc::new(ManualClock::new(0))).unwrap();
     assert_eq!(cache.default_ttl(), std::time::Duration::from_secs(7));
+    let r = strata_registry::Registry::from_config(&c, Arc::new(ManualClock::new(0)));
+    assert_eq!(
+        r.cache().unwrap().default_ttl(),
+        std::time::Duration::from_secs(7)
+    );
+    let off = Config::from_toml_str("[caching]\nenabled = false").unwrap();
+    assert!(
+        strata_registry::Registry::from_config(&off, Arc::new(ManualClock::new(0)))
+            .cache()
+            .is_none()
+    );
 }
 
 fn syntax(text: &str) -> (Option<String>, Option<Location>, String) {
