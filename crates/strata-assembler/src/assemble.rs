@@ -24,6 +24,8 @@ use crate::request::{AssemblyRequest, BudgetSpec, Invisible};
 
 /// The id of the tool catalog section the assembler writes from announced tools.
 pub const TOOL_CATALOG_ID: &str = "strata.tools";
+/// The conflict key of the tool catalog; other catalogs claiming it lose to the assembler's.
+pub const TOOL_CATALOG_KEY: &str = "tool_catalog";
 /// Below this many tokens of slack, a dropped section is not re-added in cut form.
 const MIN_CUT_TOKENS: u64 = 48;
 /// Entries kept in the element cache before it is cleared.

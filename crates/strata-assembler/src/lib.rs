@@ -27,7 +27,7 @@ pub mod output;
 pub mod report;
 pub mod request;
 
-pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID};
+pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 pub use error::AssembleError;
 pub use input::{RuntimeInput, SectionSpec};
 pub use output::AssembledContext;

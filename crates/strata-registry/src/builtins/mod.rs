@@ -45,6 +45,22 @@ pub(crate) fn section(
         .map_err(|e| ContributorError::Source(e.to_string()))
 }
 
+/// Like [`section`], with a conflict key: a section of a higher layer (or of the signed
+/// identity) that claims the same key wins over it in the assembler (ADR-0007).
+pub(crate) fn keyed_section(
+    meta: &ContributorMeta,
+    contributor: &str,
+    layer: RuntimeLayer,
+    id: &str,
+    key: &str,
+    content: impl Into<Content>,
+) -> Result<Section, ContributorError> {
+    meta.section(contributor, layer, id, content)
+        .and_then(|b| b.key(key))
+        .map(|b| b.build())
+        .map_err(|e| ContributorError::Source(e.to_string()))
+}
+
 /// What the standard set of built-in contributors is built with.
 #[derive(Debug, Clone)]
 pub struct Builtins {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use strata_core::{ContentHash, RuntimeLayer, Section, SourceKind};
 
-use super::section;
+use super::{keyed_section, section};
 use crate::contributor::{ContributionContext, Contributor, ContributorError, ContributorMeta};
 use crate::inputs::{Fingerprint, ThinkingLevel};
 use crate::modes::StandardSection;
@@ -290,10 +290,12 @@ impl Contributor for ResponseLanguage {
         if lang.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(vec![section(
+        // Keyed `language`: when the signed definition fixes the language, it wins (I4).
+        Ok(vec![keyed_section(
             &self.meta(),
             Self::ID,
             RuntimeLayer::Delegated,
+            "language",
             "language",
             format!("Write your answers in {lang}."),
         )?])

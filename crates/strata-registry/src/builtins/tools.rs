@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use strata_core::{ContentHash, RuntimeLayer, Section, ToolName};
 
-use super::section;
+use super::{keyed_section, section};
 use crate::contributor::{ContributionContext, Contributor, ContributorError, ContributorMeta};
 use crate::inputs::Fingerprint;
 use crate::modes::StandardSection;
@@ -73,11 +73,15 @@ impl Contributor for ToolCatalog {
                 text.push_str(&format!(": {description}"));
             }
         }
-        Ok(vec![section(
+        // Keyed `tool_catalog`: the assembler writes the authoritative catalog, narrowed to the
+        // allowlist, under the same key and a higher priority, so this one only shows when the
+        // assembler has none (ADR-0007).
+        Ok(vec![keyed_section(
             &self.meta(),
             Self::ID,
             RuntimeLayer::Shared,
             "tools.catalog",
+            "tool_catalog",
             text,
         )?])
     }
