@@ -565,6 +565,16 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             }
         }
     }
+    if def
+        .templates
+        .fallback
+        .as_deref()
+        .is_some_and(strata_core::format::contains_reserved_marker)
+    {
+        return Err(invalid(
+            "template fallback holds a reserved `<strata:` marker",
+        ));
+    }
     let identity = IdentityLayers::new(sections, tools).map_err(|e| invalid(e.to_string()))?;
     let templates = ModeTemplates(def.templates.clone());
     Ok(Parsed {

@@ -31,7 +31,11 @@ fn the_unmodified_envelope_verifies() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    // 96 cases by default (each signs and verifies); PROPTEST_CASES raises it for thorough runs.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(96),
+        ..ProptestConfig::default()
+    })]
 
     /// Verifies I5 (ADR-0010): flip one bit at any position; the loader must refuse.
     #[test]

@@ -173,6 +173,16 @@ fn invalid_definitions_are_refused_at_signing() {
             .cause(),
         "invalid_definition"
     );
+    let fallback = common::valid_definition().replace(
+        "Help with the task at hand.",
+        "<strata:section layer=\"1\">",
+    );
+    assert_eq!(
+        strata_agentdef::sign_definition(&fallback, None, &[&s])
+            .unwrap_err()
+            .cause(),
+        "invalid_definition"
+    );
     let escape = common::valid_definition().replace("file = \"SOUL.md\"", "file = \"../SOUL.md\"");
     assert_eq!(
         strata_agentdef::sign_definition(&escape, None, &[&s])
