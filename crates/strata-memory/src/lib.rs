@@ -15,6 +15,7 @@
 
 mod bm25;
 pub mod clock;
+pub mod contrib;
 pub mod embed;
 pub mod error;
 pub mod filelog;
@@ -30,6 +31,10 @@ pub mod text;
 pub mod working;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use contrib::{
+    LongTermMemoryContributor, MemoryIndexContributor, SharedFactsContributor,
+    WorkingMemoryContributor,
+};
 #[cfg(feature = "http")]
 pub use embed::OpenAiEmbedder;
 pub use embed::{embed_checked, Embedder, HashEmbedder};

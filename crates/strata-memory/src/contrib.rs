@@ -1,0 +1,485 @@
+//! Contributors that turn store content into sections for the assembler: shared facts
+//! (layer 3), recent working memory (layer 5), and hybrid search results, wikilink neighbours
+//! and the `MEMORY.md` index (layer 6).
+//!
+//! Every section carries [`SourceKind::Store`] with the store's name, and its record id and
+//! time where the store has them; the assembler fences all of it as untrusted content
+//! (ADR-0006, ADR-0009, ADR-0012). A store failure becomes [`ContributorError::Source`], which
+//! the registry turns into a marked omission.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_core::{Phase, RuntimeLayer, Section, SourceKind, Stability, Tokenizer};
+use strata_registry::{
+    CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
+};
+
+use crate::error::MemoryError;
+use crate::long_term::{LongTermMemory, MemoryId, SearchOptions};
+use crate::markdown::{IndexLimits, MemoryIndex, NoteGraph, WalkOptions};
+use crate::shared::{Scope, SharedContext, SharedContextReader};
+use crate::working::WorkingMemory;
+
+fn source_err(e: MemoryError) -> ContributorError {
+    ContributorError::Source(e.to_string())
+}
+
+fn core_err(e: strata_core::CoreError) -> ContributorError {
+    ContributorError::Source(e.to_string())
+}
+
+/// A section id `prefix` + `name` when it is a valid id of at most 128 characters, otherwise
+/// `prefix` + `h-` + a hash of `name`.
+fn section_id(prefix: &str, name: &str) -> String {
+    let plain = format!("{prefix}{name}");
+    if plain.len() <= 128
+        && plain
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+    {
+        plain
+    } else {
+        format!(
+            "{prefix}h-{}",
+            &blake3::hash(name.as_bytes()).to_hex()[..32]
+        )
+    }
+}
+
+/// Layer 3: the shared facts of the agent's scope, the configured extra scopes and the global
+/// scope, one section per fact. A key set in a more specific scope hides the same key in a
+/// broader one (agent, then the extra scopes in order, then global). Each section has the
+/// conflict key `fact:<key>`.
+#[derive(Debug, Clone)]
+pub struct SharedFactsContributor {
+    id: String,
+    reader: SharedContextReader,
+    extra_scopes: Vec<Scope>,
+    meta: ContributorMeta,
+}
+
+impl SharedFactsContributor {
+    /// Facts read through `reader`. Defaults: id `shared.facts`, phase `task`, priority 50,
+    /// stable, cached with the cache's default time to live (facts change rarely, and stable
+    /// sections keep the provider's prompt cache warm).
+    pub fn new(reader: SharedContextReader) -> SharedFactsContributor {
+        SharedFactsContributor {
+            id: "shared.facts".into(),
+            reader,
+            extra_scopes: Vec::new(),
+            meta: ContributorMeta {
+                priority: 50,
+                phase: Phase::Task,
+                stability: Stability::Stable,
+                source: SourceKind::Store,
+                timeout: Duration::from_secs(2),
+                ..ContributorMeta::default()
+            },
+        }
+    }
+
+    /// Also read these scopes (for example `workspace:acme`), between the agent's and the
+    /// global scope.
+    #[must_use]
+    pub fn with_scopes(mut self, scopes: Vec<Scope>) -> Self {
+        self.extra_scopes = scopes;
+        self
+    }
+
+    /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
+    #[must_use]
+    pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
+        self.meta = ContributorMeta {
+            source: SourceKind::Store,
+            ..meta
+        };
+        self
+    }
+
+    /// Use another contributor id.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+}
+
+impl Contributor for SharedFactsContributor {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::Shared
+    }
+
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+
+    fn cache_policy(&self) -> CachePolicy {
+        CachePolicy::Ttl(None)
+    }
+
+    fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let mut scopes = Vec::with_capacity(self.extra_scopes.len() + 2);
+        // An agent id that cannot form a scope has no agent facts.
+        if let Ok(s) = Scope::agent(&ctx.agent_id) {
+            scopes.push(s);
+        }
+        scopes.extend(self.extra_scopes.iter().cloned());
+        scopes.push(Scope::global());
+        let facts = self.reader.facts(&scopes).map_err(source_err)?;
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for f in facts {
+            if !seen.insert(f.key.clone()) {
+                continue;
+            }
+            let record = format!("{}/{}", f.scope, f.key);
+            let section = self
+                .meta
+                .section(
+                    &self.id,
+                    RuntimeLayer::Shared,
+                    section_id("fact/", &f.key),
+                    format!("{}: {}", f.key, f.value),
+                )
+                .map_err(core_err)?
+                .key(format!("fact:{}", f.key))
+                .map_err(core_err)?
+                .source(SourceKind::Store, self.reader.store_name())
+                .record(Some(&record), Some(f.updated_ms), None)
+                .build();
+            out.push(section);
+        }
+        Ok(out)
+    }
+}
+
+/// Layer 5: the newest working-memory entries of the session that fit a token budget, one
+/// section per turn, each with its [`strata_core::Turn`] (sequence, role, call id) so the
+/// assembler can drop the oldest turns first and keep a tool call with its result
+/// (ADR-0008). Entries are chosen by [`WorkingMemory::recent_within`], so no call/result pair
+/// is split here either.
+#[derive(Debug, Clone)]
+pub struct WorkingMemoryContributor {
+    id: String,
+    store: Arc<dyn WorkingMemory>,
+    tokenizer: Arc<dyn Tokenizer>,
+    token_budget: usize,
+    meta: ContributorMeta,
+}
+
+impl std::fmt::Debug for dyn WorkingMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkingMemory")
+            .field("store", &self.store_name())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for dyn LongTermMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LongTermMemory")
+            .field("store", &self.store_name())
+            .finish()
+    }
+}
+
+impl WorkingMemoryContributor {
+    /// Recent turns of `store` within `token_budget` tokens of `tokenizer`. Defaults: id
+    /// `working.recent`, phase `history`, priority 50, dynamic.
+    pub fn new(
+        store: Arc<dyn WorkingMemory>,
+        tokenizer: Arc<dyn Tokenizer>,
+        token_budget: usize,
+    ) -> WorkingMemoryContributor {
+        WorkingMemoryContributor {
+            id: "working.recent".into(),
+            store,
+            tokenizer,
+            token_budget,
+            meta: ContributorMeta {
+                priority: 50,
+                phase: Phase::History,
+                stability: Stability::Dynamic,
+                source: SourceKind::Store,
+                ..ContributorMeta::default()
+            },
+        }
+    }
+
+    /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
+    #[must_use]
+    pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
+        self.meta = ContributorMeta {
+            source: SourceKind::Store,
+            ..meta
+        };
+        self
+    }
+
+    /// Use another contributor id.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+}
+
+impl Contributor for WorkingMemoryContributor {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::WorkingMemory
+    }
+
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+
+    fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let entries = self
+            .store
+            .recent_within(&ctx.session_id, self.token_budget, self.tokenizer.as_ref())
+            .map_err(source_err)?;
+        entries
+            .into_iter()
+            .map(|e| {
+                let record = e.seq.to_string();
+                Ok(self
+                    .meta
+                    .section(
+                        &self.id,
+                        RuntimeLayer::WorkingMemory,
+                        format!("turn/{}", e.seq),
+                        e.content.clone(),
+                    )
+                    .map_err(core_err)?
+                    .turn(e.turn())
+                    .source(SourceKind::Store, self.store.store_name())
+                    .record(Some(&record), Some(e.at_ms), None)
+                    .build())
+            })
+            .collect()
+    }
+}
+
+/// Layer 6: hybrid search over long-term memory with the request's query, one section per
+/// memory (provenance: record id, creation time, fused score), best first by priority.
+/// Optionally followed by the wikilink neighbours of the notes found, and restricted to the
+/// agent's own memories unless configured otherwise.
+#[derive(Debug, Clone)]
+pub struct LongTermMemoryContributor {
+    id: String,
+    store: Arc<dyn LongTermMemory>,
+    search: SearchOptions,
+    own_memories_only: bool,
+    graph: Option<(Arc<NoteGraph>, WalkOptions)>,
+    meta: ContributorMeta,
+}
+
+impl LongTermMemoryContributor {
+    /// Search `store` with `search` (top-k, tags, mode...). Defaults: id `memory.search`,
+    /// phase `memory`, priority 40, dynamic, only the agent's own memories.
+    pub fn new(store: Arc<dyn LongTermMemory>, search: SearchOptions) -> LongTermMemoryContributor {
+        LongTermMemoryContributor {
+            id: "memory.search".into(),
+            store,
+            search,
+            own_memories_only: true,
+            graph: None,
+            meta: ContributorMeta {
+                priority: 40,
+                phase: Phase::Memory,
+                stability: Stability::Dynamic,
+                source: SourceKind::Store,
+                ..ContributorMeta::default()
+            },
+        }
+    }
+
+    /// Search every agent's memories, not only the requesting agent's.
+    #[must_use]
+    pub fn across_agents(mut self) -> Self {
+        self.own_memories_only = false;
+        self
+    }
+
+    /// After the search, add the notes linked from the notes it found (memories imported with
+    /// [`NoteGraph::to_memories`]), walked with `walk`.
+    #[must_use]
+    pub fn with_note_graph(mut self, graph: Arc<NoteGraph>, walk: WalkOptions) -> Self {
+        self.graph = Some((graph, walk));
+        self
+    }
+
+    /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
+    #[must_use]
+    pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
+        self.meta = ContributorMeta {
+            source: SourceKind::Store,
+            ..meta
+        };
+        self
+    }
+
+    /// Use another contributor id.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+}
+
+impl Contributor for LongTermMemoryContributor {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::LongTermMemory
+    }
+
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+
+    fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let Some(query) = ctx.query.as_deref() else {
+            return Ok(Vec::new());
+        };
+        let mut options = self.search.clone();
+        if self.own_memories_only {
+            options.agent_id = Some(ctx.agent_id.to_string());
+        }
+        let hits = self.store.search(query, &options).map_err(source_err)?;
+        let n = u32::try_from(hits.len()).unwrap_or(u32::MAX);
+        let store_name = self.store.store_name().to_owned();
+        let mut out = Vec::with_capacity(hits.len());
+        let mut found_notes: Vec<Arc<str>> = Vec::new();
+        for (rank, hit) in hits.iter().enumerate() {
+            let r = u32::try_from(rank).unwrap_or(u32::MAX);
+            let rec = &hit.record;
+            out.push(
+                self.meta
+                    .section(
+                        &self.id,
+                        RuntimeLayer::LongTermMemory,
+                        section_id("mem/", rec.id.as_str()),
+                        rec.content.clone(),
+                    )
+                    .map_err(core_err)?
+                    // Best first: the top hit gets the highest priority.
+                    .priority(self.meta.priority.saturating_add(n - r))
+                    .source(SourceKind::Store, &store_name)
+                    .record(Some(rec.id.as_str()), Some(rec.created_ms), Some(hit.score))
+                    .build(),
+            );
+            if let Some((graph, _)) = &self.graph {
+                if let Some(k) = graph.note_key_of_memory(&rec.id) {
+                    found_notes.push(k.clone());
+                }
+            }
+        }
+        if let Some((graph, walk)) = &self.graph {
+            let start: Vec<&str> = found_notes.iter().map(|k| &**k).collect();
+            for nb in graph.neighbours(&start, *walk) {
+                let Some(note) = graph.note(&nb.key) else {
+                    continue;
+                };
+                let id: MemoryId = crate::markdown::note_memory_id(&nb.key);
+                out.push(
+                    self.meta
+                        .section(
+                            &self.id,
+                            RuntimeLayer::LongTermMemory,
+                            section_id("note/", &nb.key),
+                            note.text.as_str(),
+                        )
+                        .map_err(core_err)?
+                        .priority(self.meta.priority)
+                        .source(SourceKind::Store, &store_name)
+                        .record(Some(id.as_str()), None, None)
+                        .build(),
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Layer 6: the `MEMORY.md` index, read within its limits, as one stable section. When the
+/// file was cut, a last line says so (and how much was kept); a missing file gives nothing.
+#[derive(Debug, Clone)]
+pub struct MemoryIndexContributor {
+    id: String,
+    path: PathBuf,
+    limits: IndexLimits,
+    meta: ContributorMeta,
+}
+
+impl MemoryIndexContributor {
+    /// The index at `path` with `limits`. Defaults: id `memory.index`, phase `memory`,
+    /// priority 45, stable, cached with the cache's default time to live.
+    pub fn new(path: impl Into<PathBuf>, limits: IndexLimits) -> MemoryIndexContributor {
+        MemoryIndexContributor {
+            id: "memory.index".into(),
+            path: path.into(),
+            limits,
+            meta: ContributorMeta {
+                priority: 45,
+                phase: Phase::Memory,
+                stability: Stability::Stable,
+                source: SourceKind::Store,
+                ..ContributorMeta::default()
+            },
+        }
+    }
+}
+
+impl Contributor for MemoryIndexContributor {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::LongTermMemory
+    }
+
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+
+    fn cache_policy(&self) -> CachePolicy {
+        CachePolicy::Ttl(None)
+    }
+
+    fn contribute(&self, _ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let Some(index) = MemoryIndex::read(&self.path, self.limits).map_err(source_err)? else {
+            return Ok(Vec::new());
+        };
+        let mut text = index.text;
+        if let Some(t) = index.truncated {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "[MEMORY.md truncated: {} of {} lines, {} of {} characters kept]\n",
+                t.kept_lines, t.total_lines, t.kept_chars, t.total_chars
+            ));
+        }
+        let name = format!("file:{}", self.path.display());
+        Ok(vec![self
+            .meta
+            .section(&self.id, RuntimeLayer::LongTermMemory, "memory-index", text)
+            .map_err(core_err)?
+            .source(SourceKind::Store, &name)
+            .build()])
+    }
+}
