@@ -1,10 +1,11 @@
 //! The crate layering of ADR-0002, as data, and the check that the manifests keep it.
 //!
 //! Each workspace crate sits on a level; a crate may depend only on crates of a lower level,
-//! so dependency arrows point down and no cycle can form. `strata-registry` and
-//! `strata-memory` share a level: neither may depend on the other, and the assembler joins
-//! them. `xtask` depends on no workspace crate. Only normal and build dependencies are
-//! checked: a test may use what it needs.
+//! so dependency arrows point down and no cycle can form. `strata-memory` sits above
+//! `strata-registry` because its stores reach the assembler through contributors that
+//! implement the registry's `Contributor` trait; the registry never knows about stores.
+//! `xtask` depends on no workspace crate. Only normal and build dependencies are checked: a
+//! test may use what it needs.
 
 use std::collections::BTreeSet;
 
@@ -14,9 +15,9 @@ pub const LEVELS: [(&str, u8); 6] = [
     ("strata-core", 0),
     ("strata-agentdef", 1),
     ("strata-registry", 2),
-    ("strata-memory", 2),
-    ("strata-assembler", 3),
-    ("strata-cli", 4),
+    ("strata-memory", 3),
+    ("strata-assembler", 4),
+    ("strata-cli", 5),
 ];
 
 /// The level of a workspace crate, if it is one.
@@ -129,7 +130,7 @@ mod tests {
     fn upward_dependencies_are_rejected() {
         let core = "[package]\nname = \"strata-core\"\n\n[dependencies]\nserde.workspace = true\n\n[dependencies.strata-assembler]\nworkspace = true\n";
         let registry = "[dependencies]\nstrata-core = { workspace = true }\n\"strata-memory\".workspace = true\n\n[dev-dependencies]\nstrata-assembler.workspace = true\n";
-        let memory = "[target.'cfg(unix)'.build-dependencies]\nstrata-registry.workspace = true\nstrata-agentdef.workspace = true\n";
+        let memory = "[dependencies]\nstrata-registry.workspace = true\n\n[target.'cfg(unix)'.build-dependencies]\nstrata-assembler.workspace = true\n";
         let tool = "[dependencies]\nstrata-core.workspace = true\n";
         let got = violations(&[
             ("strata-core".into(), core.into()),
@@ -141,7 +142,7 @@ mod tests {
         assert_eq!(got.len(), 5, "{got:#?}");
         assert!(got[0].starts_with("strata-core depends on strata-assembler"));
         assert!(got[1].starts_with("strata-registry depends on strata-memory"));
-        assert!(got[2].starts_with("strata-memory depends on strata-registry"));
+        assert!(got[2].starts_with("strata-memory depends on strata-assembler"));
         assert!(got[3].starts_with("xtask depends on strata-core"));
         assert!(got[4].starts_with("strata-new is not in the layering"));
     }
