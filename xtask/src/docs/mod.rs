@@ -470,6 +470,15 @@ pub fn drift(root: &Path, files: &BTreeMap<String, String>) -> std::io::Result<D
     Ok(d)
 }
 
+/// `1 problem`, `2 problems`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Runs the task. Returns `Ok(true)` when everything is in order, `Ok(false)` when `check`
 /// found drift or problems (already reported on the terminal).
 pub fn run(root: &Path, check: bool) -> std::io::Result<bool> {
@@ -500,9 +509,9 @@ pub fn run(root: &Path, check: bool) -> std::io::Result<bool> {
             );
         } else {
             eprintln!(
-                "docs: check failed ({} problems, {} stale files).",
-                model.problems.len(),
-                drift.changed.len() + drift.removed.len()
+                "docs: check failed ({}, {}).",
+                count(model.problems.len(), "problem"),
+                count(drift.changed.len() + drift.removed.len(), "stale file")
             );
         }
         return Ok(ok);
@@ -520,13 +529,13 @@ pub fn run(root: &Path, check: bool) -> std::io::Result<bool> {
         println!("docs: removed {f}");
     }
     println!(
-        "docs: {} files up to date ({} changed, {} removed); {} records, {} citations, {} problems.",
+        "docs: {} files up to date ({} changed, {} removed); {}, {}, {}.",
         files.len(),
         drift.changed.len(),
         drift.removed.len(),
-        model.adrs.len(),
-        model.citations.len(),
-        model.problems.len()
+        count(model.adrs.len(), "record"),
+        count(model.citations.len(), "citation"),
+        count(model.problems.len(), "problem")
     );
     Ok(true)
 }
