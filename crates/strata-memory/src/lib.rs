@@ -11,6 +11,27 @@
 //! Everything read from a store is untrusted content: it reaches the assembler as sections
 //! with [`strata_core::SourceKind::Store`] provenance and is fenced there (ADR-0006, ADR-0009).
 //! Store failures are typed ([`MemoryError`]) and never silently hidden.
+//!
+//! The paved path: one SQLite file, the built-in embedder, contributors for the registry.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use strata_memory::{
+//!     LongTermMemory, LongTermMemoryContributor, NewEntry, NewMemory, SearchOptions,
+//!     SqliteStore, WorkingMemory,
+//! };
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Arc::new(SqliteStore::open(dir.path().join("memory.db"))?);
+//! store.put(NewMemory::new("ada", "The staging deploy needs the VPN.").with_tags(["ops"]))?;
+//! let hits = store.search("how do I deploy to staging?", &SearchOptions::top(3).agent("ada"))?;
+//! assert_eq!(hits[0].record.content.as_str(), "The staging deploy needs the VPN.");
+//!
+//! store.append("session-1", NewEntry::user("Deploy the fix to staging, please."))?;
+//! // Register with the runtime's `strata_registry::Registry`:
+//! let _layer6 = LongTermMemoryContributor::new(store.clone(), SearchOptions::top(5));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
 
 mod bm25;
