@@ -758,3 +758,20 @@ mod tests {
         assert_eq!(c.item, "fn more_tests::again");
     }
 }
+
+/// The check on the real tree, so that `cargo test` catches stale pages and broken citations.
+#[cfg(test)]
+mod freshness {
+    /// Verifies ADR-0005: the committed pages under `docs/` match the records and the code,
+    /// and every citation, record and invariant passes the check. When this fails, run
+    /// `cargo xtask docs` and commit the result; the messages above say what else to fix.
+    #[test]
+    fn generated_docs_are_fresh() {
+        let ok = super::run(&crate::workspace_root(), true).expect("the tree can be read");
+        assert!(
+            ok,
+            "the generated documentation is stale or the citations are broken: run `{}`",
+            super::COMMAND
+        );
+    }
+}
