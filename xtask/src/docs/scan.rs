@@ -629,13 +629,31 @@ impl<'a> Walker<'a> {
 
     /// Names an `impl` block: the path segment of its self type and its display text.
     fn impl_name(&self, i: usize) -> Option<(String, String)> {
-        let mut j = i + 1;
+        let mut k = self.next_sig(i + 1)?;
+        // Skip the impl's own generic parameters: `impl<'a, T: Clone>`.
+        if self.tokens[k].is_punct('<') {
+            let mut depth = 0i32;
+            loop {
+                let t = &self.tokens[k];
+                if t.is_punct('<') {
+                    depth += 1;
+                } else if t.is_punct('>') && !self.tokens[k - 1].is_punct('-') {
+                    depth -= 1;
+                }
+                k = self.next_sig(k + 1)?;
+                if depth == 0 {
+                    break;
+                }
+            }
+        }
+        // The rest of the header, up to the body or the `where` clause.
         let mut parts: Vec<&Token> = Vec::new();
         let mut angle = 0i32;
-        let mut skipping_generics = true;
-        while let Some(k) = self.next_sig(j) {
+        let mut next = Some(k);
+        while let Some(k) = next {
             let t = &self.tokens[k];
-            if angle == 0 && (t.is_punct('{') || t.is_punct(';') || t.ident() == Some("where")) {
+            let stop = t.is_punct('{') || t.is_punct(';') || t.ident() == Some("where");
+            if angle == 0 && stop {
                 break;
             }
             if t.is_punct('<') {
@@ -643,19 +661,8 @@ impl<'a> Walker<'a> {
             } else if t.is_punct('>') && !parts.last().is_some_and(|p| p.is_punct('-')) {
                 angle -= 1;
             }
-            if skipping_generics && !(angle > 0 || t.is_punct('>')) {
-                skipping_generics = false;
-            }
-            if skipping_generics && (angle > 0 || t.is_punct('>')) {
-                if k == i + 1 && !t.is_punct('<') {
-                    skipping_generics = false;
-                } else {
-                    j = k + 1;
-                    continue;
-                }
-            }
             parts.push(t);
-            j = k + 1;
+            next = self.next_sig(k + 1);
         }
         // Split `Trait for Type` at a top-level `for`.
         let mut depth = 0i32;
