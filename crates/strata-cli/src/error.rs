@@ -49,6 +49,9 @@ pub enum CliError {
     /// The arguments are valid one by one but not together (exit code 2).
     #[error("{0}")]
     Usage(String),
+    /// A command module that reports its own errors failed; its message says what to do.
+    #[error("{0}")]
+    Failed(#[source] Box<dyn std::error::Error>),
     /// Anything else, with a message that says what to do.
     #[error("{0}")]
     Other(String),
@@ -60,7 +63,10 @@ impl CliError {
         match self {
             CliError::Refused(_) => EXIT_REFUSED,
             CliError::Usage(_) => EXIT_USAGE,
-            CliError::AgentDef { .. } | CliError::Io { .. } | CliError::Other(_) => EXIT_ERROR,
+            CliError::AgentDef { .. }
+            | CliError::Io { .. }
+            | CliError::Failed(_)
+            | CliError::Other(_) => EXIT_ERROR,
         }
     }
 

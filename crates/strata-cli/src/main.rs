@@ -7,6 +7,7 @@
 
 mod cmd;
 mod error;
+mod memory_cmd;
 mod output;
 
 use std::io::IsTerminal as _;
@@ -43,6 +44,13 @@ Logging:
   Logs go to stderr. The default level is `warn`; -v shows info, -vv debug, -vvv trace;
   --quiet shows errors only and silences status lines. RUST_LOG, when set, replaces the level
   chosen by these flags (for example RUST_LOG=strata_agentdef=debug).";
+
+const MEMORY_EXAMPLES: &str = "\
+Examples:
+  strata memory add \"The staging deploy needs the VPN\" --agent ada --tag ops
+  strata memory search \"how do I deploy to staging\" --agent ada --top 5
+  strata memory import ./notes
+  strata memory stats --json";
 
 /// Sign, verify and inspect strata agent definitions.
 ///
@@ -87,6 +95,9 @@ enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// Show what a signed agent definition contains and who signed it.
     Inspect(cmd::inspect::InspectArgs),
+    /// Add, search, import and count long-term memories in the embedded store.
+    #[command(after_help = MEMORY_EXAMPLES)]
+    Memory(memory_cmd::MemoryArgs),
     /// Print a shell completion script.
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -97,6 +108,7 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
         Command::Sign(args) => cmd::sign::run(&args, out),
         Command::Verify(args) => cmd::verify::run(&args, out),
         Command::Inspect(args) => cmd::inspect::run(&args, out),
+        Command::Memory(args) => memory_cmd::run(args).map_err(CliError::Failed),
         Command::Completions(args) => cmd::completions::run(&args, &mut Cli::command(), out),
     }
 }

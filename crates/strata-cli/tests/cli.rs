@@ -574,6 +574,48 @@ fn inspect_with_trust_shows_the_sealed_definition_and_signers() {
 }
 
 #[test]
+fn memory_command_stores_and_finds_a_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let add = strata(
+        dir,
+        &[
+            "memory",
+            "--store",
+            "m.db",
+            "add",
+            "The staging deploy needs the VPN",
+            "--agent",
+            "ada",
+        ],
+    );
+    assert_eq!(add.code, 0, "{}", add.stderr);
+    let found = strata(
+        dir,
+        &[
+            "memory",
+            "--store",
+            "m.db",
+            "search",
+            "staging deploy",
+            "--json",
+        ],
+    );
+    assert_eq!(found.code, 0, "{}", found.stderr);
+    let v: serde_json::Value = serde_json::from_str(&found.stdout).unwrap();
+    assert_eq!(v[0]["record"]["agent_id"], "ada");
+    let missing = strata(dir, &["memory", "--store", "none.db", "stats"]);
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing
+            .stderr
+            .starts_with("error: there is no memory store"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
 fn completions_are_generated_for_bash() {
     let tmp = tempfile::tempdir().unwrap();
     let r = strata(tmp.path(), &["completions", "bash"]);
@@ -592,7 +634,14 @@ fn every_command_has_help_with_an_example_and_exit_codes_are_documented() {
     let top = strata(tmp.path(), &["--help"]);
     assert_eq!(top.code, 0);
     assert!(top.stdout.contains("Exit codes:") && top.stdout.contains("3  verification refused"));
-    for cmd in ["keygen", "sign", "verify", "inspect", "completions"] {
+    for cmd in [
+        "keygen",
+        "sign",
+        "verify",
+        "inspect",
+        "memory",
+        "completions",
+    ] {
         let r = strata(tmp.path(), &[cmd, "--help"]);
         assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
         assert!(
