@@ -23,8 +23,8 @@ use strata_core::{Content, Role};
 use crate::embed::{embed_checked, Embedder, HashEmbedder};
 use crate::error::{MemoryError, Result};
 use crate::long_term::{
-    check_new_memory, check_tags, dot, fuse, top_by_similarity, ListOptions, LongTermMemory,
-    MemoryId, MemoryRecord, NewMemory, SearchHit, SearchMode, SearchOptions,
+    check_new_memory, check_tags, dot, fuse, ListOptions, LongTermMemory, MemoryId, MemoryRecord,
+    NewMemory, SearchHit, SearchMode, SearchOptions,
 };
 use crate::options::StoreOptions;
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
@@ -61,11 +61,16 @@ CREATE TABLE memories (
     content    TEXT NOT NULL,
     tags       TEXT NOT NULL,
     created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL,
-    embedding  BLOB NOT NULL
+    updated_ms INTEGER NOT NULL
 );
 CREATE INDEX memories_agent ON memories (agent_id, created_ms);
 CREATE INDEX memories_created ON memories (created_ms, id);
+
+-- Vectors live apart from the text so that lexical search and filters read small rows.
+CREATE TABLE memory_vectors (
+    key       INTEGER PRIMARY KEY REFERENCES memories (key) ON DELETE CASCADE,
+    embedding BLOB NOT NULL
+);
 
 CREATE TABLE memory_tags (
     tag TEXT NOT NULL,
@@ -426,7 +431,9 @@ impl SqliteStore {
             };
             let mut stmt = inner
                 .conn
-                .prepare("SELECT key, id, embedding FROM memories")
+                .prepare(
+                    "SELECT v.key, m.id, v.embedding FROM memory_vectors v JOIN memories m ON m.key = v.key",
+                )
                 .map_err(|e| self.err(e))?;
             let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
             while let Some(row) = rows.next().map_err(|e| self.err(e))? {
@@ -476,22 +483,25 @@ impl SqliteStore {
         let (key, created_ms) = match existing {
             Some((key, created)) => {
                 tx.prepare_cached(
-                    "UPDATE memories SET agent_id = ?2, content = ?3, tags = ?4, updated_ms = ?5, embedding = ?6 WHERE key = ?1",
+                    "UPDATE memories SET agent_id = ?2, content = ?3, tags = ?4, updated_ms = ?5 WHERE key = ?1",
                 )
-                .and_then(|mut s| s.execute(params![key, m.agent_id, m.content, tag_text, now, blob]))
+                .and_then(|mut s| s.execute(params![key, m.agent_id, m.content, tag_text, now]))
                 .and_then(|_| tx.execute("DELETE FROM memory_tags WHERE key = ?1", [key]))
                 .map_err(|e| self.err(e))?;
                 (key, created)
             }
             None => {
                 tx.prepare_cached(
-                    "INSERT INTO memories (id, agent_id, content, tags, created_ms, updated_ms, embedding) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
+                    "INSERT INTO memories (id, agent_id, content, tags, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
                 )
-                .and_then(|mut s| s.execute(params![id.as_str(), m.agent_id, m.content, tag_text, now, blob]))
+                .and_then(|mut s| s.execute(params![id.as_str(), m.agent_id, m.content, tag_text, now]))
                 .map_err(|e| self.err(e))?;
                 (tx.last_insert_rowid(), now)
             }
         };
+        tx.prepare_cached("INSERT OR REPLACE INTO memory_vectors (key, embedding) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![key, blob]))
+            .map_err(|e| self.err(e))?;
         for t in tags {
             tx.prepare_cached("INSERT INTO memory_tags (tag, key) VALUES (?1, ?2)")
                 .and_then(|mut s| s.execute(params![&**t, key]))
@@ -535,11 +545,21 @@ impl SqliteStore {
             .collect::<Vec<_>>()
             .join(" OR ");
         let (filter, fparams) = filter_sql(agent, tags);
-        let sql = format!(
-            "SELECT m.id, m.key, bm25(memories_fts) AS s FROM memories_fts \
-             JOIN memories m ON m.key = memories_fts.rowid \
-             WHERE memories_fts MATCH ?{filter} ORDER BY s ASC, m.id ASC LIMIT {n}"
-        );
+        let sql = if filter.is_empty() {
+            // Without filters, FTS5 picks the best `n` by itself and only those are joined.
+            format!(
+                "SELECT m.id, m.key, f.s FROM \
+                 (SELECT rowid, rank AS s FROM memories_fts WHERE memories_fts MATCH ? \
+                  ORDER BY rank LIMIT {n}) f \
+                 JOIN memories m ON m.key = f.rowid ORDER BY f.s ASC, m.id ASC"
+            )
+        } else {
+            format!(
+                "SELECT m.id, m.key, bm25(memories_fts) AS s FROM memories_fts \
+                 JOIN memories m ON m.key = memories_fts.rowid \
+                 WHERE memories_fts MATCH ?{filter} ORDER BY s ASC, m.id ASC LIMIT {n}"
+            )
+        };
         let mut all = vec![fts_query];
         all.extend(fparams);
         let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
@@ -575,6 +595,24 @@ impl SqliteStore {
         rows.collect::<rusqlite::Result<HashSet<i64>>>()
             .map_err(|e| self.err(e))
     }
+}
+
+/// The positions of the best `n` scores, best first, ties by memory id.
+fn top_indices(mut scored: Vec<(usize, f32)>, n: usize, ids: &[MemoryId]) -> Vec<usize> {
+    let cmp = |a: &(usize, f32), b: &(usize, f32)| {
+        b.1.partial_cmp(&a.1)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| ids[a.0].cmp(&ids[b.0]))
+    };
+    if n == 0 {
+        return Vec::new();
+    }
+    if scored.len() > n {
+        scored.select_nth_unstable_by(n - 1, cmp);
+        scored.truncate(n);
+    }
+    scored.sort_by(cmp);
+    scored.into_iter().map(|(i, _)| i).collect()
 }
 
 fn migrate(conn: &mut Connection, location: &str) -> Result<()> {
@@ -930,19 +968,19 @@ impl LongTermMemory for SqliteStore {
                     None
                 };
                 let cache = self.fresh_vectors(inner)?;
-                let scored: Vec<((MemoryId, i64), f32)> = cache
+                let scored: Vec<(usize, f32)> = cache
                     .data
                     .chunks_exact(dims)
                     .enumerate()
                     .filter(|(i, _)| allowed.as_ref().is_none_or(|a| a.contains(&cache.keys[*i])))
-                    .map(|(i, v)| ((cache.ids[i].clone(), cache.keys[i]), dot(q, v)))
+                    .map(|(i, v)| (i, dot(q, v)))
                     .filter(|(_, s)| options.keeps_similarity(*s))
                     .collect();
-                top_by_similarity(scored, n)
+                top_indices(scored, n, &cache.ids)
                     .into_iter()
-                    .map(|(id, key)| {
-                        keys.insert(id.clone(), key);
-                        id
+                    .map(|i| {
+                        keys.insert(cache.ids[i].clone(), cache.keys[i]);
+                        cache.ids[i].clone()
                     })
                     .collect()
             }
