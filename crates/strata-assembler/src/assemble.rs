@@ -933,10 +933,12 @@ fn narrow_tools(agent: &VerifiedAgent, req: &AssemblyRequest) -> (ToolsReport, O
         TOOL_CATALOG_ID,
         format!("Tools available now:\n{}", body.join("\n")),
     )
+    .and_then(|b| b.key(TOOL_CATALOG_KEY))
     .map(|b| {
+        // The highest priority: among layer-3 catalogs claiming the key, this one wins (I4).
         b.phase(Phase::Tools)
             .stability(Stability::Stable)
-            .priority(1_000)
+            .priority(u32::MAX)
             .source(SourceKind::Static, "assembler")
             .build()
     })

@@ -132,6 +132,16 @@ fn tools_only_narrow_downwards() {
             ToolName::new("file_read").unwrap(),
             ToolName::new("rm_rf").unwrap(),
         ])),
+        // Another catalog (for example the registry's) listing every announced tool loses to
+        // the assembler's narrowed one.
+        sections: vec![sec(
+            RuntimeLayer::Shared,
+            "tools.catalog",
+            "rm_rf: Deletes everything",
+        )
+        .key(TOOL_CATALOG_KEY)
+        .unwrap()
+        .build()],
         ..Default::default()
     };
     let ctx = a.assemble(&agent, &req).unwrap();
@@ -149,6 +159,11 @@ fn tools_only_narrow_downwards() {
         "tool descriptions are fenced and escaped"
     );
     assert!(!ctx.text.contains("Deletes everything"));
+    assert!(ctx
+        .report
+        .conflicts
+        .iter()
+        .any(|c| c.on == TOOL_CATALOG_KEY && c.winner.1 == TOOL_CATALOG_ID));
 }
 
 /// Verifies I2 (ADR-0008): identity never trimmed; typed error when it does not fit.

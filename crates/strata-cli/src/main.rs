@@ -98,6 +98,12 @@ enum Command {
     /// Add, search, import and count long-term memories in the embedded store.
     #[command(after_help = MEMORY_EXAMPLES)]
     Memory(memory_cmd::MemoryArgs),
+    /// Assemble a context from a signed definition and runtime input (layers 3-6).
+    Assemble(cmd::assemble::AssembleArgs),
+    /// Show an assembly report as a terminal table or a self-contained HTML page.
+    Explain(cmd::explain::ExplainArgs),
+    /// Run the example agent on an embedded SQLite memory, no setup needed.
+    Demo(cmd::demo::DemoArgs),
     /// Print a shell completion script.
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -109,6 +115,9 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
         Command::Verify(args) => cmd::verify::run(&args, out),
         Command::Inspect(args) => cmd::inspect::run(&args, out),
         Command::Memory(args) => memory_cmd::run(args).map_err(CliError::Failed),
+        Command::Assemble(args) => cmd::assemble::run(&args, out),
+        Command::Explain(args) => cmd::explain::run(&args, out),
+        Command::Demo(args) => cmd::demo::run(&args, out),
         Command::Completions(args) => cmd::completions::run(&args, &mut Cli::command(), out),
     }
 }

@@ -1,7 +1,10 @@
 //! One module per command, and the small helpers they share (reading keys and trust stores
 //! with errors that say what to do, parsing `--at` timestamps, writing files atomically).
 
+pub mod assemble;
 pub mod completions;
+pub mod demo;
+pub mod explain;
 pub mod inspect;
 pub mod keygen;
 pub mod sign;

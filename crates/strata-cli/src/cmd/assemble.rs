@@ -1,0 +1,240 @@
+//! `strata assemble`: verify a signed definition, read runtime input (layers 3-6) from files,
+//! flags or standard input, assemble, and write text, JSON, OpenAI messages or Anthropic
+//! system blocks.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use strata_assembler::{
+    AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, Expiry, Loader,
+    PromptMode, RollbackGuard, RuntimeInput, RuntimeLayer, Section, SourceKind, VerifiedAgent,
+};
+
+use crate::cmd::explain::{terminal, Explained};
+use crate::error::CliError;
+use crate::output::Output;
+
+/// Output formats of `strata assemble`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The system prompt text.
+    Text,
+    /// Text, tools and the full report as JSON (what `strata explain` reads).
+    Json,
+    /// OpenAI chat messages.
+    Openai,
+    /// Anthropic system blocks with cache breakpoints.
+    Anthropic,
+}
+
+/// Arguments of `strata assemble`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json
+  strata assemble --agent ada.signed.json --trust trust.toml \\
+      --section long_term_memory:m1='The user prefers metric units.' --format anthropic --report
+  cat turn.json | strata assemble --agent ada.signed.json --trust trust.toml --input - --format json
+
+Runtime input (--input) is JSON:
+  {\"sections\": [{\"layer\": \"working_memory\", \"id\": \"t1\", \"content\": \"Hello\",
+                 \"turn\": {\"seq\": 1, \"role\": \"user\"}}],
+   \"tools\": [{\"name\": \"file_read\", \"description\": \"Read a file.\"}],
+   \"allowed_tools\": [\"file_read\"]}
+Only layers 3-6 can be given; layers 1-2 come from the signed definition.")]
+pub struct AssembleArgs {
+    /// The signed agent definition (DSSE envelope).
+    #[arg(long, value_name = "FILE")]
+    pub agent: PathBuf,
+    /// The trust store.
+    #[arg(long, value_name = "FILE")]
+    pub trust: PathBuf,
+    /// Rollback state file (created if missing); without it, rollback is checked in memory only.
+    #[arg(long, value_name = "FILE")]
+    pub rollback_state: Option<PathBuf>,
+    /// Accept an expired or not-yet-valid definition. For audits only.
+    #[arg(long)]
+    pub ignore_expiry_dangerously: bool,
+    /// A strata.toml with budgets, default mode, protected priorities and max_total_chars.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Runtime input as JSON (`-` for standard input); repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub input: Vec<PathBuf>,
+    /// One runtime section, `LAYER:ID=TEXT` (layer 3-6 by number or name); repeatable.
+    #[arg(long, value_name = "LAYER:ID=TEXT")]
+    pub section: Vec<String>,
+    /// Prompt mode (default: the configuration's, else the definition's).
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<PromptMode>,
+    /// Assembly path.
+    #[arg(long, value_parser = parse_path, default_value = "soul")]
+    pub path: AssemblyPath,
+    /// Total token budget (overrides configuration and definition).
+    #[arg(long, value_name = "TOKENS", conflicts_with = "context_window")]
+    pub budget: Option<u32>,
+    /// The model's context window; budget, response reserve and tier follow from it.
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<u32>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Also print the report (a table with bars) on standard error.
+    #[arg(long)]
+    pub report: bool,
+}
+
+fn parse_mode(s: &str) -> Result<PromptMode, String> {
+    s.parse().map_err(|e: strata_core::CoreError| e.to_string())
+}
+
+fn parse_path(s: &str) -> Result<AssemblyPath, String> {
+    s.parse().map_err(|e: strata_core::CoreError| e.to_string())
+}
+
+/// Parse `LAYER:ID=TEXT` into a caller-provided section.
+pub fn parse_section_flag(flag: &str) -> Result<Section, CliError> {
+    let usage = || {
+        CliError::Usage(format!(
+            "--section `{flag}`: expected LAYER:ID=TEXT, e.g. long_term_memory:m1='a fact'"
+        ))
+    };
+    let (head, text) = flag.split_once('=').ok_or_else(usage)?;
+    let (layer, id) = head.split_once(':').ok_or_else(usage)?;
+    let layer: RuntimeLayer = layer
+        .parse()
+        .map_err(|e: strata_core::CoreError| CliError::Usage(format!("--section `{flag}`: {e}")))?;
+    Section::builder(layer, id, text)
+        .map(|b| b.source(SourceKind::Caller, "command line").build())
+        .map_err(|e| CliError::Usage(format!("--section `{flag}`: {e}")))
+}
+
+/// Load and verify the agent; a refusal maps to exit code 3.
+pub fn load_agent(
+    agent: &Path,
+    trust: &Path,
+    rollback: Option<&Path>,
+    ignore_expiry: bool,
+) -> Result<VerifiedAgent, CliError> {
+    super::require_file(agent, "signed agent definition")?;
+    let trust = super::read_trust(trust)?;
+    let guard = match rollback {
+        Some(p) => RollbackGuard::open(p).map_err(|e| {
+            CliError::agentdef(format!("opening rollback state {}", p.display()), e)
+        })?,
+        None => {
+            tracing::debug!("no --rollback-state: rollback is checked in memory only");
+            RollbackGuard::in_memory()
+        }
+    };
+    let expiry = if ignore_expiry {
+        Expiry::IgnoreDangerously
+    } else {
+        Expiry::Enforce
+    };
+    Loader::new(&trust, &guard)
+        .expiry(expiry)
+        .load_file(agent)
+        .map_err(CliError::Refused)
+}
+
+/// Build the request from configuration, input files and flags.
+pub fn build_request(
+    args: &AssembleArgs,
+    agent: &VerifiedAgent,
+) -> Result<AssemblyRequest, CliError> {
+    let mut req = AssemblyRequest {
+        path: args.path,
+        mode: agent.default_prompt_mode(),
+        ..Default::default()
+    };
+    if let Some(path) = &args.config {
+        let cfg =
+            strata_registry::Config::load(path).map_err(|e| CliError::Other(format!("{e}")))?;
+        req.mode = cfg.prompt.default_mode;
+        req.protected_priorities = cfg.prompt.protected_priorities.iter().copied().collect();
+        req.budget = Some(BudgetSpec::Explicit(cfg.to_budget()));
+    }
+    if let Some(m) = args.mode {
+        req.mode = m;
+    }
+    if let Some(b) = args.budget {
+        let mut budget = match &req.budget {
+            Some(BudgetSpec::Explicit(b)) => b.clone(),
+            _ => agent.budget().clone(),
+        };
+        budget.total_tokens = b;
+        req.budget = Some(BudgetSpec::Explicit(budget));
+    }
+    if let Some(w) = args.context_window {
+        req.budget = Some(BudgetSpec::ContextWindow(w));
+    }
+    for path in &args.input {
+        let text = read_input(path)?;
+        let input = RuntimeInput::from_json(&text).map_err(|e| {
+            CliError::Other(format!(
+                "{}: not valid runtime input: {e} (see `strata assemble --help` for the format)",
+                path.display()
+            ))
+        })?;
+        input
+            .apply(&mut req)
+            .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
+    }
+    for flag in &args.section {
+        req.sections.push(parse_section_flag(flag)?);
+    }
+    Ok(req)
+}
+
+fn read_input(path: &Path) -> Result<String, CliError> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::io(path, e, "pipe JSON runtime input"))?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path)
+            .map_err(|e| CliError::io(path, e, "give a JSON runtime input file or - for stdin"))
+    }
+}
+
+/// Render an assembled context in a format.
+pub fn render(ctx: &AssembledContext, format: Format) -> Result<String, CliError> {
+    let json = |v: &serde_json::Value| {
+        serde_json::to_string_pretty(v).map_err(|e| CliError::Other(e.to_string()))
+    };
+    Ok(match format {
+        Format::Text => ctx.text.clone(),
+        Format::Json => {
+            let e = Explained {
+                text: ctx.text.clone(),
+                tools: ctx.tools.iter().map(|t| t.to_string()).collect(),
+                report: ctx.report.clone(),
+            };
+            serde_json::to_string_pretty(&e).map_err(|e| CliError::Other(e.to_string()))? + "\n"
+        }
+        Format::Openai => json(&ctx.openai_messages())? + "\n",
+        Format::Anthropic => json(&serde_json::json!({ "system": ctx.anthropic_system() }))? + "\n",
+    })
+}
+
+/// Run `strata assemble`.
+pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
+    let agent = load_agent(
+        &args.agent,
+        &args.trust,
+        args.rollback_state.as_deref(),
+        args.ignore_expiry_dangerously,
+    )?;
+    let req = build_request(args, &agent)?;
+    let ctx = Assembler::o200k()
+        .assemble(&agent, &req)
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    if args.report {
+        out.status(&terminal(&ctx.report, 40));
+    }
+    out.result(&render(&ctx, args.format)?)
+}
