@@ -5,7 +5,9 @@
 //! lower is better, so it is sorted ascending) and vectors stored as little-endian `f32` BLOBs,
 //! ranked by cosine similarity in Rust. The vectors are cached in process memory after the
 //! first search; `PRAGMA data_version` tells when another connection has written to the file,
-//! and the cache is reloaded then.
+//! and the cache is reloaded then. Query words found in more than a fifth of all memories are
+//! left out of the BM25 query while a rarer word remains: they carry almost no weight but would
+//! make FTS5 score most of the table.
 //!
 //! The schema is versioned in a `schema_version` table and migrated forward in one transaction
 //! when the store opens. A store from a newer build is refused with
@@ -82,6 +84,7 @@ CREATE INDEX memory_tags_key ON memory_tags (key);
 CREATE VIRTUAL TABLE memories_fts USING fts5 (
     content, content = 'memories', content_rowid = 'key', tokenize = 'unicode61'
 );
+CREATE VIRTUAL TABLE memories_fts_vocab USING fts5vocab (memories_fts, 'row');
 CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN
     INSERT INTO memories_fts (rowid, content) VALUES (new.key, new.content);
 END;
@@ -102,6 +105,10 @@ CREATE TABLE shared_facts (
 ) WITHOUT ROWID;
 ",
 )];
+
+/// The share of all memories above which a query term counts as common (see
+/// `SqliteStore::drop_common_terms`).
+const COMMON_TERM_SHARE: f64 = 0.2;
 
 /// Vectors of every memory, held after the first search.
 #[derive(Debug, Default)]
@@ -539,6 +546,7 @@ impl SqliteStore {
         tags: &[Arc<str>],
         n: usize,
     ) -> Result<Vec<(MemoryId, i64)>> {
+        let terms = self.drop_common_terms(conn, terms)?;
         let fts_query = terms
             .iter()
             .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
@@ -578,6 +586,46 @@ impl SqliteStore {
             out.push((id, key));
         }
         Ok(out)
+    }
+
+    /// Leave out query terms found in more than [`COMMON_TERM_SHARE`] of all memories while a
+    /// rarer term remains. Such terms weigh almost nothing in BM25 (their idf is below ln 5)
+    /// but make FTS5 score most rows of the table; without them a 100,000-memory search reads
+    /// a fraction of the index.
+    fn drop_common_terms(&self, conn: &Connection, terms: &[String]) -> Result<Vec<String>> {
+        if terms.len() <= 1 {
+            return Ok(terms.to_vec());
+        }
+        let total: i64 = conn
+            .query_row("SELECT count(*) FROM memories", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        let limit = (total as f64 * COMMON_TERM_SHARE).max(1.0);
+        let mut stmt = conn
+            .prepare_cached("SELECT doc FROM memories_fts_vocab WHERE term = ?1")
+            .map_err(|e| self.err(e))?;
+        let mut with_df = Vec::with_capacity(terms.len());
+        for t in terms {
+            let df: i64 = stmt
+                .query_row([t], |r| r.get(0))
+                .optional()
+                .map_err(|e| self.err(e))?
+                .unwrap_or(0);
+            with_df.push((t, df));
+        }
+        let kept: Vec<String> = with_df
+            .iter()
+            .filter(|(_, df)| (*df as f64) <= limit)
+            .map(|(t, _)| (*t).clone())
+            .collect();
+        if !kept.is_empty() {
+            return Ok(kept);
+        }
+        // Every term is common: keep the rarest one (the first of equals).
+        let rarest = with_df
+            .iter()
+            .min_by_key(|(_, df)| *df)
+            .map(|(t, _)| (*t).clone());
+        Ok(rarest.into_iter().collect())
     }
 
     fn allowed_keys(

@@ -243,3 +243,22 @@ fn vector_cache_follows_other_connections() {
     assert!(b.delete(&m.id).unwrap());
     assert_eq!(a.search("kubernetes", &vec_only).unwrap().len(), 1);
 }
+
+/// Verifies ADR-0012: a word found in most memories does not pull every memory into the BM25
+/// ranking while a rarer query word remains; alone, it is still searched.
+#[test]
+fn common_words_are_left_out_of_the_lexical_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_path(&dir.path().join("memory.db")).unwrap();
+    let mut items: Vec<NewMemory> = (0..9)
+        .map(|i| NewMemory::new("a", format!("project note number {i}")))
+        .collect();
+    items.push(NewMemory::new("a", "project zebra crossing"));
+    s.put_many(items).unwrap();
+    let lexical = SearchOptions::top(10).mode(strata_memory::SearchMode::Lexical);
+    let hits = s.search("project zebra", &lexical).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].record.content.as_str(), "project zebra crossing");
+    assert_eq!(s.search("project", &lexical).unwrap().len(), 10);
+    assert_eq!(s.search("project note", &lexical).unwrap().len(), 9);
+}
