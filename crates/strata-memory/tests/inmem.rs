@@ -37,3 +37,26 @@ fn shared_context_conforms() {
     let clock = Arc::new(ManualClock::new(conformance::T0));
     conformance::shared_context(Arc::new(store(&clock)), &clock);
 }
+
+/// Verifies ADR-0006 and ADR-0012: the agent-facing shared-context handle is a distinct type
+/// that cannot write, while the platform's store can.
+#[test]
+fn shared_context_reader_cannot_write() {
+    use std::marker::PhantomData;
+    use strata_memory::{SharedContextReader, SharedContextWriter};
+
+    // An inherent constant applies only when the bound holds; otherwise the blanket trait's
+    // constant is used. So `IS_WRITER` tells at compile time whether a type is a writer.
+    trait NotAWriter {
+        const IS_WRITER: bool = false;
+    }
+    struct Probe<T>(PhantomData<T>);
+    impl<T> NotAWriter for Probe<T> {}
+    impl<T: SharedContextWriter> Probe<T> {
+        const IS_WRITER: bool = true;
+    }
+
+    assert!(Probe::<InMemoryStore>::IS_WRITER);
+    assert!(Probe::<strata_memory::SqliteStore>::IS_WRITER);
+    assert!(!Probe::<SharedContextReader>::IS_WRITER);
+}
