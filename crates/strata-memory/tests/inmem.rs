@@ -56,7 +56,8 @@ fn shared_context_reader_cannot_write() {
         const IS_WRITER: bool = true;
     }
 
-    assert!(Probe::<InMemoryStore>::IS_WRITER);
-    assert!(Probe::<strata_memory::SqliteStore>::IS_WRITER);
-    assert!(!Probe::<SharedContextReader>::IS_WRITER);
+    // Checked while compiling: if the reader ever became a writer, this test would not build.
+    const { assert!(Probe::<InMemoryStore>::IS_WRITER) };
+    const { assert!(Probe::<strata_memory::SqliteStore>::IS_WRITER) };
+    const { assert!(!Probe::<SharedContextReader>::IS_WRITER) };
 }
