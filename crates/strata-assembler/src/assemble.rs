@@ -474,16 +474,14 @@ impl Assembler {
                 ua.turn_seq.is_some(),
                 ua.turn_seq.unwrap_or(0),
                 ua.score,
-                Reverse(ua.first_id.clone()),
             );
             let kb = (
                 Reverse(ub.layer),
                 ub.turn_seq.is_some(),
                 ub.turn_seq.unwrap_or(0),
                 ub.score,
-                Reverse(ub.first_id.clone()),
             );
-            ka.cmp(&kb)
+            ka.cmp(&kb).then_with(|| ub.first_id.cmp(&ua.first_id))
         });
 
         let mut tally = Tally {
@@ -581,7 +579,8 @@ impl Assembler {
         let mut kept: Vec<usize> = (0..cands.len())
             .filter(|c| !units[cands[*c].unit].dropped)
             .collect();
-        kept.sort_by(|a, b| order_key(&cands[*a].section).cmp(&order_key(&cands[*b].section)));
+        // Keys are computed once per section, not per comparison (linear cost, ADR-0008).
+        kept.sort_by_cached_key(|c| order_key(&cands[*c].section));
 
         let mut text = String::with_capacity(
             identity_text.len() + cands.iter().map(|c| c.rendered.text.len()).sum::<usize>() + 256,
@@ -678,12 +677,10 @@ impl Assembler {
             .map(|(r, c)| (cands[*c].report_idx, r))
             .collect();
         let mut indexed: Vec<(usize, SectionReport)> = reports.into_iter().enumerate().collect();
-        indexed.sort_by_key(|(i, r)| {
-            (
-                rank.get(i).copied().unwrap_or(usize::MAX),
-                r.layer,
-                r.id.clone(),
-            )
+        indexed.sort_by(|(i, r), (j, q)| {
+            let ri = rank.get(i).copied().unwrap_or(usize::MAX);
+            let rj = rank.get(j).copied().unwrap_or(usize::MAX);
+            (ri, r.layer, &r.id).cmp(&(rj, q.layer, &q.id))
         });
         let sections = indexed.into_iter().map(|(_, r)| r).collect();
         let layers = RuntimeLayer::ALL
