@@ -831,18 +831,14 @@ fn report_of(s: &Section, sticky: bool, status: SectionStatus) -> SectionReport 
 
 fn strip_invisible(s: &Section) -> Section {
     let text = s.content().as_str();
-    let escaped = format::escape(text);
-    if !escaped.contains("&#x") {
+    if !text.chars().any(format::is_invisible_or_control) {
         return s.clone();
     }
-    let kept: String = text
-        .chars()
-        .filter(|c| {
-            c.is_whitespace() && *c != '\u{2028}' && *c != '\u{2029}'
-                || !format::escape(&c.to_string()).starts_with("&#x")
-        })
-        .collect();
-    s.with_content(kept)
+    s.with_content(
+        text.chars()
+            .filter(|c| !format::is_invisible_or_control(*c))
+            .collect::<String>(),
+    )
 }
 
 /// The budget and tier of a request.

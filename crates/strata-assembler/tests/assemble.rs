@@ -400,3 +400,26 @@ fn context_window_sets_tier_and_reserve() {
     assert_eq!(ctx.report.total_tokens, 8_192);
     assert_eq!(ctx.report.response_reserve, 1_024);
 }
+
+/// Verifies ADR-0009: the lossy option removes invisible and bidirectional characters before
+/// fencing; the default keeps them as visible entities.
+#[test]
+fn invisible_characters_are_escaped_or_stripped() {
+    let agent = support::agent();
+    let a = Assembler::o200k();
+    let text = "pay\u{202E}lanigiro\u{200B} now\u{1b}[0m";
+    let mut req = AssemblyRequest {
+        sections: vec![sec(RuntimeLayer::LongTermMemory, "m", text).build()],
+        ..Default::default()
+    };
+    let escaped = a.assemble(&agent, &req).unwrap();
+    assert!(escaped.text.contains("&#x202e;") && !escaped.text.contains('\u{202E}'));
+    req.render.invisible = Invisible::Strip;
+    let stripped = a.assemble(&agent, &req).unwrap();
+    let parsed = parse(&stripped.text).unwrap();
+    let Some(Parsed::Section { text: back, .. }) = parsed.last() else {
+        panic!("no section")
+    };
+    assert_eq!(back, "paylanigiro now[0m");
+    assert!(!stripped.text.contains("&#x"));
+}

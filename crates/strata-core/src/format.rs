@@ -88,7 +88,9 @@ pub enum Trust {
     Untrusted,
 }
 
-fn is_invisible_or_control(c: char) -> bool {
+/// True for the characters escaping writes as numeric entities: controls other than newline and
+/// tab, invisible and bidirectional-control characters, and the datamark character.
+pub fn is_invisible_or_control(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
         || matches!(c,
             '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
