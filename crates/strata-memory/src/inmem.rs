@@ -10,8 +10,8 @@ use crate::bm25::Bm25Index;
 use crate::embed::{embed_checked, Embedder, HashEmbedder};
 use crate::error::Result;
 use crate::long_term::{
-    check_new_memory, check_tags, dot, fuse, top_by_similarity, ListOptions, LongTermMemory,
-    MemoryId, MemoryRecord, NewMemory, SearchHit, SearchMode, SearchOptions,
+    check_tags, dot, fuse, prepare_batch, top_by_similarity, ListOptions, LongTermMemory, MemoryId,
+    MemoryRecord, NewMemory, SearchHit, SearchMode, SearchOptions,
 };
 use crate::options::StoreOptions;
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
@@ -174,18 +174,8 @@ impl LongTermMemory for InMemoryStore {
         self.embedder.dims()
     }
 
-    fn put(&self, memory: NewMemory) -> Result<MemoryRecord> {
-        let mut out = self.put_many(vec![memory])?;
-        Ok(out.remove(0))
-    }
-
     fn put_many(&self, memories: Vec<NewMemory>) -> Result<Vec<MemoryRecord>> {
-        let mut tags = Vec::with_capacity(memories.len());
-        for m in &memories {
-            tags.push(check_new_memory(&self.options, m)?);
-        }
-        let texts: Vec<&str> = memories.iter().map(|m| m.content.as_str()).collect();
-        let vectors = embed_checked(self.embedder.as_ref(), &texts)?;
+        let (tags, vectors) = prepare_batch(&self.options, self.embedder.as_ref(), &memories)?;
         let mut lt = write(&self.long_term);
         Ok(memories
             .into_iter()

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use strata_core::Content;
 
+use crate::embed::Embedder;
 use crate::error::{MemoryError, Result};
 use crate::options::{check_label, check_name, StoreOptions};
 use crate::working::MAX_LABEL_BYTES;
@@ -329,12 +330,16 @@ pub trait LongTermMemory: Send + Sync {
     fn dims(&self) -> usize;
 
     /// Store a memory (insert, or replace when its id exists) and return it as stored.
-    fn put(&self, memory: NewMemory) -> Result<MemoryRecord>;
-
-    /// Store several memories; adapters do it in one transaction where they can.
-    fn put_many(&self, memories: Vec<NewMemory>) -> Result<Vec<MemoryRecord>> {
-        memories.into_iter().map(|m| self.put(m)).collect()
+    fn put(&self, memory: NewMemory) -> Result<MemoryRecord> {
+        let mut stored = self.put_many(vec![memory])?;
+        stored.pop().ok_or_else(|| MemoryError::Invalid {
+            what: "put",
+            reason: "the store returned no record for the memory".into(),
+        })
     }
+
+    /// Store several memories, all or none; adapters do it in one transaction.
+    fn put_many(&self, memories: Vec<NewMemory>) -> Result<Vec<MemoryRecord>>;
 
     /// The memory with this id.
     fn get(&self, id: &MemoryId) -> Result<Option<MemoryRecord>>;
@@ -356,6 +361,25 @@ pub trait LongTermMemory: Send + Sync {
 }
 
 /// Validated, normalised fields of a [`NewMemory`]: sorted unique tags.
+/// Each memory's checked tags, and each memory's vector.
+pub(crate) type PreparedBatch = (Vec<Vec<Arc<str>>>, Vec<Vec<f32>>);
+
+/// Validate a batch of new memories and embed their texts: the common first step of every
+/// adapter's `put_many`. Returns each memory's checked tags and its vector.
+pub(crate) fn prepare_batch(
+    opts: &StoreOptions,
+    embedder: &dyn Embedder,
+    memories: &[NewMemory],
+) -> Result<PreparedBatch> {
+    let tags = memories
+        .iter()
+        .map(|m| check_new_memory(opts, m))
+        .collect::<Result<Vec<_>>>()?;
+    let texts: Vec<&str> = memories.iter().map(|m| m.content.as_str()).collect();
+    let vectors = crate::embed::embed_checked(embedder, &texts)?;
+    Ok((tags, vectors))
+}
+
 pub(crate) fn check_new_memory(opts: &StoreOptions, m: &NewMemory) -> Result<Vec<Arc<str>>> {
     check_label("agent id", &m.agent_id, MAX_LABEL_BYTES)?;
     opts.check_size("memory", &m.content)?;

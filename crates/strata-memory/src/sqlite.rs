@@ -25,7 +25,7 @@ use strata_core::{Content, Role};
 use crate::embed::{embed_checked, Embedder, HashEmbedder};
 use crate::error::{MemoryError, Result};
 use crate::long_term::{
-    check_new_memory, check_tags, dot, fuse, ListOptions, LongTermMemory, MemoryId, MemoryRecord,
+    check_tags, dot, fuse, prepare_batch, ListOptions, LongTermMemory, MemoryId, MemoryRecord,
     NewMemory, SearchHit, SearchMode, SearchOptions,
 };
 use crate::options::StoreOptions;
@@ -873,18 +873,8 @@ impl LongTermMemory for SqliteStore {
         self.embedder.dims()
     }
 
-    fn put(&self, memory: NewMemory) -> Result<MemoryRecord> {
-        let mut out = self.put_many(vec![memory])?;
-        Ok(out.remove(0))
-    }
-
     fn put_many(&self, memories: Vec<NewMemory>) -> Result<Vec<MemoryRecord>> {
-        let mut tags = Vec::with_capacity(memories.len());
-        for m in &memories {
-            tags.push(check_new_memory(&self.options, m)?);
-        }
-        let texts: Vec<&str> = memories.iter().map(|m| m.content.as_str()).collect();
-        let vectors = embed_checked(self.embedder.as_ref(), &texts)?;
+        let (tags, vectors) = prepare_batch(&self.options, self.embedder.as_ref(), &memories)?;
         let dims = self.embedder.dims();
         let mut guard = self.lock();
         let inner = &mut *guard;

@@ -301,7 +301,7 @@ impl LongTermMemory for Broken {
     fn dims(&self) -> usize {
         1
     }
-    fn put(&self, _: NewMemory) -> Result<MemoryRecord, MemoryError> {
+    fn put_many(&self, _: Vec<NewMemory>) -> Result<Vec<MemoryRecord>, MemoryError> {
         unreachable!("not used")
     }
     fn get(&self, _: &MemoryId) -> Result<Option<MemoryRecord>, MemoryError> {
