@@ -27,6 +27,12 @@ fn content() -> impl Strategy<Value = String> {
         proptest::collection::vec(any::<u8>(), 0..40)
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
         Just("You are Tester, an agent used to check the assembler.".to_owned()),
+        // Whitespace runs longer than the tokenizer's segment limit (counted in segments).
+        (
+            200usize..700,
+            proptest::sample::select(&[" ", "\n", "\t", " \n"][..])
+        )
+            .prop_map(|(n, w)| w.repeat(n)),
     ];
     proptest::collection::vec(piece, 0..5).prop_map(|v| v.concat())
 }

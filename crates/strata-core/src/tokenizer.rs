@@ -88,7 +88,7 @@ impl Tokenizer for EstimateTokenizer {
 }
 
 #[cfg(feature = "tiktoken")]
-pub use exact::TiktokenTokenizer;
+pub use exact::{TiktokenTokenizer, MAX_WHITESPACE_RUN};
 
 #[cfg(feature = "tiktoken")]
 mod exact {
@@ -142,6 +142,38 @@ mod exact {
         }
     }
 
+    /// Longest run of whitespace handed to the encoder in one piece. tiktoken-rs's pre-tokenizer
+    /// (fancy-regex with a look-ahead) backtracks quadratically on whitespace runs and overflows
+    /// its stack, panicking, somewhere between 512 KiB and 1 MiB of whitespace; untrusted text
+    /// must be able neither to crash the assembler nor to stall it that way.
+    pub const MAX_WHITESPACE_RUN: usize = 256;
+
+    /// Split `text` so that no piece holds a whitespace run longer than
+    /// [`MAX_WHITESPACE_RUN`] bytes, cutting only inside such runs. Text without such runs is
+    /// one piece, so its count is exact; a cut inside a run can only add tokens (the run's
+    /// halves cannot merge across the cut), so counts stay an upper bound and budgets stay safe.
+    pub fn segments(text: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        let (mut start, mut run_start, mut in_run) = (0usize, 0usize, false);
+        for (i, c) in text.char_indices() {
+            if c.is_whitespace() {
+                if !in_run {
+                    in_run = true;
+                    run_start = i;
+                }
+                if i + c.len_utf8() - run_start > MAX_WHITESPACE_RUN {
+                    out.push(&text[start..i]);
+                    start = i;
+                    run_start = i;
+                }
+            } else {
+                in_run = false;
+            }
+        }
+        out.push(&text[start..]);
+        out
+    }
+
     impl Tokenizer for TiktokenTokenizer {
         fn name(&self) -> &str {
             self.name
@@ -149,10 +181,27 @@ mod exact {
 
         fn count(&self, text: &str) -> usize {
             // ADR-0003: ordinary encoding, so special-token text counts as plain text.
-            self.bpe.encode_ordinary(text).len()
+            segments(text)
+                .into_iter()
+                .map(|seg| self.bpe.encode_ordinary(seg).len())
+                .sum()
         }
 
         fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {
+            let segs = segments(text);
+            if segs.len() > 1 {
+                // Whole segments while they fit, then a prefix of the first that does not.
+                let (mut used, mut offset) = (0usize, 0usize);
+                for seg in segs {
+                    let n = self.bpe.encode_ordinary(seg).len();
+                    if used + n > max_tokens {
+                        return offset + self.prefix_len(seg, max_tokens - used);
+                    }
+                    used += n;
+                    offset += seg.len();
+                }
+                return text.len();
+            }
             let tokens = self.bpe.encode_ordinary(text);
             if tokens.len() <= max_tokens {
                 return text.len();
@@ -211,6 +260,14 @@ mod tests {
             assert!(t.count(&s[..n]) <= max, "max {max}");
         }
         assert_eq!(t.prefix_len(s, 10_000), s.len());
+        // Long whitespace runs (which make the underlying regex overflow its stack past about
+        // 512 KiB) are counted in segments, as an upper bound, without panicking.
+        let spaces = format!("a{}b", " ".repeat(1_100_000));
+        let n = t.count(&spaces);
+        assert!(n > 1_000, "{n}");
+        let p = t.prefix_len(&spaces, n / 2);
+        assert!(p > 0 && p < spaces.len() && t.count(&spaces[..p]) <= n / 2);
+        assert_eq!(super::exact::segments("no long runs here").len(), 1);
         let c = TiktokenTokenizer::cl100k();
         assert_eq!(c.name(), "cl100k_base");
         assert!(TiktokenTokenizer::by_name("nope").is_none());
