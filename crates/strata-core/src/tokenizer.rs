@@ -88,7 +88,7 @@ impl Tokenizer for EstimateTokenizer {
 }
 
 #[cfg(feature = "tiktoken")]
-pub use exact::{TiktokenTokenizer, MAX_WHITESPACE_RUN};
+pub use exact::{TiktokenTokenizer, MAX_UNBROKEN_RUN};
 
 #[cfg(feature = "tiktoken")]
 mod exact {
@@ -142,32 +142,30 @@ mod exact {
         }
     }
 
-    /// Longest run of whitespace handed to the encoder in one piece. tiktoken-rs's pre-tokenizer
-    /// (fancy-regex with a look-ahead) backtracks quadratically on whitespace runs and overflows
-    /// its stack, panicking, somewhere between 512 KiB and 1 MiB of whitespace; untrusted text
-    /// must be able neither to crash the assembler nor to stall it that way.
-    pub const MAX_WHITESPACE_RUN: usize = 256;
+    /// Longest stretch without a whitespace boundary handed to the encoder in one piece.
+    /// tiktoken-rs's BPE merge is quadratic in the length of one pre-token (200 KB of letters,
+    /// punctuation, CJK or spaces take about 15 s in a release build) and its pre-tokenizer
+    /// overflows its stack, panicking, on whitespace runs past about 512 KiB. Untrusted text must
+    /// be able neither to crash nor to stall an assembly, so such stretches are cut.
+    pub const MAX_UNBROKEN_RUN: usize = 256;
 
-    /// Split `text` so that no piece holds a whitespace run longer than
-    /// [`MAX_WHITESPACE_RUN`] bytes, cutting only inside such runs. Text without such runs is
-    /// one piece, so its count is exact; a cut inside a run can only add tokens (the run's
-    /// halves cannot merge across the cut), so counts stay an upper bound and budgets stay safe.
+    /// Split `text` so that no piece holds a stretch of more than [`MAX_UNBROKEN_RUN`] bytes
+    /// without a change between whitespace and non-whitespace. Ordinary text (words and spaces
+    /// alternate far more often) is a single piece, so its count is exact; only pathological
+    /// stretches are cut, and their count becomes the sum over the pieces, which in practice is
+    /// at or above the exact count (a cut prevents merges across it).
     pub fn segments(text: &str) -> Vec<&str> {
         let mut out = Vec::new();
-        let (mut start, mut run_start, mut in_run) = (0usize, 0usize, false);
+        let (mut start, mut since, mut prev_ws) = (0usize, 0usize, None::<bool>);
         for (i, c) in text.char_indices() {
-            if c.is_whitespace() {
-                if !in_run {
-                    in_run = true;
-                    run_start = i;
-                }
-                if i + c.len_utf8() - run_start > MAX_WHITESPACE_RUN {
-                    out.push(&text[start..i]);
-                    start = i;
-                    run_start = i;
-                }
-            } else {
-                in_run = false;
+            let ws = c.is_whitespace();
+            if prev_ws != Some(ws) {
+                since = i;
+                prev_ws = Some(ws);
+            } else if i + c.len_utf8() - since > MAX_UNBROKEN_RUN {
+                out.push(&text[start..i]);
+                start = i;
+                since = i;
             }
         }
         out.push(&text[start..]);
@@ -260,8 +258,17 @@ mod tests {
             assert!(t.count(&s[..n]) <= max, "max {max}");
         }
         assert_eq!(t.prefix_len(s, 10_000), s.len());
-        // Long whitespace runs (which make the underlying regex overflow its stack past about
-        // 512 KiB) are counted in segments, as an upper bound, without panicking.
+        // Pathological stretches (a whitespace run that would overflow the regex's stack, long
+        // runs of one letter, of punctuation, of CJK) are counted in segments, quickly.
+        for long in [
+            "x".repeat(300_000),
+            "!".repeat(300_000),
+            "漢".repeat(100_000),
+        ] {
+            let n = t.count(&long);
+            assert!(n > 1_000 && n <= long.len(), "{n}");
+            assert_eq!(super::exact::segments(&long).concat(), long);
+        }
         let spaces = format!("a{}b", " ".repeat(1_100_000));
         let n = t.count(&spaces);
         assert!(n > 1_000, "{n}");
