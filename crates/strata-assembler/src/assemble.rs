@@ -145,7 +145,11 @@ impl Assembler {
 
     /// Token and character cost of a text, cached by content hash.
     fn text_cost(&self, text: &str) -> (u64, u64) {
-        let h = ContentHash::of(text);
+        self.cost_by_hash(ContentHash::of(text), text)
+    }
+
+    /// Like [`Assembler::text_cost`] when the caller already holds the text's hash.
+    fn cost_by_hash(&self, h: ContentHash, text: &str) -> (u64, u64) {
         if let Some(c) = self.lock().texts.get(&h) {
             return *c;
         }
@@ -251,7 +255,8 @@ impl Assembler {
 
         // Layers 1-2: copied, never trimmed (I1, I2).
         let identity_text = agent.identity_text();
-        let (id_tokens, id_chars) = self.text_cost(identity_text);
+        // The identity digest is the BLAKE3 of exactly these bytes: no need to hash them again.
+        let (id_tokens, id_chars) = self.cost_by_hash(agent.identity_digest(), identity_text);
         if id_tokens > prompt_budget {
             return Err(AssembleError::IdentityExceedsBudget {
                 agent: agent.agent_id().to_owned(),
