@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(format::unescape(&escaped).expect("escape output must unescape"), text);
     for enc in [Encoding::Escaped, Encoding::Datamark, Encoding::Base64] {
         let mut out = String::new();
-        let h = SectionHeader { layer: Layer::WorkingMemory, id: "fuzz.1", key: Some("k"), source: Some(&text), cut: false };
+        let h = SectionHeader { key: Some("k"), source: Some(&text), ..SectionHeader::new(Layer::WorkingMemory, "fuzz.1") };
         format::write_untrusted(&mut out, &h, &text, enc);
         let parsed = format::parse(&out).expect("our own output must parse");
         assert_eq!(parsed.len(), 1, "one section in, one section out");

@@ -49,7 +49,7 @@ use sha2::{Digest as _, Sha256};
 use strata_core::identity::AllowedTool;
 use strata_core::{
     Budget, Content, IdentityLayer, IdentityLayers, IdentitySection, OperationalMode, Phase,
-    PromptMode, SectionId, SectionKey, Tier, ToolName, ToolUsageHint,
+    PromptMode, SectionId, SectionKey, Tier, ToolName, ToolSchema, ToolUsageHint,
 };
 
 use crate::error::AgentDefError;
@@ -93,6 +93,10 @@ pub struct ToolDef {
     /// Tools it is preferred over.
     #[serde(default)]
     pub prefer_over: Vec<ToolName>,
+    /// The JSON Schema of its arguments (a TOML table), pinned by the signature: a tool announced
+    /// at run time with a different schema is refused (ADR-0015).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<ToolSchema>,
 }
 
 /// Layer 1, as written.
@@ -466,6 +470,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
         tools.push(AllowedTool {
             name: t.name.clone(),
             description: t.description.clone(),
+            parameters: t.parameters.clone(),
             usage: ToolUsageHint {
                 prefer_for: t.prefer_for.clone(),
                 prefer_over: t.prefer_over.clone(),

@@ -58,8 +58,7 @@ pub fn render_identity(identity: &IdentityLayers) -> String {
             layer: s.layer().into(),
             id: s.id().as_str(),
             key: s.key().map(|k| k.as_str()),
-            source: None,
-            cut: false,
+            ..SectionHeader::new(s.layer().into(), s.id().as_str())
         };
         write_trusted(&mut out, &header, s.content().as_str());
     }

@@ -28,6 +28,7 @@ fn sections(n: usize, words: usize) -> Vec<Section> {
                     seq: i as u64,
                     role: Role::User,
                     call_id: None,
+                    name: None,
                 });
             }
             if i % 3 == 0 {

@@ -109,11 +109,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     request.tools = vec![
         AnnouncedTool {
+            parameters: None,
             name: ToolName::new("file_read")?,
             description: "Read a file.".into(),
             server: None,
         },
         AnnouncedTool {
+            parameters: None,
             name: ToolName::new("wire_money")?,
             description: "Send money.".into(),
             server: Some("payments-mcp".into()),

@@ -29,6 +29,17 @@ pub enum AssembleError {
         /// Prompt budget.
         budget: u64,
     },
+    /// The working-memory history cannot be sent as native turns (ADR-0015).
+    #[error("invalid history: {why}")]
+    History {
+        /// What is wrong and how to repair it.
+        why: String,
+    },
+    /// A provider-native request would hold nothing after the system prompt.
+    #[error(
+        "nothing to send after the system prompt: give at least one user turn or context section"
+    )]
+    EmptyConversation,
     /// Layers 1-2 plus the sticky sections exceed `max_total_chars`.
     #[error("layers 1-2 and sticky sections need {needed} characters but max_total_chars is {limit}; raise max_total_chars")]
     CharsExceeded {

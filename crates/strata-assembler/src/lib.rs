@@ -24,6 +24,7 @@ mod assemble;
 pub mod error;
 pub mod input;
 pub mod output;
+pub mod provider;
 pub mod report;
 pub mod request;
 
@@ -31,6 +32,10 @@ pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 pub use error::AssembleError;
 pub use input::{RuntimeInput, SectionSpec};
 pub use output::AssembledContext;
+pub use provider::{
+    Block, Conversation, Message, MessageKind, MessageRole, PairPolicy, Provider, ProviderOptions,
+    RequestError, RequestParams, RequestTool, SystemRole, ToolDescriptions,
+};
 pub use report::{Report, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 
@@ -43,5 +48,5 @@ pub use strata_core::TiktokenTokenizer;
 pub use strata_core::{
     AnnouncedTool, AssemblyPath, Budget, Content, Layer, ModeSet, OperationalMode, PathSet, Phase,
     PromptMode, Role, RuntimeLayer, Section, SourceKind, Stability, Tier, Tokenizer, ToolName,
-    ToolPolicy, Turn, Weight,
+    ToolPolicy, ToolSchema, Turn, Weight,
 };

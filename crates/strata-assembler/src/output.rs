@@ -4,6 +4,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use strata_core::{ContentHash, ToolName};
 
+use crate::provider::{Conversation, Provider, RequestError, RequestParams};
 use crate::report::Report;
 
 /// The result of one assembly.
@@ -17,6 +18,9 @@ pub struct AssembledContext {
     pub tools: Vec<ToolName>,
     /// What was kept, cut and dropped.
     pub report: Report,
+    /// The conversation placed into a provider's channels, when the request named a provider
+    /// (then `text` holds the system channel alone: the signed text).
+    pub conversation: Option<Conversation>,
 }
 
 impl AssembledContext {
@@ -25,7 +29,24 @@ impl AssembledContext {
         &self.text[..self.report.stable_prefix.byte]
     }
 
-    /// OpenAI chat messages: one system message holding the whole context.
+    /// The complete request body for `provider` (which must be the provider the assembly was
+    /// placed for), with the caller's model, output limit and other parameters (ADR-0015).
+    pub fn request_body(
+        &self,
+        provider: Provider,
+        params: &RequestParams,
+    ) -> Result<Value, RequestError> {
+        match &self.conversation {
+            Some(c) => c.body(provider, params),
+            None => Err(RequestError::WrongProvider {
+                placed: "the plain-text format".into(),
+                asked: provider.name().into(),
+            }),
+        }
+    }
+
+    /// OpenAI chat messages: one system message holding the whole plain-text context. For
+    /// native turns and tools, assemble with a provider and use [`Self::request_body`].
     pub fn openai_messages(&self) -> Value {
         json!([{ "role": "system", "content": self.text }])
     }

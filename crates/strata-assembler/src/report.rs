@@ -153,6 +153,38 @@ pub struct Report {
     pub conflicts: Vec<Conflict>,
     /// Tools.
     pub tools: ToolsReport,
+    /// The provider request: its count and caching (absent for the plain-text format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestReport>,
     /// Omissions from gathering.
     pub omissions: Vec<Omission>,
+}
+
+/// The provider request of a provider-native assembly (ADR-0015).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestReport {
+    /// `openai-chat`, `openai-responses` or `anthropic`.
+    pub provider: String,
+    /// `exact` where every part is counted with the provider's public encoding and published
+    /// message framing, `estimate` otherwise (tool definitions, tool calls, or a provider with
+    /// no public tokenizer).
+    pub count: String,
+    /// Tokens of the system message with its framing and the reply priming.
+    pub system_tokens: u64,
+    /// Tokens of the tool definitions (an estimate).
+    pub tool_tokens: u64,
+    /// Tokens of the messages with their framing.
+    pub message_tokens: u64,
+    /// Margin added for providers without a public tokenizer, in percent.
+    pub margin_pct: u32,
+    /// The total, margin included; never above the prompt budget.
+    pub total_tokens: u64,
+    /// Messages placed.
+    pub messages: usize,
+    /// Tokens of the prefix that stays byte-identical on the next turn.
+    pub stable_prefix_tokens: u64,
+    /// Tokens the provider can be expected to serve from its cache on the next turn.
+    pub expected_cached_tokens: u64,
+    /// The provider's minimum cacheable prefix for the model.
+    pub min_cacheable_tokens: u64,
 }

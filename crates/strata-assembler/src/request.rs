@@ -82,4 +82,9 @@ pub struct AssemblyRequest {
     /// Omissions reported by the gathering step (failed or slow contributors), carried into
     /// the report.
     pub omissions: Vec<crate::report::Omission>,
+    /// The provider whose request is placed and counted; `None` for the plain-text format
+    /// (one string: identity, then fenced layers 3-6).
+    pub provider: Option<crate::provider::Provider>,
+    /// Settings of provider-native assemblies.
+    pub provider_options: crate::provider::ProviderOptions,
 }

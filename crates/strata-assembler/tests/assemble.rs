@@ -47,6 +47,7 @@ fn identity_comes_first_and_sections_follow_layer_then_phase_order() {
                     seq: 2,
                     role: Role::User,
                     call_id: None,
+                    name: None,
                 })
                 .build(),
             sec(RuntimeLayer::WorkingMemory, "t1", "first")
@@ -54,6 +55,7 @@ fn identity_comes_first_and_sections_follow_layer_then_phase_order() {
                     seq: 1,
                     role: Role::User,
                     call_id: None,
+                    name: None,
                 })
                 .build(),
         ],
@@ -114,6 +116,7 @@ fn tools_only_narrow_downwards() {
     let agent = support::agent();
     let a = Assembler::o200k();
     let t = |n: &str, d: &str, s: Option<&str>| AnnouncedTool {
+        parameters: None,
         name: ToolName::new(n).unwrap(),
         description: d.into(),
         server: s.map(Into::into),
@@ -234,6 +237,7 @@ fn trimming_order_markers_and_tool_pairs() {
                 seq,
                 role,
                 call_id: call.map(Into::into),
+                name: None,
             })
             .build()
     };

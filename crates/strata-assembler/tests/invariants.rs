@@ -119,6 +119,7 @@ fn section() -> impl Strategy<Value = Section> {
                         seq,
                         role,
                         call_id: call.map(Into::into),
+                        name: None,
                     });
                 }
                 b.build()

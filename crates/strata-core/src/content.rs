@@ -55,6 +55,12 @@ impl fmt::Display for Content {
     }
 }
 
+impl Default for Content {
+    fn default() -> Self {
+        Content::new("")
+    }
+}
+
 impl From<&str> for Content {
     fn from(s: &str) -> Self {
         Content::new(s)

@@ -4,6 +4,12 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CoreError {
+    /// A tool's parameters are not a JSON object.
+    #[error("invalid tool schema: {why}")]
+    InvalidToolSchema {
+        /// What is wrong.
+        why: String,
+    },
     /// Runtime code named layer 1 or 2.
     #[error("layer `{given}` is an identity layer: layers 1-2 come only from a verified signed agent definition; runtime content belongs in layers 3-6 (shared, delegated, working_memory, long_term_memory)")]
     IdentityLayerNotRuntime {

@@ -88,6 +88,72 @@ pub enum Trust {
     Untrusted,
 }
 
+/// Who may instruct the model through a section (ADR-0014). Written as the `authority`
+/// attribute of every element, so a reader (and the model) can tell instructions from data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Authority {
+    /// Layers 1-2: the signed rules. Only these reach the system channel.
+    Signed,
+    /// Layer 4: the delegating caller's task, bounded by layers 1-2.
+    Caller,
+    /// A user turn of layer 5, bounded by layers 1-2 and 4.
+    User,
+    /// The agent's own earlier output (assistant turns and tool calls of layer 5).
+    Agent,
+    /// No authority: shared facts, environment, tool results, memories, tool descriptions,
+    /// anything from a store.
+    Data,
+}
+
+impl Authority {
+    /// The attribute value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Authority::Signed => "signed",
+            Authority::Caller => "caller",
+            Authority::User => "user",
+            Authority::Agent => "agent",
+            Authority::Data => "data",
+        }
+    }
+
+    /// Parse an attribute value.
+    pub fn from_name(s: &str) -> Option<Authority> {
+        Some(match s {
+            "signed" => Authority::Signed,
+            "caller" => Authority::Caller,
+            "user" => Authority::User,
+            "agent" => Authority::Agent,
+            "data" => Authority::Data,
+            _ => return None,
+        })
+    }
+
+    /// The authority of a runtime section: layer 4 is the caller's; layer 5 follows the turn's
+    /// role (user, agent, or data for tool results and turn-less sections); layers 3 and 6 are
+    /// data (ADR-0014).
+    pub fn of_runtime(layer: crate::RuntimeLayer, role: Option<crate::Role>) -> Authority {
+        use crate::{Role, RuntimeLayer};
+        match (layer, role) {
+            (RuntimeLayer::Delegated, _) => Authority::Caller,
+            (RuntimeLayer::WorkingMemory, Some(Role::User)) => Authority::User,
+            (RuntimeLayer::WorkingMemory, Some(Role::Assistant | Role::ToolCall)) => {
+                Authority::Agent
+            }
+            _ => Authority::Data,
+        }
+    }
+
+    /// Signed or untrusted.
+    pub const fn trust(self) -> Trust {
+        match self {
+            Authority::Signed => Trust::Signed,
+            _ => Trust::Untrusted,
+        }
+    }
+}
+
 /// True for the characters escaping writes as numeric entities: controls other than newline and
 /// tab, invisible and bidirectional-control characters, and the datamark character.
 pub fn is_invisible_or_control(c: char) -> bool {
@@ -366,13 +432,40 @@ pub struct SectionHeader<'a> {
     pub source: Option<&'a str>,
     /// Whether the section was cut to fit the budget.
     pub cut: bool,
+    /// Who may instruct through this section; must be `Signed` exactly for layers 1-2.
+    pub authority: Authority,
+    /// The role of a working-memory turn.
+    pub role: Option<crate::Role>,
+    /// The tool call id of a working-memory turn (escaped when written).
+    pub call: Option<&'a str>,
+}
+
+impl<'a> SectionHeader<'a> {
+    /// A header with no key, source, role or call, not cut; authority from the layer
+    /// (signed for 1-2, caller for 4, data otherwise).
+    pub fn new(layer: Layer, id: &'a str) -> SectionHeader<'a> {
+        let authority = match layer.as_runtime() {
+            None => Authority::Signed,
+            Some(l) => Authority::of_runtime(l, None),
+        };
+        SectionHeader {
+            layer,
+            id,
+            key: None,
+            source: None,
+            cut: false,
+            authority,
+            role: None,
+            call: None,
+        }
+    }
 }
 
 /// Append a trusted (layer 1-2) section. The caller guarantees `text` holds no reserved marker
 /// (see [`contains_reserved_marker`]); `IdentitySection::new` enforces it.
 pub fn write_trusted(out: &mut String, h: &SectionHeader<'_>, text: &str) {
     debug_assert!(h.layer.is_identity());
-    write_open(out, h, Trust::Signed, None);
+    write_open(out, h, Authority::Signed, None);
     out.push_str(text);
     out.push('\n');
     out.push_str(SECTION_CLOSE);
@@ -381,7 +474,12 @@ pub fn write_trusted(out: &mut String, h: &SectionHeader<'_>, text: &str) {
 
 /// Append an untrusted (layer 3-6) section, fenced and encoded.
 pub fn write_untrusted(out: &mut String, h: &SectionHeader<'_>, text: &str, encoding: Encoding) {
-    write_open(out, h, Trust::Untrusted, Some(encoding));
+    // Only layers 1-2 may claim the signed authority (ADR-0014).
+    let authority = match h.authority {
+        Authority::Signed => Authority::Data,
+        a => a,
+    };
+    write_open(out, h, authority, Some(encoding));
     out.push_str(&encode_untrusted(text, encoding));
     out.push('\n');
     out.push_str(SECTION_CLOSE);
@@ -400,7 +498,12 @@ pub fn write_omitted(out: &mut String, layer: Layer, id: &str, reason: &str, tok
     );
 }
 
-fn write_open(out: &mut String, h: &SectionHeader<'_>, trust: Trust, enc: Option<Encoding>) {
+fn write_open(
+    out: &mut String,
+    h: &SectionHeader<'_>,
+    authority: Authority,
+    enc: Option<Encoding>,
+) {
     let _ = write!(
         out,
         "<strata:section layer=\"{}\" id=\"{}\"",
@@ -410,10 +513,13 @@ fn write_open(out: &mut String, h: &SectionHeader<'_>, trust: Trust, enc: Option
     if let Some(k) = h.key {
         let _ = write!(out, " key=\"{}\"", escape_attr(k));
     }
-    out.push_str(match trust {
-        Trust::Signed => " trust=\"signed\"",
-        Trust::Untrusted => " trust=\"untrusted\"",
-    });
+    let _ = write!(out, " authority=\"{}\"", authority.name());
+    if let Some(r) = h.role {
+        let _ = write!(out, " role=\"{}\"", r.name());
+    }
+    if let Some(c) = h.call {
+        let _ = write!(out, " call=\"{}\"", escape_attr(c));
+    }
     if let Some(s) = h.source {
         let _ = write!(out, " source=\"{}\"", escape_attr(s));
     }
@@ -438,8 +544,14 @@ pub enum Parsed {
         id: String,
         /// Conflict key.
         key: Option<String>,
-        /// Trust.
+        /// Trust (signed exactly when the authority is).
         trust: Trust,
+        /// Who may instruct through it.
+        authority: Authority,
+        /// Role of a working-memory turn.
+        role: Option<crate::Role>,
+        /// Tool call id of a working-memory turn.
+        call: Option<String>,
         /// Source label (untrusted sections).
         source: Option<String>,
         /// Encoding (untrusted sections).
@@ -540,7 +652,15 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
             for (n, _) in &attrs {
                 if !matches!(
                     *n,
-                    "layer" | "id" | "key" | "trust" | "source" | "encoding" | "cut"
+                    "layer"
+                        | "id"
+                        | "key"
+                        | "authority"
+                        | "role"
+                        | "call"
+                        | "source"
+                        | "encoding"
+                        | "cut"
                 ) {
                     return Err(FormatError::BadTag {
                         at: i,
@@ -549,22 +669,29 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
                 }
             }
             let layer = parse_layer(&attrs, i)?;
-            let trust = match attr(&attrs, "trust") {
-                Some("signed") => Trust::Signed,
-                Some("untrusted") => Trust::Untrusted,
-                _ => {
-                    return Err(FormatError::BadTag {
-                        at: i,
-                        why: "missing or bad trust",
-                    })
-                }
-            };
+            let authority = attr(&attrs, "authority")
+                .and_then(Authority::from_name)
+                .ok_or(FormatError::BadTag {
+                    at: i,
+                    why: "missing or bad authority",
+                })?;
+            let trust = authority.trust();
             if (trust == Trust::Signed) != layer.is_identity() {
                 return Err(FormatError::BadTag {
                     at: i,
-                    why: "trust does not match layer",
+                    why: "authority does not match layer",
                 });
             }
+            let role = match attr(&attrs, "role") {
+                None => None,
+                Some(r) => Some(crate::Role::from_name(r).ok_or(FormatError::BadTag {
+                    at: i,
+                    why: "bad role",
+                })?),
+            };
+            let call = attr(&attrs, "call")
+                .map(|c| unescape_attr(c, i))
+                .transpose()?;
             let encoding = match (trust, attr(&attrs, "encoding")) {
                 (Trust::Signed, None) => None,
                 (Trust::Untrusted, Some(e)) => {
@@ -623,6 +750,9 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
                     .map(|k| unescape_attr(k, i))
                     .transpose()?,
                 trust,
+                authority,
+                role,
+                call,
                 source: attr(&attrs, "source")
                     .map(|s| unescape_attr(s, i))
                     .transpose()?,
@@ -697,7 +827,7 @@ mod tests {
                 id: "m.1",
                 key: None,
                 source: Some("mcp:\"x\"<y>"),
-                cut: false,
+                ..SectionHeader::new(Layer::LongTermMemory, "m.1")
             };
             write_untrusted(&mut out, &h, s, enc);
             let p = parse(&out).unwrap();
@@ -766,8 +896,7 @@ mod tests {
             layer: Layer::Core,
             id: "core.identity",
             key: Some("identity"),
-            source: None,
-            cut: false,
+            ..SectionHeader::new(Layer::Core, "core.identity")
         };
         write_trusted(&mut out, &h, "You are Ada.");
         let h = SectionHeader {
@@ -776,6 +905,7 @@ mod tests {
             key: None,
             source: Some("store"),
             cut: true,
+            ..SectionHeader::new(Layer::WorkingMemory, "wm.1")
         };
         write_untrusted(&mut out, &h, "hello", Encoding::Escaped);
         write_omitted(&mut out, Layer::LongTermMemory, "m.9", "budget", 42);

@@ -76,6 +76,9 @@ pub struct AllowedTool {
     pub name: ToolName,
     /// Trusted description from the signed definition.
     pub description: String,
+    /// The argument schema pinned by the signed definition, if it gives one (ADR-0015).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<crate::ToolSchema>,
     /// Usage hints.
     pub usage: ToolUsageHint,
 }

@@ -37,4 +37,4 @@ pub use section::{
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;
 pub use tokenizer::{EstimateTokenizer, Tokenizer};
-pub use tools::{AnnouncedTool, ToolName, ToolPolicy, ToolUsageHint};
+pub use tools::{AnnouncedTool, ToolName, ToolPolicy, ToolSchema, ToolUsageHint};

@@ -210,6 +210,17 @@ impl Role {
             Role::ToolResult => "tool_result",
         }
     }
+
+    /// Parse a name written by [`Role::name`].
+    pub fn from_name(s: &str) -> Option<Role> {
+        Some(match s {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool_call" => Role::ToolCall,
+            "tool_result" => Role::ToolResult,
+            _ => return None,
+        })
+    }
 }
 
 /// Turn metadata of a working-memory section: its place in the session and, for tool calls and
@@ -223,6 +234,41 @@ pub struct Turn {
     /// The tool call id linking a call and its result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<Arc<str>>,
+    /// The tool called, for a tool call (its content is the call's JSON arguments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<crate::ToolName>,
+}
+
+impl Turn {
+    /// A turn with no call id or tool name.
+    pub fn new(seq: u64, role: Role) -> Turn {
+        Turn {
+            seq,
+            role,
+            call_id: None,
+            name: None,
+        }
+    }
+
+    /// A tool call of `name` with id `call_id`.
+    pub fn tool_call(seq: u64, call_id: impl Into<Arc<str>>, name: crate::ToolName) -> Turn {
+        Turn {
+            seq,
+            role: Role::ToolCall,
+            call_id: Some(call_id.into()),
+            name: Some(name),
+        }
+    }
+
+    /// The result of the call `call_id`.
+    pub fn tool_result(seq: u64, call_id: impl Into<Arc<str>>) -> Turn {
+        Turn {
+            seq,
+            role: Role::ToolResult,
+            call_id: Some(call_id.into()),
+            name: None,
+        }
+    }
 }
 
 /// One runtime section (layers 3-6). Immutable; clone is cheap.

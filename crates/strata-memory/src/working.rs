@@ -93,6 +93,7 @@ impl Entry {
             seq: self.seq,
             role: self.role,
             call_id: self.call_id.clone(),
+            name: None,
         }
     }
 }

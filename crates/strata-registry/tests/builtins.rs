@@ -26,6 +26,7 @@ const NOW: i64 = 1_795_267_200_000;
 
 fn tool(name: &str, description: &str, server: Option<&str>) -> AnnouncedTool {
     AnnouncedTool {
+        parameters: None,
         name: ToolName::new(name).unwrap(),
         description: description.into(),
         server: server.map(Arc::from),

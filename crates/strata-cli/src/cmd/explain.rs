@@ -372,13 +372,14 @@ pub fn html(e: &Explained) -> String {
     h.push_str("</ul>\n<h2>The assembled text, with its fences</h2>\n<pre id=\"text\">");
     // Signed sections and untrusted fences are outlined; the text itself is shown exactly.
     for chunk in split_elements(&e.text) {
-        let class = if chunk.starts_with("<strata:section") && chunk.contains("trust=\"signed\"") {
-            "signed"
-        } else if chunk.starts_with("<strata:section") {
-            "fence"
-        } else {
-            "mark"
-        };
+        let class =
+            if chunk.starts_with("<strata:section") && chunk.contains("authority=\"signed\"") {
+                "signed"
+            } else if chunk.starts_with("<strata:section") {
+                "fence"
+            } else {
+                "mark"
+            };
         let _ = write!(h, "<span class=\"{class}\">{}</span>", esc(chunk));
     }
     h.push_str("</pre>\n</body>\n</html>\n");
