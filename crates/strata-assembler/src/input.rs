@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 use strata_core::{
-    AnnouncedTool, CoreError, ModeSet, PathSet, Phase, RuntimeLayer, Section, SourceKind,
+    AnnouncedTool, CoreError, ModeSet, PathSet, Phase, Role, RuntimeLayer, Section, SourceKind,
     Stability, ToolName, ToolPolicy, Turn, Weight,
 };
 
@@ -79,10 +79,76 @@ impl SectionSpec {
     }
 }
 
+/// One conversation turn as written by a caller: a working-memory (layer 5) section in the
+/// conversation's order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnSpec {
+    /// `user`, `assistant`, `tool_call` or `tool_result`.
+    pub role: Role,
+    /// The words of a user or assistant turn, or a tool's result.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// A tool call's arguments (a JSON object).
+    #[serde(default)]
+    pub arguments: Option<serde_json::Value>,
+    /// The id linking a tool call and its result.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// The tool a call names.
+    #[serde(default)]
+    pub name: Option<ToolName>,
+    /// Section id (default `turn.N`).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Never trimmed.
+    #[serde(default)]
+    pub sticky: bool,
+}
+
+impl TurnSpec {
+    /// Validate into a working-memory section at position `seq` (provenance: caller).
+    pub fn into_section(self, seq: u64) -> Result<Section, CoreError> {
+        let content = match (self.role, self.arguments) {
+            (Role::ToolCall, Some(args)) => {
+                if !args.is_object() {
+                    return Err(CoreError::InvalidToolSchema {
+                        why: format!("turn {seq}: a tool call's arguments must be a JSON object"),
+                    });
+                }
+                args.to_string()
+            }
+            (Role::ToolCall, None) => self.content.unwrap_or_else(|| "{}".to_owned()),
+            (_, Some(_)) => {
+                return Err(CoreError::InvalidToolSchema {
+                    why: format!("turn {seq}: only tool calls take `arguments`"),
+                })
+            }
+            (_, None) => self.content.unwrap_or_default(),
+        };
+        let id = self.id.unwrap_or_else(|| format!("turn.{seq}"));
+        let turn = Turn {
+            seq,
+            role: self.role,
+            call_id: self.call_id.map(Into::into),
+            name: self.name,
+        };
+        Ok(Section::builder(RuntimeLayer::WorkingMemory, &id, content)?
+            .phase(Phase::History)
+            .sticky(self.sticky)
+            .turn(turn)
+            .source(SourceKind::Caller, "caller")
+            .build())
+    }
+}
+
 /// The runtime input of one assembly.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeInput {
+    /// Conversation turns (layer 5), oldest first; numbered after any turn in `sections`.
+    #[serde(default)]
+    pub turns: Vec<TurnSpec>,
     /// Sections of layers 3-6.
     #[serde(default)]
     pub sections: Vec<SectionSpec>,
@@ -104,6 +170,16 @@ impl RuntimeInput {
     pub fn apply(self, req: &mut AssemblyRequest) -> Result<(), CoreError> {
         for s in self.sections {
             req.sections.push(s.into_section()?);
+        }
+        let mut seq = req
+            .sections
+            .iter()
+            .filter_map(|s| s.turn().map(|t| t.seq))
+            .max()
+            .unwrap_or(0);
+        for t in self.turns {
+            seq += 1;
+            req.sections.push(t.into_section(seq)?);
         }
         req.tools.extend(self.tools);
         if let Some(set) = self.allowed_tools {

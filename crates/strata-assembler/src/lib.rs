@@ -30,7 +30,7 @@ pub mod request;
 
 pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 pub use error::AssembleError;
-pub use input::{RuntimeInput, SectionSpec};
+pub use input::{RuntimeInput, SectionSpec, TurnSpec};
 pub use output::AssembledContext;
 pub use provider::{
     Block, Conversation, Message, MessageKind, MessageRole, PairPolicy, Provider, ProviderOptions,

@@ -99,23 +99,29 @@ fn assemble_prints_text_and_provider_formats_with_identity_first() {
             "-",
             "--format",
             "anthropic",
+            "--model",
+            "claude-sonnet-4-5",
+            "--max-tokens",
+            "512",
         ],
         Some(INPUT),
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let blocks = v["system"].as_array().unwrap();
-    assert!(
-        blocks
-            .iter()
-            .filter(|b| b.get("cache_control").is_some())
-            .count()
-            <= 4
-    );
-    assert!(blocks[0]["text"]
-        .as_str()
-        .unwrap()
-        .starts_with("<strata:section layer=\"1\""));
+    assert_eq!(blocks.len(), 1, "the system channel is one block of signed text");
+    let system = blocks[0]["text"].as_str().unwrap();
+    assert!(system.starts_with("<strata:section layer=\"1\""));
+    assert!(!system.contains("Mallory") && !system.contains("deploy day"));
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "user");
+    // The newest user turn comes last, after the fenced per-turn context (merged into one
+    // user message, since Anthropic wants the roles to alternate).
+    let last = messages.last().unwrap()["content"].as_array().unwrap();
+    assert_eq!(last.last().unwrap()["text"], "What is our deploy day?");
+    assert!(last[0]["text"].as_str().unwrap().contains("authority=\"data\""));
+    assert_eq!(v["model"], "claude-sonnet-4-5");
+    assert_eq!(v["max_tokens"], 512);
 
     let r = strata(
         tmp.path(),
@@ -128,14 +134,28 @@ fn assemble_prints_text_and_provider_formats_with_identity_first() {
             "--section",
             "long_term_memory:m2=metric units",
             "--format",
-            "openai",
+            "openai-chat",
+            "--model",
+            "gpt-4o",
         ],
         None,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(v[0]["role"], "system");
-    assert!(v[0]["content"].as_str().unwrap().contains("metric units"));
+    let msgs = v["messages"].as_array().unwrap();
+    assert_eq!(msgs[0]["role"], "system");
+    assert!(!msgs[0]["content"].as_str().unwrap().contains("metric units"));
+    assert_eq!(msgs[1]["role"], "user");
+    assert!(msgs[1]["content"].as_str().unwrap().contains("metric units"));
+
+    // A provider format without a model is a usage error that says what to add.
+    let r = strata(
+        tmp.path(),
+        &["assemble", "--agent", a, "--trust", t, "--format", "anthropic"],
+        None,
+    );
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("--model"), "{}", r.stderr);
 }
 
 #[test]

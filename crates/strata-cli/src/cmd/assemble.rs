@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use strata_assembler::{
     AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, Expiry, Loader,
-    PromptMode, RollbackGuard, RuntimeInput, RuntimeLayer, Section, SourceKind, VerifiedAgent,
+    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard,
+    RuntimeInput, RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
 };
 
 use crate::cmd::explain::{terminal, Explained};
@@ -18,14 +19,51 @@ use crate::output::Output;
 /// Output formats of `strata assemble`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// The system prompt text.
+    /// One string: the signed identity, then fenced layers 3-6.
     Text,
-    /// Text, tools and the full report as JSON (what `strata explain` reads).
+    /// The assembly and its full report as JSON (what `strata explain` reads); with
+    /// `--provider`, placed into that provider's channels.
     Json,
-    /// OpenAI chat messages.
-    Openai,
-    /// Anthropic system blocks with cache breakpoints.
+    /// The request body of OpenAI Chat Completions.
+    #[value(name = "openai-chat", alias = "openai")]
+    OpenaiChat,
+    /// The request body of OpenAI Responses.
+    #[value(name = "openai-responses")]
+    OpenaiResponses,
+    /// The request body of Anthropic Messages.
     Anthropic,
+}
+
+impl Format {
+    fn provider(self) -> Option<Provider> {
+        match self {
+            Format::Text | Format::Json => None,
+            Format::OpenaiChat => Some(Provider::OpenAiChat),
+            Format::OpenaiResponses => Some(Provider::OpenAiResponses),
+            Format::Anthropic => Some(Provider::Anthropic),
+        }
+    }
+}
+
+/// Who carries the signed text in OpenAI Chat requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SystemRoleArg {
+    /// `system`.
+    System,
+    /// `developer`.
+    Developer,
+}
+
+/// Tool descriptions in requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ToolDescriptionsArg {
+    /// The signed description (default).
+    Signed,
+    /// No description.
+    Withheld,
+    /// The announced, untrusted description. Only for servers you control.
+    #[value(name = "announced-dangerously")]
+    AnnouncedDangerously,
 }
 
 /// Arguments of `strata assemble`.
@@ -33,16 +71,26 @@ pub enum Format {
 #[command(after_help = "\
 Examples:
   strata assemble --agent ada.signed.json --trust trust.toml --input turn.json
-  strata assemble --agent ada.signed.json --trust trust.toml \\
-      --section long_term_memory:m1='The user prefers metric units.' --format anthropic --report
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format anthropic --model claude-sonnet-4-5 --max-tokens 1024
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format openai-chat --model gpt-4o --report
   cat turn.json | strata assemble --agent ada.signed.json --trust trust.toml --input - --format json
 
 Runtime input (--input) is JSON:
-  {\"sections\": [{\"layer\": \"working_memory\", \"id\": \"t1\", \"content\": \"Hello\",
-                 \"turn\": {\"seq\": 1, \"role\": \"user\"}}],
-   \"tools\": [{\"name\": \"file_read\", \"description\": \"Read a file.\"}],
+  {\"turns\": [{\"role\": \"user\", \"content\": \"Read notes.txt\"},
+             {\"role\": \"tool_call\", \"call_id\": \"c1\", \"name\": \"file_read\",
+              \"arguments\": {\"path\": \"notes.txt\"}},
+             {\"role\": \"tool_result\", \"call_id\": \"c1\", \"content\": \"...\"},
+             {\"role\": \"assistant\", \"content\": \"The notes say ...\"},
+             {\"role\": \"user\", \"content\": \"Thanks. Summarise them.\"}],
+   \"sections\": [{\"layer\": \"long_term_memory\", \"id\": \"m1\", \"content\": \"...\"}],
+   \"tools\": [{\"name\": \"file_read\", \"description\": \"Read a file.\",
+              \"parameters\": {\"type\": \"object\", \"properties\": {}}}],
    \"allowed_tools\": [\"file_read\"]}
-Only layers 3-6 can be given; layers 1-2 come from the signed definition.")]
+Turns are layer 5 in the order given; sections are layers 3-6 (fields: layer, id, content,
+key, priority, phase, stability, sticky, weight, modes, paths, turn, source). Only layers 3-6
+can be given; layers 1-2 come from the signed definition.")]
 pub struct AssembleArgs {
     /// The signed agent definition (DSSE envelope).
     #[arg(long, value_name = "FILE")]
@@ -83,6 +131,26 @@ pub struct AssembleArgs {
     /// Also print the report (a table with bars) on standard error.
     #[arg(long)]
     pub report: bool,
+    /// With `--format json`: place the assembly for this provider (openai-chat,
+    /// openai-responses, anthropic).
+    #[arg(long, value_name = "PROVIDER")]
+    pub provider: Option<Provider>,
+    /// Model name written into provider request bodies.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// Maximum output tokens written into provider request bodies (required by Anthropic).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens: Option<u32>,
+    /// OpenAI Chat: the role that carries the signed text.
+    #[arg(long, value_enum, default_value_t = SystemRoleArg::System)]
+    pub system_role: SystemRoleArg,
+    /// Tool descriptions in requests.
+    #[arg(long, value_enum, default_value_t = ToolDescriptionsArg::Signed)]
+    pub tool_descriptions: ToolDescriptionsArg,
+    /// Leave out tool calls without results and results without calls (reported) instead of
+    /// failing.
+    #[arg(long)]
+    pub drop_unpaired: bool,
 }
 
 fn parse_mode(s: &str) -> Result<PromptMode, String> {
@@ -185,6 +253,28 @@ pub fn build_request(
     for flag in &args.section {
         req.sections.push(parse_section_flag(flag)?);
     }
+    req.provider = args.format.provider().or(args.provider);
+    req.provider_options = ProviderOptions {
+        system_role: match args.system_role {
+            SystemRoleArg::System => SystemRole::System,
+            SystemRoleArg::Developer => SystemRole::Developer,
+        },
+        tool_descriptions: match args.tool_descriptions {
+            ToolDescriptionsArg::Signed => ToolDescriptions::Signed,
+            ToolDescriptionsArg::Withheld => ToolDescriptions::Withheld,
+            ToolDescriptionsArg::AnnouncedDangerously => {
+                tracing::warn!("tool descriptions announced at run time are passed to the model unchecked");
+                ToolDescriptions::AnnouncedDangerously
+            }
+        },
+        pairs: if args.drop_unpaired {
+            PairPolicy::DropUnpaired
+        } else {
+            PairPolicy::Error
+        },
+        model: args.model.clone(),
+        ..ProviderOptions::default()
+    };
     Ok(req)
 }
 
@@ -202,7 +292,7 @@ fn read_input(path: &Path) -> Result<String, CliError> {
 }
 
 /// Render an assembled context in a format.
-pub fn render(ctx: &AssembledContext, format: Format) -> Result<String, CliError> {
+pub fn render(ctx: &AssembledContext, format: Format, args: &AssembleArgs) -> Result<String, CliError> {
     let json = |v: &serde_json::Value| {
         serde_json::to_string_pretty(v).map_err(|e| CliError::Other(e.to_string()))
     };
@@ -213,11 +303,28 @@ pub fn render(ctx: &AssembledContext, format: Format) -> Result<String, CliError
                 text: ctx.text.clone(),
                 tools: ctx.tools.iter().map(|t| t.to_string()).collect(),
                 report: ctx.report.clone(),
+                conversation: ctx.conversation.clone(),
             };
             serde_json::to_string_pretty(&e).map_err(|e| CliError::Other(e.to_string()))? + "\n"
         }
-        Format::Openai => json(&ctx.openai_messages())? + "\n",
-        Format::Anthropic => json(&serde_json::json!({ "system": ctx.anthropic_system() }))? + "\n",
+        Format::OpenaiChat | Format::OpenaiResponses | Format::Anthropic => {
+            let provider = format.provider().unwrap_or(Provider::OpenAiChat);
+            let model = args.model.clone().ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--format {}: give --model NAME (written into the request body)",
+                    provider.name()
+                ))
+            })?;
+            let params = RequestParams {
+                model,
+                max_tokens: args.max_tokens,
+                ..RequestParams::default()
+            };
+            let body = ctx
+                .request_body(provider, &params)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            json(&body)? + "\n"
+        }
     })
 }
 
@@ -236,5 +343,5 @@ pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
     if args.report {
         out.status(&terminal(&ctx.report, 40));
     }
-    out.result(&render(&ctx, args.format)?)
+    out.result(&render(&ctx, args.format, args)?)
 }

@@ -384,6 +384,7 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         text: ctx.text.clone(),
         tools: ctx.tools.iter().map(|t| t.to_string()).collect(),
         report: ctx.report.clone(),
+        conversation: None,
     };
     let json =
         serde_json::to_string_pretty(&explained).map_err(|e| CliError::Other(e.to_string()))?;

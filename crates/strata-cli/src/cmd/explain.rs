@@ -26,6 +26,9 @@ pub struct Explained {
     pub tools: Vec<String>,
     /// The report.
     pub report: Report,
+    /// The conversation placed into a provider's channels, if the assembly named a provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<strata_assembler::Conversation>,
 }
 
 /// Arguments of `strata explain`.
