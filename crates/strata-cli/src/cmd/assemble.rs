@@ -330,6 +330,12 @@ pub fn render(ctx: &AssembledContext, format: Format, args: &AssembleArgs) -> Re
 
 /// Run `strata assemble`.
 pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
+    if let (Some(p), None) = (args.format.provider(), &args.model) {
+        return Err(CliError::Usage(format!(
+            "--format {}: give --model NAME (written into the request body)",
+            p.name()
+        )));
+    }
     let agent = load_agent(
         &args.agent,
         &args.trust,
