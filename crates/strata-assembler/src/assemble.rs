@@ -690,6 +690,25 @@ impl Assembler {
         }
         if native.is_some() {
             winners = check_pairs(winners, opts.pairs, &mut reports)?;
+            // Providers refuse empty text blocks: a user or assistant turn with nothing to say
+            // is left out and reported (ADR-0015).
+            winners.retain(|s| {
+                let empty = s
+                    .turn()
+                    .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+                    .is_some_and(|t| matches!(t.role, Role::User | Role::Assistant))
+                    && s.content().as_str().trim().is_empty();
+                if empty {
+                    reports.push(report_of(
+                        s,
+                        false,
+                        SectionStatus::Filtered {
+                            reason: "empty".into(),
+                        },
+                    ));
+                }
+                !empty
+            });
         }
 
         // Render, apply section caps, build trimming units.

@@ -109,7 +109,11 @@ fn assemble_prints_text_and_provider_formats_with_identity_first() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let blocks = v["system"].as_array().unwrap();
-    assert_eq!(blocks.len(), 1, "the system channel is one block of signed text");
+    assert_eq!(
+        blocks.len(),
+        1,
+        "the system channel is one block of signed text"
+    );
     let system = blocks[0]["text"].as_str().unwrap();
     assert!(system.starts_with("<strata:section layer=\"1\""));
     assert!(!system.contains("Mallory") && !system.contains("deploy day"));
@@ -119,7 +123,10 @@ fn assemble_prints_text_and_provider_formats_with_identity_first() {
     // user message, since Anthropic wants the roles to alternate).
     let last = messages.last().unwrap()["content"].as_array().unwrap();
     assert_eq!(last.last().unwrap()["text"], "What is our deploy day?");
-    assert!(last[0]["text"].as_str().unwrap().contains("authority=\"data\""));
+    assert!(last[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("authority=\"data\""));
     assert_eq!(v["model"], "claude-sonnet-4-5");
     assert_eq!(v["max_tokens"], 512);
 
@@ -144,14 +151,28 @@ fn assemble_prints_text_and_provider_formats_with_identity_first() {
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let msgs = v["messages"].as_array().unwrap();
     assert_eq!(msgs[0]["role"], "system");
-    assert!(!msgs[0]["content"].as_str().unwrap().contains("metric units"));
+    assert!(!msgs[0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("metric units"));
     assert_eq!(msgs[1]["role"], "user");
-    assert!(msgs[1]["content"].as_str().unwrap().contains("metric units"));
+    assert!(msgs[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("metric units"));
 
     // A provider format without a model is a usage error that says what to add.
     let r = strata(
         tmp.path(),
-        &["assemble", "--agent", a, "--trust", t, "--format", "anthropic"],
+        &[
+            "assemble",
+            "--agent",
+            a,
+            "--trust",
+            t,
+            "--format",
+            "anthropic",
+        ],
         None,
     );
     assert_ne!(r.code, 0);

@@ -57,3 +57,13 @@ pub fn agent() -> VerifiedAgent {
         "You are Tester, an agent used to check the assembler.",
     )
 }
+
+pub fn agent_from_definition(definition: &str) -> VerifiedAgent {
+    let key = KeyPair::from_seed(&[0x5a; 32]);
+    let env = sign_definition(definition, None, &[&key]).unwrap();
+    let trust = TrustStore::from_toml(&TrustStore::toml_for(&[("test", &key.public())])).unwrap();
+    let guard = RollbackGuard::in_memory();
+    Loader::new(&trust, &guard)
+        .load_bytes(env.to_json().as_bytes(), None)
+        .unwrap()
+}

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use strata_assembler::{
     AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, Expiry, Loader,
-    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard,
-    RuntimeInput, RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
+    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard, RuntimeInput,
+    RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
 };
 
 use crate::cmd::explain::{terminal, Explained};
@@ -263,7 +263,9 @@ pub fn build_request(
             ToolDescriptionsArg::Signed => ToolDescriptions::Signed,
             ToolDescriptionsArg::Withheld => ToolDescriptions::Withheld,
             ToolDescriptionsArg::AnnouncedDangerously => {
-                tracing::warn!("tool descriptions announced at run time are passed to the model unchecked");
+                tracing::warn!(
+                    "tool descriptions announced at run time are passed to the model unchecked"
+                );
                 ToolDescriptions::AnnouncedDangerously
             }
         },
@@ -292,7 +294,11 @@ fn read_input(path: &Path) -> Result<String, CliError> {
 }
 
 /// Render an assembled context in a format.
-pub fn render(ctx: &AssembledContext, format: Format, args: &AssembleArgs) -> Result<String, CliError> {
+pub fn render(
+    ctx: &AssembledContext,
+    format: Format,
+    args: &AssembleArgs,
+) -> Result<String, CliError> {
     let json = |v: &serde_json::Value| {
         serde_json::to_string_pretty(v).map_err(|e| CliError::Other(e.to_string()))
     };
