@@ -1,0 +1,419 @@
+//! Stages 1-2 of assembly: narrow the tools, select the sections that take part in this mode
+//! and path, resolve conflicts for the higher layer, and check a native history's tool pairs.
+//!
+//! Hand-off: [`Selected`], the winning sections with the reports and conflicts of the losers.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use strata_agentdef::VerifiedAgent;
+use strata_core::{
+    Layer, Phase, Role, RuntimeLayer, Section, SectionId, SectionKey, SourceKind, Stability,
+    ToolName, ToolPolicy, ToolSchema,
+};
+
+use super::{report_of, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
+use crate::error::AssembleError;
+use crate::provider::{PairPolicy, RequestTool, ToolDescriptions};
+use crate::report::{Conflict, SectionReport, SectionStatus, ToolsReport};
+use crate::request::AssemblyRequest;
+
+/// The sections that take part, after filtering and conflicts.
+pub(super) struct Selected {
+    /// Winners, in the canonical conflict order.
+    pub winners: Vec<Section>,
+    /// Reports of the sections filtered or overridden.
+    pub reports: Vec<SectionReport>,
+    /// Conflicts resolved for the higher layer.
+    pub conflicts: Vec<Conflict>,
+}
+
+/// Select the sections of `input` that take part in the request's mode and path, and resolve
+/// conflicts on id or key for the higher layer (identity always wins; I4, ADR-0007). For a
+/// provider-native request, also check the tool pairs and leave out empty turns (ADR-0015).
+pub(super) fn select(
+    agent: &VerifiedAgent,
+    req: &AssemblyRequest,
+    input: Vec<Section>,
+) -> Result<Selected, AssembleError> {
+    let native = req.provider;
+    let opts = &req.provider_options;
+    let mut reports: Vec<SectionReport> = Vec::new();
+    let mut conflicts = Vec::new();
+    // Mode and path filtering.
+    let mut live = Vec::new();
+    for s in input {
+        let reason = if !s.modes().contains(req.mode) {
+            Some("mode")
+        } else if !s.paths().contains(req.path) {
+            Some("path")
+        } else {
+            None
+        };
+        match reason {
+            Some(r) => reports.push(report_of(
+                &s,
+                false,
+                SectionStatus::Filtered { reason: r.into() },
+            )),
+            None => live.push(s),
+        }
+    }
+
+    // Canonical order for conflict resolution: higher layer first, then score, id, hash.
+    live.sort_by(|a, b| {
+        (a.layer(), Reverse(a.score()), a.id(), a.content_hash()).cmp(&(
+            b.layer(),
+            Reverse(b.score()),
+            b.id(),
+            b.content_hash(),
+        ))
+    });
+
+    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007).
+    let identity = agent.identity();
+    let mut by_key: BTreeMap<SectionKey, (Layer, String)> = BTreeMap::new();
+    let mut by_id: BTreeMap<SectionId, (Layer, String)> = BTreeMap::new();
+    for s in identity.sections() {
+        if let Some(k) = s.key() {
+            by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+        }
+        by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+    }
+    let mut winners = Vec::new();
+    for s in live {
+        let lost = by_id
+            .get(s.id())
+            .map(|w| (w.clone(), format!("id:{}", s.id())))
+            .or_else(|| {
+                s.key()
+                    .and_then(|k| by_key.get(k).map(|w| (w.clone(), k.to_string())))
+            });
+        if let Some(((wl, wid), on)) = lost {
+            conflicts.push(Conflict {
+                on: on.clone(),
+                winner: (wl, wid.clone()),
+                loser: (s.layer().into(), s.id().to_string()),
+            });
+            reports.push(report_of(
+                &s,
+                false,
+                SectionStatus::Overridden {
+                    by_layer: wl,
+                    by_id: wid,
+                    on,
+                },
+            ));
+            continue;
+        }
+        by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+        if let Some(k) = s.key() {
+            by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+        }
+        winners.push(s);
+    }
+    if native.is_some() {
+        winners = check_pairs(winners, opts.pairs, &mut reports)?;
+        // Providers refuse empty text blocks: a user or assistant turn with nothing to say
+        // is left out and reported (ADR-0015).
+        winners.retain(|s| {
+            let empty = s
+                .turn()
+                .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+                .is_some_and(|t| matches!(t.role, Role::User | Role::Assistant))
+                && s.content().as_str().trim().is_empty();
+            if empty {
+                reports.push(report_of(
+                    s,
+                    false,
+                    SectionStatus::Filtered {
+                        reason: "empty".into(),
+                    },
+                ));
+            }
+            !empty
+        });
+    }
+
+    Ok(Selected {
+        winners,
+        reports,
+        conflicts,
+    })
+}
+
+/// Narrow the tool set: layer 1's allowlist, intersected with the caller's policy, intersected
+/// with what is announced (I4, ADR-0007). A tool whose signed entry pins a schema is refused when
+/// the announcement carries another schema or another description ("definition changed");
+/// otherwise it takes the announced schema. Descriptions follow [`ToolDescriptions`]: by default
+/// the signed one replaces the announced one (ADR-0015). For the plain-text format the effective
+/// tools are also listed in a fenced layer-3 catalog section.
+pub(super) fn narrow_tools(
+    agent: &VerifiedAgent,
+    req: &AssemblyRequest,
+) -> (ToolsReport, Option<Section>, Vec<RequestTool>) {
+    let identity = agent.identity();
+    let policy = req.provider_options.tool_descriptions;
+    let mut report = ToolsReport::default();
+    if let ToolPolicy::Only(set) = &req.tool_policy {
+        for name in set {
+            if !identity.allows(name) {
+                report.refused.push((
+                    name.to_string(),
+                    "not in layer 1's allowlist; delegated context cannot widen it".into(),
+                ));
+            }
+        }
+    }
+    let mut effective: BTreeMap<ToolName, RequestTool> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for t in &req.tools {
+        if !seen.insert(t.name.clone()) {
+            report.refused.push((
+                t.name.to_string(),
+                "announced more than once; the first announcement is used".into(),
+            ));
+            continue;
+        }
+        let by = t
+            .server
+            .as_deref()
+            .map_or_else(|| "the runtime".to_owned(), |s| format!("MCP server `{s}`"));
+        let Some(signed) = identity.tools().iter().find(|a| a.name == t.name) else {
+            report.refused.push((
+                t.name.to_string(),
+                format!("announced by {by} but not in layer 1's allowlist"),
+            ));
+            continue;
+        };
+        if !req.tool_policy.permits(&t.name) {
+            report.refused.push((
+                t.name.to_string(),
+                "restricted by the delegated tool policy".into(),
+            ));
+            continue;
+        }
+        let (parameters, schema_source) = match (&signed.parameters, &t.parameters) {
+            (Some(pinned), Some(announced)) if pinned != announced => {
+                report.refused.push((
+                    t.name.to_string(),
+                    format!(
+                        "definition changed: {by} announced a schema ({}) that differs from the signed one ({})",
+                        announced.digest(),
+                        pinned.digest()
+                    ),
+                ));
+                continue;
+            }
+            (Some(pinned), _) => {
+                let announced = t.description.as_str();
+                if !announced.is_empty() && announced != signed.description {
+                    report.refused.push((
+                        t.name.to_string(),
+                        format!("definition changed: {by} announced a description that differs from the signed one"),
+                    ));
+                    continue;
+                }
+                (pinned.clone(), "signed")
+            }
+            (None, Some(announced)) => (announced.clone(), "announced"),
+            (None, None) => (empty_schema(), "none"),
+        };
+        let description = match policy {
+            ToolDescriptions::Signed => signed.description.clone(),
+            ToolDescriptions::Withheld => String::new(),
+            ToolDescriptions::AnnouncedDangerously => t.description.as_str().to_owned(),
+        };
+        effective.insert(
+            t.name.clone(),
+            RequestTool {
+                name: t.name.clone(),
+                description,
+                parameters,
+                schema_source: schema_source.to_owned(),
+            },
+        );
+    }
+    report.refused.sort();
+    report.effective = effective.keys().cloned().collect();
+    let tools: Vec<RequestTool> = effective.into_values().collect();
+    if tools.is_empty() {
+        return (report, None, tools);
+    }
+    let body: Vec<String> = tools
+        .iter()
+        .map(|t| {
+            if t.description.is_empty() {
+                format!("- {}", t.name)
+            } else {
+                format!("- {}: {}", t.name, t.description)
+            }
+        })
+        .collect();
+    let section = Section::builder(
+        RuntimeLayer::Shared,
+        TOOL_CATALOG_ID,
+        format!("Tools available now:\n{}", body.join("\n")),
+    )
+    .and_then(|b| b.key(TOOL_CATALOG_KEY))
+    .map(|b| {
+        // The highest priority: among layer-3 catalogs claiming the key, this one wins (I4).
+        b.phase(Phase::Tools)
+            .stability(Stability::Stable)
+            .priority(u32::MAX)
+            .source(SourceKind::Static, "assembler")
+            .build()
+    })
+    .ok();
+    (report, section, tools)
+}
+
+/// `{"type":"object","properties":{}}`: the schema of a tool whose arguments nobody described.
+fn empty_schema() -> ToolSchema {
+    let v = serde_json::json!({ "type": "object", "properties": {} });
+    ToolSchema::from_value(&v).expect("an object literal is a tool schema")
+}
+
+/// Native turns that are the user's or the agent's own words are never cut; fenced data and
+/// tool results may be (ADR-0015).
+pub(super) fn cuttable_natively(s: &Section) -> bool {
+    match s
+        .turn()
+        .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+    {
+        Some(t) => t.role == Role::ToolResult,
+        None => true,
+    }
+}
+
+/// Check the working-memory history of a provider-native request: every tool call has a name,
+/// an id, JSON-object arguments and exactly one result after it, with no user or assistant turn
+/// in between; every result answers a call. Unpaired turns fail the assembly, or are filtered
+/// under [`PairPolicy::DropUnpaired`] (ADR-0015).
+fn check_pairs(
+    winners: Vec<Section>,
+    policy: PairPolicy,
+    reports: &mut Vec<SectionReport>,
+) -> Result<Vec<Section>, AssembleError> {
+    let turn_of = |s: &Section| {
+        s.turn()
+            .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+            .cloned()
+    };
+    let mut calls: BTreeMap<Arc<str>, u64> = BTreeMap::new();
+    let mut results: BTreeMap<Arc<str>, u64> = BTreeMap::new();
+    for s in &winners {
+        let Some(t) = turn_of(s) else { continue };
+        let dup = |what: &str, id: &str| AssembleError::History {
+            why: format!(
+                "two tool {what}s share the call id `{id}`; call ids must be unique in a session"
+            ),
+        };
+        match t.role {
+            Role::ToolCall => {
+                let id = t.call_id.clone().ok_or_else(|| AssembleError::History {
+                    why: format!("tool call `{}` has no call id", s.id()),
+                })?;
+                if t.name.is_none() {
+                    return Err(AssembleError::History {
+                        why: format!("tool call `{}` has no tool name", s.id()),
+                    });
+                }
+                match serde_json::from_str::<serde_json::Value>(s.content().as_str()) {
+                    Ok(v) if v.is_object() => {}
+                    _ => {
+                        return Err(AssembleError::History {
+                            why: format!(
+                                "tool call `{}` has arguments that are not a JSON object",
+                                s.id()
+                            ),
+                        })
+                    }
+                }
+                if calls.insert(id.clone(), t.seq).is_some() {
+                    return Err(dup("call", &id));
+                }
+            }
+            Role::ToolResult => {
+                let id = t.call_id.clone().ok_or_else(|| AssembleError::History {
+                    why: format!("tool result `{}` has no call id", s.id()),
+                })?;
+                if results.insert(id.clone(), t.seq).is_some() {
+                    return Err(dup("result", &id));
+                }
+            }
+            Role::User | Role::Assistant => {}
+        }
+    }
+    let mut unpaired: BTreeSet<Arc<str>> = BTreeSet::new();
+    for (id, seq) in &calls {
+        match results.get(id) {
+            Some(r) if r > seq => {}
+            Some(_) => {
+                return Err(AssembleError::History {
+                    why: format!("the result of tool call `{id}` comes before the call"),
+                })
+            }
+            None => {
+                unpaired.insert(id.clone());
+            }
+        }
+    }
+    for id in results.keys() {
+        if !calls.contains_key(id) {
+            unpaired.insert(id.clone());
+        }
+    }
+    if let (Some(id), PairPolicy::Error) = (unpaired.iter().next(), policy) {
+        return Err(AssembleError::History {
+            why: format!(
+                "tool call `{id}` has no {}; record the missing turn, or set the pair policy to drop_unpaired",
+                if calls.contains_key(id) { "result" } else { "call" }
+            ),
+        });
+    }
+    // No user or assistant turn may stand between a call and its result.
+    let mut turns: Vec<(u64, Role, Option<Arc<str>>)> = winners
+        .iter()
+        .filter_map(|s| turn_of(s).map(|t| (t.seq, t.role, t.call_id)))
+        .filter(|(_, _, c)| c.as_ref().is_none_or(|c| !unpaired.contains(c)))
+        .collect();
+    turns.sort();
+    let mut pending: BTreeSet<Arc<str>> = BTreeSet::new();
+    for (seq, role, call) in turns {
+        match (role, call) {
+            (Role::ToolCall, Some(c)) => {
+                pending.insert(c);
+            }
+            (Role::ToolResult, Some(c)) => {
+                pending.remove(&c);
+            }
+            _ => {
+                if let Some(c) = pending.iter().next() {
+                    return Err(AssembleError::History {
+                        why: format!("turn {seq} stands between tool call `{c}` and its result; results must follow their calls"),
+                    });
+                }
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(winners.len());
+    for s in winners {
+        let drop = turn_of(&s)
+            .and_then(|t| t.call_id)
+            .is_some_and(|c| unpaired.contains(&c));
+        if drop {
+            reports.push(report_of(
+                &s,
+                false,
+                SectionStatus::Filtered {
+                    reason: "unpaired".into(),
+                },
+            ));
+        } else {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
