@@ -8,8 +8,8 @@ use super::adr::{adr_id, Adr, Status};
 use super::scan::{Citation, Role, Target};
 use super::{CrateInfo, Model, MARKER, TOML_MARKER};
 
-/// The invariants: short name and statement, in order from the first to the seventh.
-pub const INVARIANTS: [(&str, &str); 7] = [
+/// The invariants: short name and statement, in order from the first to the ninth.
+pub const INVARIANTS: [(&str, &str); 9] = [
     (
         "Identity first and intact",
         "For any runtime input in layers 3-6, the assembled output begins with the rendered layers 1-2 of the verified definition, byte for byte, exactly once.",
@@ -37,6 +37,14 @@ pub const INVARIANTS: [(&str, &str); 7] = [
     (
         "Typestate",
         "The compiler rejects code that mutates layers 1-2 after loading, builds them without verification, or lets a runtime contributor target layer 1 or 2.",
+    ),
+    (
+        "Authority channels",
+        "In every provider request the system channel holds exactly the signed text and nothing from layers 3-6; no untrusted byte can create a message, a role, a tool call or a tool result; no data sits above the user's authority.",
+    ),
+    (
+        "Exact budgets",
+        "The reported token count equals an independent reference count of what is sent where the provider's tokenizer is public (otherwise it is reported as an estimate), and no output exceeds its budget by that count.",
     ),
 ];
 
@@ -353,7 +361,7 @@ fn invariants(model: &Model) -> String {
          `cargo xtask docs --check` fails when an invariant has no test.\n\n\
          | Invariant | Statement | Named by | Tests | Code |\n|---|---|---|---:|---:|\n",
     );
-    for n in 1..=7u8 {
+    for n in 1..=9u8 {
         let t = Target::Invariant(n);
         let (name, statement) = INVARIANTS[usize::from(n - 1)];
         let named: Vec<String> = model
@@ -377,7 +385,7 @@ fn invariants(model: &Model) -> String {
             model.cited(t, Role::Implements).count()
         );
     }
-    for n in 1..=7u8 {
+    for n in 1..=9u8 {
         let t = Target::Invariant(n);
         let _ = writeln!(
             s,

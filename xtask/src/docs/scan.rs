@@ -256,7 +256,7 @@ pub fn find_citations(text: &str) -> Vec<Found> {
         if boundary_before
             && bytes[i] == b'I'
             && i + 1 < bytes.len()
-            && (b'1'..=b'7').contains(&bytes[i + 1])
+            && (b'1'..=b'9').contains(&bytes[i + 1])
             && (i + 2 == bytes.len() || !word(bytes[i + 2]))
         {
             out.push(Found {
