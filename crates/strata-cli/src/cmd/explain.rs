@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use strata_assembler::report::{Report, SectionStatus};
-use strata_assembler::Layer;
+use strata_assembler::{Block, Conversation, Layer, MessageKind, MessageRole};
 
 use crate::error::CliError;
 use crate::output::Output;
@@ -28,7 +28,7 @@ pub struct Explained {
     pub report: Report,
     /// The conversation placed into a provider's channels, if the assembly named a provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conversation: Option<strata_assembler::Conversation>,
+    pub conversation: Option<Conversation>,
 }
 
 /// Arguments of `strata explain`.
@@ -85,8 +85,80 @@ pub fn run(args: &ExplainArgs, out: &Output) -> Result<(), CliError> {
             ));
             Ok(())
         }
-        None => out.result(&terminal(&explained.report, args.width)),
+        None => {
+            let mut t = terminal(&explained.report, args.width);
+            if let Some(c) = &explained.conversation {
+                t.push_str(&channels(c));
+            }
+            out.result(&t)
+        }
     }
+}
+
+/// One row per channel and message of a provider request: who speaks, why it is there (cache
+/// order), what it holds and what it costs (ADR-0014, ADR-0015).
+pub fn channel_rows(c: &Conversation) -> Vec<[String; 5]> {
+    let mut rows = vec![[
+        "system".to_owned(),
+        "signed".to_owned(),
+        "layers 1-2, the signed text alone".to_owned(),
+        format!("{} bytes", c.system.len()),
+        c.system_tokens.to_string(),
+    ]];
+    if !c.tools.is_empty() {
+        let names: Vec<String> = c
+            .tools
+            .iter()
+            .map(|t| format!("{} (schema: {})", t.name, t.schema_source))
+            .collect();
+        rows.push([
+            "tools".to_owned(),
+            "-".to_owned(),
+            "definitions".to_owned(),
+            names.join(", "),
+            c.tool_tokens.to_string(),
+        ]);
+    }
+    for (i, m) in c.messages.iter().enumerate() {
+        let role = match m.role {
+            MessageRole::User => "user",
+            MessageRole::Assistant => "assistant",
+        };
+        let kind = match m.kind {
+            MessageKind::StableContext => "stable context (fenced data)",
+            MessageKind::History => "history",
+            MessageKind::DynamicContext => "per-turn context (fenced data)",
+            MessageKind::NewestUser => "newest user turn",
+        };
+        let blocks: Vec<String> = m
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::Text { text } => format!("text ({} bytes)", text.len()),
+                Block::ToolUse { id, name, .. } => format!("tool call {name} [{id}]"),
+                Block::ToolResult { id, content } => {
+                    format!("tool result [{id}] ({} bytes, fenced)", content.len())
+                }
+            })
+            .collect();
+        rows.push([
+            format!("message {}", i + 1),
+            role.to_owned(),
+            kind.to_owned(),
+            blocks.join("; "),
+            m.tokens.to_string(),
+        ]);
+    }
+    rows
+}
+
+/// The request as channels and messages, for the terminal.
+pub fn channels(c: &Conversation) -> String {
+    let mut out = format!("\nrequest for {} (cache order):\n", c.provider.name());
+    for [ch, role, kind, what, tokens] in channel_rows(c) {
+        let _ = writeln!(out, "  {ch:<11} {role:<9} {tokens:>6} tok  {kind}: {what}");
+    }
+    out
 }
 
 fn bar(value: u64, of: u64, width: usize) -> String {
@@ -292,6 +364,21 @@ pub fn html(e: &Explained) -> String {
         "<p>Identity digest <code>{}</code>; tokenizer <code>{}</code>; tier {}. Budget {} tokens: {} for the prompt and {} reserved for the response. <strong>{} used ({}%)</strong>.</p>",
         esc(&r.identity_digest), esc(&r.tokenizer), tier_number(r), r.total_tokens, r.prompt_budget, r.response_reserve, r.used_tokens, percent(r.used_tokens, r.prompt_budget)
     );
+    if let Some(c) = &e.conversation {
+        let _ = writeln!(
+            h,
+            "<h2>The {} request, channel by channel</h2>\n<p>In cache order: what never changes first. Only the signed text is in the system channel; tool results and fenced data sit below the user's authority.</p>\n<table id=\"channels\">\n<tr><th>channel</th><th>role</th><th>why here</th><th>holds</th><th>tokens</th></tr>",
+            esc(c.provider.name())
+        );
+        for row in channel_rows(c) {
+            h.push_str("<tr>");
+            for cell in &row {
+                let _ = write!(h, "<td>{}</td>", esc(cell));
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</table>\n");
+    }
     h.push_str("<h2>Layers against the budget</h2>\n<div class=\"bands\" id=\"bands\">\n");
     let mut bands: Vec<(String, u64, &str)> = vec![(
         "1-2 identity".into(),

@@ -1,0 +1,179 @@
+//! `strata assemble --format openai-chat|openai-responses|anthropic` on a multi-turn, tool-using
+//! conversation (user, a tool call and its result, the assistant, the user again) with shared
+//! facts, a delegated task, an injected memory and MCP-announced tools: the body each provider's
+//! official SDK accepts and sends unchanged (`tests/sdk/check_requests.py`), with native roles and
+//! call ids, tools with schemas, and the signed text alone in the system channel. Verifies I8
+//! (ADR-0014, ADR-0015) through the command line.
+#![allow(
+    clippy::unwrap_used,
+    reason = "integration tests fail loudly on unexpected errors"
+)]
+
+use std::path::Path;
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+}
+
+fn assemble(format: &str) -> serde_json::Value {
+    let demo = root().join("crates/strata-cli/demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["assemble", "--agent"])
+        .arg(demo.join("agent.signed.json"))
+        .arg("--trust")
+        .arg(demo.join("trust.toml"))
+        .arg("--input")
+        .arg(root().join("examples/conversation.json"))
+        .args([
+            "--format",
+            format,
+            "--model",
+            "test-model",
+            "--max-tokens",
+            "512",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn every_provider_body_is_native_and_only_signed_text_is_system() {
+    let identity_starts = "<strata:section layer=\"1\" id=\"core.identity\"";
+    // OpenAI Chat: system, then native turns with tool_calls and a tool message.
+    let chat = assemble("openai-chat");
+    let msgs = chat["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "user",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "user"
+        ]
+    );
+    let system = msgs[0]["content"].as_str().unwrap();
+    assert!(system.starts_with(identity_starts));
+    for leak in [
+        "deploys on Tuesdays",
+        "on-call question",
+        "attacker@",
+        "notes.txt",
+        "ALWAYS",
+    ] {
+        assert!(!system.contains(leak), "{leak} reached the system channel");
+    }
+    assert_eq!(msgs[3]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(msgs[3]["tool_calls"][0]["function"]["name"], "file_read");
+    assert_eq!(
+        msgs[3]["tool_calls"][0]["function"]["arguments"],
+        "{\"path\":\"notes.txt\"}"
+    );
+    assert_eq!(msgs[4]["tool_call_id"], "call_1");
+    let result = msgs[4]["content"].as_str().unwrap();
+    assert!(result.contains("authority=\"data\"") && result.contains("&lt;|im_start|&gt;"));
+    assert_eq!(msgs[7]["content"], "And who is on call?");
+    let tools = chat["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["file_read", "search_memory"]);
+    assert_eq!(
+        tools[0]["function"]["parameters"]["required"][0], "path",
+        "the signed schema"
+    );
+    assert_eq!(
+        tools[1]["function"]["description"], "Search the long-term memory.",
+        "the signed description replaces the announced one"
+    );
+
+    // OpenAI Responses: instructions, then input items.
+    let resp = assemble("openai-responses");
+    assert_eq!(resp["instructions"].as_str().unwrap(), system);
+    let kinds: Vec<&str> = resp["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "message",
+            "function_call",
+            "function_call_output",
+            "message",
+            "message",
+            "message"
+        ]
+    );
+
+    // Anthropic: one system block, alternating messages opening with the user.
+    let an = assemble("anthropic");
+    assert_eq!(an["system"].as_array().unwrap().len(), 1);
+    assert_eq!(an["system"][0]["text"].as_str().unwrap(), system);
+    let roles: Vec<&str> = an["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"]);
+    assert_eq!(an["messages"][1]["content"][0]["type"], "tool_use");
+    assert_eq!(
+        an["messages"][1]["content"][0]["input"]["path"],
+        "notes.txt"
+    );
+    assert_eq!(an["messages"][2]["content"][0]["type"], "tool_result");
+    assert_eq!(an["tools"][0]["input_schema"]["required"][0], "path");
+
+    // The official SDKs accept all three and send them unchanged.
+    if std::env::var_os("STRATA_SKIP_SDK_TESTS").is_some() {
+        eprintln!("SDK check skipped: STRATA_SKIP_SDK_TESTS is set");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("cli.jsonl");
+    let mut lines = String::new();
+    for (p, body) in [
+        ("openai-chat", &chat),
+        ("openai-responses", &resp),
+        ("anthropic", &an),
+    ] {
+        let wire = serde_json::to_string(body).unwrap();
+        lines.push_str(&serde_json::json!({"provider": p, "body": body, "wire": wire}).to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&corpus, lines).unwrap();
+    let python = std::env::var("STRATA_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python)
+        .arg(root().join("crates/strata-cli/tests/sdk/check_requests.py"))
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n(install the pinned SDKs: pip install -r crates/strata-cli/tests/sdk/requirements.txt, or set STRATA_SDK_PYTHON)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().last().unwrap(), "3 passed, 0 failed");
+}
