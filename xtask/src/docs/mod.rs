@@ -582,7 +582,7 @@ mod tests {
         )
     }
 
-    const LIB: &str = "//! Demo crate (ADR-0001).\n\n/// Keeps the invariants (I1, I2).\npub fn keep() {}\n\n#[cfg(test)]\nmod tests {\n    /// Verifies ADR-0001 and I1, I2, I3, I4, I5, I6, I7.\n    #[test]\n    fn proves() {}\n}\n";
+    const LIB: &str = "//! Demo crate (ADR-0001).\n\n/// Keeps the invariants (I1, I2).\npub fn keep() {}\n\n#[cfg(test)]\nmod tests {\n    /// Verifies ADR-0001 and I1, I2, I3, I4, I5, I6, I7, I8, I9.\n    #[test]\n    fn proves() {}\n}\n";
     const MANIFEST: &str =
         "[package]\nname = \"strata-core\"\ndescription = \"A demo crate.\"\n\n[dependencies]\n";
 
@@ -594,7 +594,7 @@ mod tests {
                     1,
                     "Accepted",
                     "",
-                    "We decide (I1 to I7: I2, I3, I4, I5, I6).",
+                    "We decide (I1 to I7: I2, I3, I4, I5, I6, I8, I9).",
                 ),
             ),
             (
@@ -725,11 +725,19 @@ mod tests {
         let tree = good_tree();
         tree.write(
             "crates/strata-core/src/lib.rs",
-            &LIB.replace("I1, I2, I3, I4, I5, I6, I7", "I1, I2, I3, I4, I5, I6"),
+            &LIB.replace(
+                "I1, I2, I3, I4, I5, I6, I7, I8, I9",
+                "I1, I2, I3, I4, I5, I6, I8, I9",
+            ),
         );
         tree.write(
             "adr/0001-first.md",
-            &record(1, "Accepted", "", "We decide (I1, I2, I3, I4, I5, I6)."),
+            &record(
+                1,
+                "Accepted",
+                "",
+                "We decide (I1, I2, I3, I4, I5, I6, I8, I9).",
+            ),
         );
         let problems = collect(&tree.0).unwrap().problems;
         assert_eq!(problems.len(), 2, "{problems:#?}");

@@ -949,7 +949,7 @@ mod tests {
     #[test]
     fn finds_and_rejects_citation_shapes() {
         let found = find_citations(
-            "see ADR-0012, ADR-12 and ADR-00123; I3/I7 but not I8, AI3, I33 or ADR-NNNN; ADR-0003b",
+            "see ADR-0012, ADR-12 and ADR-00123; I3/I9 but not I0, AI3, I33 or ADR-NNNN; ADR-0003b",
         );
         let got: Vec<(Option<Target>, &str)> =
             found.iter().map(|f| (f.target, f.text.as_str())).collect();
@@ -960,7 +960,7 @@ mod tests {
                 (None, "ADR-12"),
                 (None, "ADR-00123"),
                 (Some(Target::Invariant(3)), "I3"),
-                (Some(Target::Invariant(7)), "I7"),
+                (Some(Target::Invariant(9)), "I9"),
                 (None, "ADR-0003b"),
             ]
         );
