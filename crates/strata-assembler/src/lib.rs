@@ -27,6 +27,7 @@ pub mod output;
 pub mod provider;
 pub mod report;
 pub mod request;
+pub mod session;
 
 pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 pub use error::AssembleError;
@@ -38,6 +39,12 @@ pub use provider::{
 };
 pub use report::{Report, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
+pub use session::{
+    PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError, StoreSpec, ToolCall,
+    TurnOptions,
+};
+pub use strata_memory::{LongTermMemory, NewMemory, SearchOptions, SqliteStore};
+pub use strata_registry::{Config, GoalManager, Registry};
 
 pub use strata_agentdef::{
     AgentDefError, Expiry, Loader, RollbackGuard, TrustStore, VerifiedAgent,

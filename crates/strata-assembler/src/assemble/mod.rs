@@ -360,7 +360,26 @@ impl Assembler {
 
         // Tools: capabilities only narrow (I4, ADR-0007); schemas pinned (ADR-0015).
         let (tools_report, catalog, request_tools) = select::narrow_tools(agent, req);
-        let mut input: Vec<Section> = req.sections.clone();
+        // The catalog's id and key belong to the assembler: a runtime section claiming either
+        // is left out and reported, whatever its priority (I4). For a provider request the
+        // tools travel in the request's own field, so no catalog section is written.
+        let mut reserved = Vec::new();
+        let mut input: Vec<Section> = Vec::with_capacity(req.sections.len() + 1);
+        for s in &req.sections {
+            if s.id().as_str() == TOOL_CATALOG_ID
+                || s.key().is_some_and(|k| k.as_str() == TOOL_CATALOG_KEY)
+            {
+                reserved.push(report_of(
+                    s,
+                    false,
+                    SectionStatus::Filtered {
+                        reason: "reserved".into(),
+                    },
+                ));
+            } else {
+                input.push(s.clone());
+            }
+        }
         if let Some(c) = catalog.filter(|_| native.is_none()) {
             input.push(c);
         }
@@ -397,6 +416,7 @@ impl Assembler {
             mut reports,
             conflicts,
         } = select::select(agent, req, input)?;
+        reports.extend(reserved);
         let mut measured = self.measure(winners, req, &budget, &mut reports);
         let Fitted {
             drops,
