@@ -35,8 +35,8 @@ use strata_memory::{
     WorkingMemoryContributor,
 };
 use strata_registry::{
-    AssistantOutput, Builtins, Config, ContributionContext, GoalManager, MarkerReport, Registry,
-    RequestInputs, SystemClock,
+    AssistantOutput, Builtins, Config, ContributionContext, Contributor, ContributorMeta,
+    GoalManager, MarkerReport, Registry, RequestInputs, StandardSection, SystemClock,
 };
 
 use crate::assemble::Assembler;
@@ -216,24 +216,29 @@ impl RuntimeBuilder {
             r.map_err(|e| SessionError::Registry(e.to_string()))
         };
         reg(Builtins::detect().register(&registry))?;
-        reg(registry.register(Arc::new(SharedFactsContributor::new(store.shared()))))?;
-        reg(registry.register(Arc::new(WorkingMemoryContributor::new(
-            store.working(),
-            tokenizer.clone(),
-            self.history_tokens,
-        ))))?;
-        reg(registry.register(Arc::new(LongTermMemoryContributor::new(
-            store.long_term(),
-            SearchOptions::top(self.memories),
-        ))))?;
+        // Memory contributors take part in the modes and paths the seeds give their kind of
+        // section: conversation history, memory and business context (ADR-0016).
+        reg(registry.register(Arc::new(
+            SharedFactsContributor::new(store.shared()).with_meta(seeded(
+                SharedFactsContributor::new(store.shared()).meta(),
+                StandardSection::WorkspaceProfile,
+            )),
+        )))?;
+        let history =
+            WorkingMemoryContributor::new(store.working(), tokenizer.clone(), self.history_tokens);
+        let history_meta = seeded(history.meta(), StandardSection::ConversationHistory);
+        reg(registry.register(Arc::new(history.with_meta(history_meta))))?;
+        let memories =
+            LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
+        let memories_meta = seeded(memories.meta(), StandardSection::Memory);
+        reg(registry.register(Arc::new(memories.with_meta(memories_meta))))?;
         let workspace = self.workspace.or_else(|| config.workspace.dir.clone());
         if let Some(ws) = &workspace {
             let index = ws.join(&config.memory.file);
             if index.is_file() {
-                reg(registry.register(Arc::new(MemoryIndexContributor::new(
-                    index,
-                    index_limits(&config),
-                ))))?;
+                let c = MemoryIndexContributor::new(index, index_limits(&config));
+                let meta = seeded(c.meta(), StandardSection::Memory);
+                reg(registry.register(Arc::new(Restricted { inner: c, meta })))?;
             }
         }
         let goals = Arc::new(GoalManager::in_memory());
@@ -251,6 +256,44 @@ impl RuntimeBuilder {
             tools: self.tools,
         })
     }
+}
+
+/// A contributor taking part under another meta (modes and paths), for contributors that do not
+/// let their meta be set.
+struct Restricted<C> {
+    inner: C,
+    meta: ContributorMeta,
+}
+
+impl<C: Contributor> Contributor for Restricted<C> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn layer(&self) -> RuntimeLayer {
+        self.inner.layer()
+    }
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+    fn cache_policy(&self) -> strata_registry::CachePolicy {
+        self.inner.cache_policy()
+    }
+    fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        self.inner.cache_fingerprint(ctx)
+    }
+    fn contribute(
+        &self,
+        ctx: &ContributionContext,
+    ) -> Result<Vec<Section>, strata_registry::ContributorError> {
+        self.inner.contribute(ctx)
+    }
+}
+
+/// `meta` with the modes and paths of the seeds' `kind` of section.
+fn seeded(mut meta: ContributorMeta, kind: StandardSection) -> ContributorMeta {
+    meta.modes = kind.modes();
+    meta.paths = kind.paths();
+    meta
 }
 
 fn index_limits(config: &Config) -> strata_memory::IndexLimits {
@@ -580,6 +623,13 @@ impl Session<'_> {
             .into_iter()
             .map(native_tool_call)
             .collect::<Result<_, _>>()?;
+        // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
+        // cached paths), the request still carries the current exchange: the newest user
+        // message and what followed it (ADR-0016).
+        let history = StandardSection::ConversationHistory;
+        if !history.in_mode(mode) || !history.on_path(path) {
+            sections.extend(self.current_exchange()?);
+        }
         sections.extend(opts.sections.iter().cloned());
         let req = AssemblyRequest {
             sections,
@@ -615,6 +665,30 @@ impl Session<'_> {
             "prepared a turn"
         );
         Ok(PreparedTurn { body, context })
+    }
+}
+
+impl Session<'_> {
+    /// The newest user entry and every entry after it, as sticky working-memory sections.
+    fn current_exchange(&self) -> Result<Vec<Section>, SessionError> {
+        let entries = self.rt.store.working().entries(&self.id)?;
+        let start = entries.iter().rposition(|e| e.role == Role::User);
+        let mut out = Vec::new();
+        for e in start.map_or(&[][..], |i| &entries[i..]) {
+            let s = Section::builder(
+                RuntimeLayer::WorkingMemory,
+                format!("turn/{}", e.seq),
+                e.content.as_str(),
+            )
+            .map_err(|err| SessionError::Invalid(err.to_string()))?
+            .phase(strata_core::Phase::History)
+            .sticky(true)
+            .turn(e.turn())
+            .source(strata_core::SourceKind::Store, "session")
+            .build();
+            out.push(native_tool_call(s)?);
+        }
+        Ok(out)
     }
 }
 

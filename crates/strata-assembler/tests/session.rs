@@ -208,3 +208,119 @@ fn bad_input_is_refused() {
     let err = Runtime::builder(agent()).sqlite(&db).build().unwrap_err();
     assert!(matches!(err, SessionError::Store(_)), "{err}");
 }
+
+/// What the seeds say each kind of section takes part in. Modes: full keeps everything; compact
+/// leaves out the heavy kinds (runtime context and time, environment, ...); minimal keeps only
+/// identity, tools, response format and language; scheduled keeps identity, safety, time and
+/// custom instructions and skips memory search and conversation history; the active goal is
+/// never compressed or removed. Paths: basic carries configuration and the tool list only;
+/// cached carries the stable prefix only; hydration, soul and context carry what the mode allows.
+fn seeds_expect(kind: &str, mode: PromptMode, path: AssemblyPath) -> bool {
+    use AssemblyPath as P;
+    use PromptMode as M;
+    let in_mode = match kind {
+        "goal" | "newest user turn" => true,
+        "environment" => mode == M::Full,
+        "time" => matches!(mode, M::Full | M::Scheduled),
+        "history" | "memory" => matches!(mode, M::Full | M::Compact),
+        _ => unreachable!(),
+    };
+    let on_path = match (kind, path) {
+        ("goal" | "newest user turn", _) => true,
+        (_, P::Basic) => false,
+        // Of these, only the environment is stable.
+        (k, P::Cached) => k == "environment",
+        _ => true,
+    };
+    in_mode && on_path
+}
+
+/// Verifies ADR-0016: every mode x path keeps exactly the kinds of section the seeds describe,
+/// memory and history included; the current exchange is always sent.
+#[test]
+fn every_mode_and_path_keeps_what_the_seeds_say() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("MEMORY.md"),
+        "# Memory\n- deploys freeze on Fridays\n",
+    )
+    .unwrap();
+    let rt = Runtime::builder(agent())
+        .sqlite(dir.path().join("m.db"))
+        .workspace(dir.path())
+        .provider(Provider::OpenAiChat, "m")
+        .build()
+        .unwrap();
+    rt.memory()
+        .put(NewMemory::new(
+            "ada-demo",
+            "Deploys freeze on Fridays at noon.",
+        ))
+        .unwrap();
+    rt.goals()
+        .create_goal("Release 2.0 safely", strata_registry::GoalPriority::High)
+        .unwrap();
+    let mut checked = 0;
+    for (i, mode) in PromptMode::ALL.iter().enumerate() {
+        for (j, path) in AssemblyPath::ALL.iter().enumerate() {
+            let s = rt.session(format!("s-{i}-{j}"));
+            s.prepare("When do deploys freeze?", &TurnOptions::default())
+                .unwrap();
+            s.record_reply(&Reply::text("On Fridays.")).unwrap();
+            let t = s
+                .prepare(
+                    "And releases?",
+                    &TurnOptions {
+                        mode: Some(*mode),
+                        path: Some(*path),
+                        ..TurnOptions::default()
+                    },
+                )
+                .unwrap();
+            let kept: Vec<(&str, &str)> = t
+                .report()
+                .sections
+                .iter()
+                .filter(|r| matches!(r.status, SectionStatus::Kept | SectionStatus::Cut { .. }))
+                .map(|r| (r.id.as_str(), &*r.provenance.name))
+                .collect();
+            // Turn ids carry the store's sequence numbers, shared by every session of the store:
+            // the newest is this session's last, the others are its history.
+            let turns: Vec<u64> = kept
+                .iter()
+                .filter_map(|(id, _)| id.strip_prefix("turn/")?.parse().ok())
+                .collect();
+            let has = |kind: &str| match kind {
+                "environment" => kept.iter().any(|(id, _)| *id == "environment"),
+                "time" => kept.iter().any(|(id, _)| *id == "time"),
+                "goal" => kept.iter().any(|(id, _)| *id == "goal"),
+                "history" => turns.len() > 1,
+                "memory" => kept
+                    .iter()
+                    .any(|(id, _)| *id == "memory-index" || id.starts_with("mem/")),
+                "newest user turn" => !turns.is_empty(),
+                _ => unreachable!(),
+            };
+            for kind in [
+                "environment",
+                "time",
+                "goal",
+                "history",
+                "memory",
+                "newest user turn",
+            ] {
+                assert_eq!(
+                    has(kind),
+                    seeds_expect(kind, *mode, *path),
+                    "{kind} in {mode:?} x {path:?}: kept {kept:?}"
+                );
+                checked += 1;
+            }
+            assert_eq!(
+                t.body["messages"].as_array().unwrap().last().unwrap()["content"],
+                "And releases?"
+            );
+        }
+    }
+    assert_eq!(checked, 4 * 5 * 6);
+}
