@@ -36,5 +36,5 @@ pub use section::{
 };
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;
-pub use tokenizer::{EstimateTokenizer, Tokenizer};
+pub use tokenizer::{EstimateTokenizer, Prefix, Tokenizer};
 pub use tools::{AnnouncedTool, ToolName, ToolPolicy, ToolSchema, ToolUsageHint};
