@@ -441,3 +441,124 @@ fn invisible_characters_are_escaped_or_stripped() {
     assert_eq!(back, "paylanigiro now[0m");
     assert!(!stripped.text.contains("&#x"));
 }
+
+/// Verifies I2 (ADR-0008): untrusted content never turns a valid request into an error. With
+/// nothing sticky, every budget from the identity's size up succeeds: when only the omission
+/// markers would not fit, they are left out and the drops stay in the report.
+#[test]
+fn omission_markers_never_fail_a_request() {
+    let agent = support::agent();
+    let a = Assembler::o200k();
+    let bare = a.assemble(&agent, &AssemblyRequest::default()).unwrap();
+    let id = bare.report.identity_tokens as u32;
+    let sections: Vec<Section> = (0..4)
+        .map(|i| {
+            sec(
+                RuntimeLayer::LongTermMemory,
+                &format!("m{i}"),
+                &"plain words ".repeat(50),
+            )
+            .build()
+        })
+        .collect();
+    for total in id..id + 90 {
+        let req = AssemblyRequest {
+            sections: sections.clone(),
+            budget: Some(BudgetSpec::Explicit(Budget {
+                total_tokens: total,
+                response_reserve: 0,
+                ..Budget::default()
+            })),
+            ..Default::default()
+        };
+        let ctx = a
+            .assemble(&agent, &req)
+            .unwrap_or_else(|e| panic!("budget {total}: {e}"));
+        assert!(
+            ctx.report.used_tokens <= u64::from(total),
+            "budget {total}: used {} (identity {id}, prompt budget {}): {:?}",
+            ctx.report.used_tokens,
+            ctx.report.prompt_budget,
+            ctx.report.sections
+        );
+        // Each memory is accounted for: dropped (reported), or re-added cut into the slack.
+        let accounted = ctx
+            .report
+            .sections
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.status,
+                    SectionStatus::Dropped { .. } | SectionStatus::Cut { .. }
+                )
+            })
+            .count();
+        assert_eq!(accounted, 4, "budget {total}");
+    }
+}
+
+/// Verifies I2 (ADR-0008): a sticky tool call keeps its result with it; a huge result that is
+/// not sticky itself is cut to fit instead of failing the request.
+#[test]
+fn a_sticky_call_cuts_its_large_result_instead_of_failing() {
+    let agent = support::agent();
+    let a = Assembler::o200k();
+    let turn = |seq, role, text: &str, sticky| {
+        sec(RuntimeLayer::WorkingMemory, &format!("t{seq}"), text)
+            .phase(Phase::History)
+            .sticky(sticky)
+            .turn(Turn {
+                seq,
+                role,
+                call_id: Some("c1".into()),
+                name: None,
+            })
+            .build()
+    };
+    let req = AssemblyRequest {
+        sections: vec![
+            turn(1, Role::ToolCall, "{\"path\":\"big.log\"}", true),
+            turn(2, Role::ToolResult, &"log line ".repeat(20_000), false),
+        ],
+        budget: Some(BudgetSpec::Explicit(Budget {
+            total_tokens: 4_000,
+            response_reserve: 0,
+            ..Budget::default()
+        })),
+        ..Default::default()
+    };
+    let ctx = a.assemble(&agent, &req).unwrap();
+    assert!(ctx.report.used_tokens <= 4_000);
+    let status = |id: &str| {
+        ctx.report
+            .sections
+            .iter()
+            .find(|s| s.id == id)
+            .unwrap()
+            .status
+            .clone()
+    };
+    assert_eq!(status("t1"), SectionStatus::Kept);
+    assert!(matches!(status("t2"), SectionStatus::Cut { .. }));
+}
+
+/// Verifies ADR-0008: the element cache is bounded by bytes, not entries; distinct large
+/// sections empty it instead of growing it.
+#[test]
+fn the_render_cache_is_bounded_by_bytes() {
+    let agent = support::agent();
+    let limit = 1024 * 1024;
+    let a = Assembler::o200k().with_cache_limit(limit);
+    for i in 0..40 {
+        let big = format!("{i} {}", "distinct text ".repeat(7_000));
+        let req = AssemblyRequest {
+            sections: vec![sec(RuntimeLayer::LongTermMemory, "m", &big).build()],
+            ..Default::default()
+        };
+        a.assemble(&agent, &req).unwrap();
+        let stats = a.cache_stats();
+        assert!(stats.bytes <= limit, "{stats:?}");
+    }
+    let stats = a.cache_stats();
+    assert!(stats.evictions >= 3, "{stats:?}");
+}

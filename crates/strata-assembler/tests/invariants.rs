@@ -255,7 +255,9 @@ proptest! {
         let identity_ids: BTreeSet<String> = agent.identity().sections().iter().map(|s| s.id().to_string()).collect();
         // Reference model of the rule: in order of authority (layer, then score, id, hash), a
         // section wins its key unless identity or an earlier winner holds its id or key.
-        let mut live: Vec<&Section> = req.sections.iter().filter(|s| s.modes().contains(req.mode) && s.paths().contains(req.path)).collect();
+        // The tool catalog's id and key are reserved for the assembler (ADR-0007).
+        let reserved = |s: &Section| s.id().as_str() == TOOL_CATALOG_ID || s.key().is_some_and(|k| k.as_str() == TOOL_CATALOG_KEY);
+        let mut live: Vec<&Section> = req.sections.iter().filter(|s| !reserved(s) && s.modes().contains(req.mode) && s.paths().contains(req.path)).collect();
         live.sort_by(|a, b| (a.layer(), std::cmp::Reverse(a.score()), a.id(), a.content_hash()).cmp(&(b.layer(), std::cmp::Reverse(b.score()), b.id(), b.content_hash())));
         let (mut ids, mut keys): (BTreeSet<String>, BTreeSet<String>) = (identity_ids.clone(), identity_keys.clone());
         let mut model: BTreeMap<String, Layer> = BTreeMap::new();

@@ -43,8 +43,10 @@ pub const TOOL_CATALOG_KEY: &str = "tool_catalog";
 const TOOL_FRAME: u64 = 8;
 /// Below this many tokens of slack, a dropped section is not re-added in cut form.
 const MIN_CUT_TOKENS: u64 = 48;
-/// Entries kept in the element cache before it is cleared.
-const CACHE_CAPACITY: usize = 100_000;
+/// Bytes the element cache may hold by default before it is cleared (ADR-0008).
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Bytes counted for one cache entry besides its text (key, counts, map overhead).
+const ENTRY_OVERHEAD: usize = 160;
 
 /// A rendered element with its exact cost.
 #[derive(Debug)]
@@ -84,6 +86,10 @@ pub struct CacheStats {
     pub tokenized_bytes: u64,
     /// Entries now held.
     pub entries: usize,
+    /// Bytes now held (texts and keys, with a fixed overhead per entry).
+    pub bytes: usize,
+    /// Times the cache was emptied to stay within its byte limit.
+    pub evictions: u64,
 }
 
 #[derive(Default)]
@@ -91,6 +97,8 @@ struct Cache {
     elements: HashMap<ElementKey, Arc<Rendered>>,
     texts: HashMap<ContentHash, (u64, u64)>,
     stats: CacheStats,
+    /// Bytes held: rendered texts, ids and sources, plus a fixed overhead per entry.
+    bytes: usize,
 }
 
 /// The Context Assembler: the single enforcement point for priority, immutability, budgets and
@@ -99,6 +107,7 @@ struct Cache {
 pub struct Assembler {
     tokenizer: Arc<dyn Tokenizer>,
     cache: Mutex<Cache>,
+    cache_limit: usize,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -136,7 +145,16 @@ impl Assembler {
         Assembler {
             tokenizer,
             cache: Mutex::new(Cache::default()),
+            cache_limit: DEFAULT_CACHE_BYTES,
         }
+    }
+
+    /// Bound the element cache to `bytes` (default [`DEFAULT_CACHE_BYTES`]): when an insertion
+    /// would pass it, the cache is emptied first, so memory stays bounded whatever sections
+    /// arrive. Counts stay exact; only speed changes.
+    pub fn with_cache_limit(mut self, bytes: usize) -> Assembler {
+        self.cache_limit = bytes;
+        self
     }
 
     /// An assembler with exact `o200k_base` counts.
@@ -155,6 +173,7 @@ impl Assembler {
         let c = self.lock();
         CacheStats {
             entries: c.elements.len() + c.texts.len(),
+            bytes: c.bytes,
             ..c.stats
         }
     }
@@ -182,6 +201,8 @@ impl Assembler {
         );
         let mut c = self.lock();
         c.stats.tokenized_bytes += text.len() as u64;
+        self.make_room(&mut c, ENTRY_OVERHEAD);
+        c.bytes += ENTRY_OVERHEAD;
         c.texts.insert(h, cost);
         cost
     }
@@ -265,11 +286,26 @@ impl Assembler {
         let mut c = self.lock();
         c.stats.misses += 1;
         c.stats.tokenized_bytes += r.text.len() as u64;
-        if c.elements.len() >= CACHE_CAPACITY {
-            c.elements.clear();
-        }
+        let size = r.text.len() + key.id.as_str().len() + key.source.len() + ENTRY_OVERHEAD;
+        self.make_room(&mut c, size);
+        c.bytes += size;
         c.elements.insert(key, r.clone());
         r
+    }
+
+    /// Empty the cache if adding `size` bytes would pass the limit.
+    fn make_room(&self, c: &mut Cache, size: usize) {
+        if c.bytes + size > self.cache_limit {
+            tracing::debug!(
+                bytes = c.bytes,
+                limit = self.cache_limit,
+                "element cache emptied"
+            );
+            c.elements.clear();
+            c.texts.clear();
+            c.bytes = 0;
+            c.stats.evictions += 1;
+        }
     }
 
     /// Cut `s` so that its rendered element takes at most `max_tokens`; `None` if even an empty
