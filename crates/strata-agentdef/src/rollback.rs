@@ -466,6 +466,10 @@ mod tests {
             }
         }
         assert_eq!(trials, good.len() as u64 * 255);
+        eprintln!(
+            "{trials} single-byte variants of a {}-byte state file refused",
+            good.len()
+        );
     }
 
     #[test]
