@@ -1,8 +1,8 @@
 //! The rollback guard under concurrency, crashes and damage. Verifies ADR-0017 (and the
 //! anti-rollback half of I5).
 //!
-//! Short runs by default; `STRATA_LONG_RUNS=1` multiplies the rounds (the figures in
-//! SECURITY.md come from those runs).
+//! Short runs by default; `STRATA_LONG_RUNS=1` runs long (`STRATA_LONG_RUNS=<rounds>` sets the
+//! rounds; the figures in SECURITY.md come from those runs).
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -24,6 +24,14 @@ const AGENTS: [&str; 2] = ["ada", "bob"];
 
 fn long() -> bool {
     std::env::var_os("STRATA_LONG_RUNS").is_some()
+}
+
+/// Rounds of a long run: `STRATA_LONG_RUNS=<rounds>`, or `default` for any other value.
+fn long_rounds(default: u64) -> u64 {
+    std::env::var("STRATA_LONG_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// A small deterministic generator (xorshift64*), so that failing rounds can be replayed.
@@ -81,7 +89,7 @@ fn material(versions: u64) -> Material {
 /// below one already accepted. Both must be 0, and the file must end at the highest version.
 #[test]
 fn threads_with_their_own_guards_never_accept_a_rollback_or_lose_a_version() {
-    let rounds = if long() { 1_000 } else { 50 };
+    let rounds = if long() { long_rounds(1_000) } else { 50 };
     let (threads, versions) = if long() { (8u64, 5u64) } else { (4u64, 3u64) };
     let m = Arc::new(material(versions));
     let (mut accepted_rollbacks, mut spurious, mut loads) = (0u64, 0u64, 0u64);
@@ -184,7 +192,7 @@ fn rollback_writer_worker() {
 #[cfg(unix)]
 #[test]
 fn kill_9_during_writes_never_damages_the_state() {
-    let rounds = if long() { 300 } else { 20 };
+    let rounds = if long() { long_rounds(300) } else { 20 };
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("rollback.json");
     drop(RollbackGuard::init(&state).unwrap());

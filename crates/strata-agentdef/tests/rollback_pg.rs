@@ -92,6 +92,10 @@ fn postgres_guard_races_accept_no_rollback() {
     let params = server.test_params();
     let long = std::env::var_os("STRATA_LONG_RUNS").is_some();
     let (rounds, threads, versions) = if long { (500, 8, 6) } else { (50, 4, 4) };
+    let rounds = std::env::var("STRATA_LONG_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(rounds);
     let (dir, trust, envs) = envelopes(versions);
     let shared = Arc::new((dir, trust, envs));
     let (mut bad_accepts, mut spurious) = (0u64, 0u64);

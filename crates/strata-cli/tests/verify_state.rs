@@ -64,6 +64,11 @@ impl Rng {
 fn parallel_verify_processes_never_accept_a_rollback_or_fail_spuriously() {
     let long = std::env::var_os("STRATA_LONG_RUNS").is_some();
     let (rounds, waves, procs, versions) = if long { (500, 3, 8, 6) } else { (50, 2, 6, 4) };
+    // `STRATA_LONG_RUNS=<rounds>` sets the rounds of a long run.
+    let rounds = std::env::var("STRATA_LONG_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(rounds);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     setup(dir, versions);
