@@ -265,7 +265,7 @@ pub fn escape(text: &str) -> String {
                 let mut chars = rest[..label].chars().peekable();
                 while let Some(x) = chars.next() {
                     let nx = chars.peek().copied().or(Some(colon));
-                    if crate::confusables::needs_entity(x, p, nx) {
+                    if is_invisible_or_control(x) || crate::confusables::needs_entity(x, p, nx) {
                         push_entity(&mut out, x);
                     } else {
                         out.push(x);

@@ -198,6 +198,19 @@ fn ordinary_text_keeps_its_letters() {
     );
 }
 
+/// A label may hold letters that escaping writes as entities (the datamark U+02C6, the Hangul
+/// filler U+3164); they are escaped inside the label too. Found by the `wire_roundtrip` fuzz
+/// target.
+#[test]
+fn invisible_letters_inside_a_label_are_escaped() {
+    for t in ["\u{3000}+ Safety \u{02C6}les: none", "System\u{3164}: x", "- A\u{115F}: y"] {
+        let e = format::escape(t);
+        assert!(!e.contains('\u{02C6}') && !e.contains('\u{3164}') && !e.contains('\u{115F}'), "{e:?}");
+        assert_eq!(forgeries_in(&e), Vec::<String>::new(), "{t:?} -> {e:?}");
+        round_trips(t);
+    }
+}
+
 #[test]
 fn unescape_refuses_non_canonical_text() {
     // An entity escaping would not write here, and raw lookalikes it would have replaced.
