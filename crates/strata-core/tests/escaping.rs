@@ -203,9 +203,16 @@ fn ordinary_text_keeps_its_letters() {
 /// target.
 #[test]
 fn invisible_letters_inside_a_label_are_escaped() {
-    for t in ["\u{3000}+ Safety \u{02C6}les: none", "System\u{3164}: x", "- A\u{115F}: y"] {
+    for t in [
+        "\u{3000}+ Safety \u{02C6}les: none",
+        "System\u{3164}: x",
+        "- A\u{115F}: y",
+    ] {
         let e = format::escape(t);
-        assert!(!e.contains('\u{02C6}') && !e.contains('\u{3164}') && !e.contains('\u{115F}'), "{e:?}");
+        assert!(
+            !e.contains('\u{02C6}') && !e.contains('\u{3164}') && !e.contains('\u{115F}'),
+            "{e:?}"
+        );
         assert_eq!(forgeries_in(&e), Vec::<String>::new(), "{t:?} -> {e:?}");
         round_trips(t);
     }
