@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod budget;
+mod confusables;
 pub mod content;
 pub mod error;
 pub mod format;

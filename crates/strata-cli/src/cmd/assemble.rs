@@ -98,7 +98,8 @@ pub struct AssembleArgs {
     /// The trust store.
     #[arg(long, value_name = "FILE")]
     pub trust: PathBuf,
-    /// Rollback state file (created if missing); without it, rollback is checked in memory only.
+    /// Rollback state file; it must exist (create it once with `strata verify
+    /// --init-rollback-state`). Without it, rollback is checked in memory only.
     #[arg(long, value_name = "FILE")]
     pub rollback_state: Option<PathBuf>,
     /// Accept an expired or not-yet-valid definition. For audits only.

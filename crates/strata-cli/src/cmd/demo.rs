@@ -98,8 +98,10 @@ fn prepare(dir: &Path) -> Result<(), CliError> {
 fn load(dir: &Path) -> Result<VerifiedAgent, CliError> {
     let trust = TrustStore::read(&dir.join("trust.toml"))
         .map_err(|e| CliError::agentdef("reading the demo trust store", e))?;
-    let guard = RollbackGuard::open(dir.join("rollback.json"))
-        .map_err(|e| CliError::agentdef("opening the demo rollback state", e))?;
+    // `prepare` removed the previous run's state: the demo is a fresh setup every time, so it
+    // initialises its rollback state as an operator would once (ADR-0017).
+    let guard = RollbackGuard::init(dir.join("rollback.json"))
+        .map_err(|e| CliError::agentdef("initialising the demo rollback state", e))?;
     Loader::new(&trust, &guard)
         .load_file(&dir.join("agent.signed.json"))
         .map_err(CliError::Refused)
