@@ -206,8 +206,10 @@ fn verify_signatures(
     let mut valid = BTreeSet::new();
     let (mut bad, mut revoked, mut expired, mut unknown) = (None, None, None, Vec::new());
     for s in &env.signatures {
-        // Key ids are normalised (ADR-0017); an id in no accepted form is an unknown key.
-        if KeyId::parse(&s.keyid).is_err() {
+        // An envelope is machine-written and every byte of it must count (I5): only the
+        // canonical form of a key id (64 lower-case hex digits) names a key there; trust stores,
+        // written by people, are normalised instead (ADR-0017).
+        if !KeyId::parse(&s.keyid).is_ok_and(|id| id.as_str() == s.keyid) {
             unknown.push(s.keyid.clone());
             continue;
         }

@@ -156,12 +156,12 @@ fn workloads(c: &mut Criterion) {
         g.measurement_time(Duration::from_secs(if big { 20 } else { 8 }));
         g.bench_function("baseline_copy_and_hash_output", |b| {
             b.iter(|| {
-                let copy = black_box(out.text.as_str()).to_owned();
+                let copy = black_box(out.text()).to_owned();
                 black_box(blake3::hash(copy.as_bytes()))
             })
         });
         g.bench_function("baseline_tokenize_output_once", |b| {
-            b.iter(|| black_box(tok.count(black_box(&out.text))))
+            b.iter(|| black_box(tok.count(black_box(out.text()))))
         });
         g.bench_function("cold", |b| {
             b.iter(|| {

@@ -655,6 +655,7 @@ impl Session<'_> {
                 .collect(),
             provider: Some(rt.provider),
             provider_options: rt.options.clone(),
+            now_ms: Some(now_ms),
             ..AssemblyRequest::default()
         };
         let context = rt.assembler.assemble(agent, &req)?;

@@ -363,6 +363,16 @@ impl Assembler {
             sections = req.sections.len()
         );
         let _g = span.enter();
+        // An agent past its validity assembles nothing, whenever it was loaded (ADR-0017).
+        if let Some(now_ms) = req.now_ms {
+            let policy = agent.loaded_under();
+            policy.warn_if_weakened("assembling");
+            if policy != strata_agentdef::Expiry::IgnoreDangerously {
+                agent
+                    .check_valid_at(policy.instant(now_ms.div_euclid(1000)))
+                    .map_err(|e| AssembleError::AgentNotValid(e.to_string()))?;
+            }
+        }
         let (budget, tier) = resolve_budget(agent, req.budget.as_ref());
         budget.validate()?;
         let native = req.provider;
