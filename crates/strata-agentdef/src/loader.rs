@@ -55,16 +55,20 @@ impl Expiry {
     }
 
     /// Log the policy at `warn` when it is not [`Expiry::Enforce`]; `what` names the operation.
+    /// The events have their own target, `strata_agentdef::time_policy`, so that a filter
+    /// quietening the loader's routine messages does not hide them.
     pub fn warn_if_weakened(self, what: &str) {
         match self {
             Expiry::Enforce => {}
             Expiry::TimeTravelDangerously(at) => tracing::warn!(
+                target: "strata_agentdef::time_policy",
                 at = %format_rfc3339(at),
                 now = %format_rfc3339(now_unix()),
                 "{what}: time travel (Expiry::TimeTravelDangerously): validity is checked at a \
                  chosen instant instead of now, so an expired definition or key may be accepted"
             ),
             Expiry::IgnoreDangerously => tracing::warn!(
+                target: "strata_agentdef::time_policy",
                 "{what}: definition expiry ignored (Expiry::IgnoreDangerously): expired and \
                  not-yet-valid definitions are accepted"
             ),

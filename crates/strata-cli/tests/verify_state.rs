@@ -221,6 +221,11 @@ fn time_travel_is_loud() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("time-travel-dangerously"), "{err}");
     assert!(err.contains("WARN"), "{err}");
+    // The library's own warning is shown too, at the default log level.
+    assert!(err.contains("TimeTravelDangerously"), "{err}");
+    let (code, _, err) = verify(dir, &[], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("WARN"), "{err}");
     let (code, _, err) = verify(dir, &["--at", "2030-01-01T00:00:00Z"], None);
     assert_eq!(code, 2, "{err}");
 }
