@@ -58,7 +58,7 @@ pub use contrib::{
 };
 #[cfg(feature = "http")]
 pub use embed::OpenAiEmbedder;
-pub use embed::{embed_checked, Embedder, HashEmbedder};
+pub use embed::{check_dims, embed_checked, Embedder, HashEmbedder, MAX_DIMS};
 pub use error::{MemoryError, Result};
 pub use filelog::FileLog;
 pub use inmem::InMemoryStore;

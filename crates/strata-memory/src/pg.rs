@@ -201,6 +201,7 @@ impl PgStore {
         options: StoreOptions,
     ) -> Result<PgStore> {
         check_schema_name(schema)?;
+        crate::embed::check_dims(embedder.as_ref())?;
         let location = describe(params, schema);
         let store = PgStore {
             params: params.to_owned(),
@@ -448,6 +449,7 @@ impl WorkingMemory for PgStore {
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
         let s = self.s();
         let rows = self.with_client(|c| {
             c.query(
@@ -474,6 +476,7 @@ impl WorkingMemory for PgStore {
     }
 
     fn clear(&self, session: &str) -> Result<usize> {
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
         let s = self.s();
         self.with_client(|c| {
             c.execute(
@@ -548,6 +551,7 @@ impl LongTermMemory for PgStore {
     }
 
     fn list(&self, options: &ListOptions) -> Result<Vec<MemoryRecord>> {
+        options.check()?;
         let tags = check_tags(&options.tags)?;
         let s = self.s();
         let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
@@ -565,6 +569,9 @@ impl LongTermMemory for PgStore {
     }
 
     fn count(&self, agent_id: Option<&str>) -> Result<usize> {
+        if let Some(a) = agent_id {
+            crate::options::check_label("agent id", a, crate::working::MAX_LABEL_BYTES)?;
+        }
         let s = self.s();
         let n: i64 = self.with_client(|c| {
             c.query_one(
@@ -580,6 +587,7 @@ impl LongTermMemory for PgStore {
     }
 
     fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
+        options.check()?;
         let tags = check_tags(&options.tags)?;
         let terms = query_terms(query, MAX_QUERY_TERMS);
         if terms.is_empty() || options.top_k == 0 {
