@@ -46,6 +46,8 @@ pub mod markdown;
 pub mod options;
 #[cfg(feature = "postgres")]
 pub mod pg;
+#[cfg(feature = "postgres")]
+mod quant;
 pub mod shared;
 pub mod sqlite;
 pub mod text;
@@ -71,5 +73,5 @@ pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::PgStore;
 pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, VectorCacheStats};
 pub use working::{select_recent, Entry, NewEntry, WorkingMemory};

@@ -148,6 +148,23 @@ ALTER TABLE shared_facts ADD COLUMN checksum BLOB;
 INSERT INTO meta (key, value) VALUES ('commits', '0') ON CONFLICT (key) DO NOTHING;
 INSERT INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))))
     ON CONFLICT (key) DO NOTHING;
+
+-- The change log of vectors: other processes' vector caches read it to refresh only the rows
+-- that changed. Old entries are pruned; `meta.changes_pruned_through` says up to where.
+CREATE TABLE memory_changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key INTEGER NOT NULL
+);
+INSERT INTO meta (key, value) VALUES ('changes_pruned_through', '0') ON CONFLICT (key) DO NOTHING;
+CREATE TRIGGER memory_vectors_changed_insert AFTER INSERT ON memory_vectors BEGIN
+    INSERT INTO memory_changes (key) VALUES (new.key);
+END;
+CREATE TRIGGER memory_vectors_changed_update AFTER UPDATE ON memory_vectors BEGIN
+    INSERT INTO memory_changes (key) VALUES (new.key);
+END;
+CREATE TRIGGER memories_changed_delete AFTER DELETE ON memories BEGIN
+    INSERT INTO memory_changes (key) VALUES (old.key);
+END;
 ",
     ),
 ];
@@ -156,10 +173,16 @@ INSERT INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))))
 /// `SqliteStore::drop_common_terms`).
 const COMMON_TERM_SHARE: f64 = 0.2;
 
+/// How many change-log entries are kept for other processes' caches to catch up with; a
+/// cache further behind reloads everything.
+const CHANGES_KEPT: i64 = 100_000;
+
 /// Vectors of every memory, held after the first search.
 #[derive(Debug, Default)]
 struct VectorCache {
     data_version: i64,
+    /// The last change-log entry the cache reflects.
+    change_seq: i64,
     keys: Vec<i64>,
     ids: Vec<MemoryId>,
     data: Vec<f32>,
@@ -202,6 +225,18 @@ impl VectorCache {
 struct Inner {
     conn: Connection,
     vectors: Option<VectorCache>,
+    stats: VectorCacheStats,
+}
+
+/// What the vector cache of one [`SqliteStore`] handle has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VectorCacheStats {
+    /// Times every vector was loaded (the first search, or after falling too far behind).
+    pub full_loads: u64,
+    /// Times the cache caught up with other connections' writes through the change log.
+    pub refreshes: u64,
+    /// Vectors read again by those refreshes.
+    pub rows_refreshed: u64,
 }
 
 /// Size and content counts of a SQLite store.
@@ -819,6 +854,7 @@ impl SqliteStore {
             inner: Mutex::new(Inner {
                 conn,
                 vectors: None,
+                stats: VectorCacheStats::default(),
             }),
             read_only,
             commits: Mutex::new(None),
@@ -1035,58 +1071,186 @@ impl SqliteStore {
         })
     }
 
-    /// Make sure the vector cache matches the file, loading it when needed.
+    /// Make sure the vector cache matches the file (ADR-0019). The first call loads every
+    /// vector. Later, when another connection has committed (`PRAGMA data_version` moved), only
+    /// the memories named in the change log since the cache's last entry are read again; a
+    /// full reload happens only when the cache is older than the pruned part of the log.
     fn fresh_vectors<'a>(&self, inner: &'a mut Inner) -> Result<&'a VectorCache> {
         let dv: i64 = inner
             .conn
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
-        let stale = inner.vectors.as_ref().is_none_or(|c| c.data_version != dv);
-        if stale {
-            let dims = self.embedder.dims();
-            let mut cache = VectorCache {
-                data_version: dv,
-                ..VectorCache::default()
-            };
-            let mut stmt = inner
-                .conn
-                .prepare(
-                    "SELECT v.key, m.id, v.embedding, v.checksum FROM memory_vectors v JOIN memories m ON m.key = v.key",
-                )
-                .map_err(|e| self.err(e))?;
-            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-                let key: i64 = row.get(0).map_err(|e| self.err(e))?;
-                let id: String = row.get(1).map_err(|e| self.err(e))?;
-                let blob = row.get_ref(2).map_err(|e| self.err(e))?;
-                let blob = blob.as_blob().map_err(|e| MemoryError::Corrupt {
-                    location: self.location.clone(),
-                    detail: format!("embedding is not a blob: {e}"),
-                })?;
-                let stored = raw_opt(row, 3).map_err(|e| self.err(e))?;
-                verify_sum(
-                    &self.location,
-                    "memory_vectors",
-                    &|| format!("key {key} (id `{id}`)"),
-                    stored,
-                    &vector_sum(key, blob),
-                )?;
-                let v = blob_to_vector(&self.location, dims, blob)?;
-                let id = MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {
-                    location: self.location.clone(),
-                    detail: format!("invalid memory id `{id}` in memories"),
-                })?;
-                cache.upsert(dims, key, &id, &v);
-            }
-            drop(rows);
-            drop(stmt);
-            tracing::debug!(store = %self.name, vectors = cache.keys.len(), "loaded vector cache");
-            inner.vectors = Some(cache);
+        if inner.vectors.as_ref().is_some_and(|c| c.data_version == dv) {
+            return self.cache_ref(inner);
         }
+        // One read transaction, so the log and the rows are read at the same moment.
+        let tx = inner
+            .conn
+            .unchecked_transaction()
+            .map_err(|e| self.err(e))?;
+        let (pruned, last): (i64, i64) = tx
+            .query_row(
+                "SELECT (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'changes_pruned_through'), \
+                 coalesce((SELECT max(seq) FROM memory_changes), 0)",
+                [],
+                |r| Ok((r.get::<_, Option<i64>>(0)?.unwrap_or(0), r.get(1)?)),
+            )
+            .map_err(|e| self.err(e))?;
+        let incremental = inner
+            .vectors
+            .as_ref()
+            .is_some_and(|c| c.change_seq >= pruned);
+        if incremental {
+            let mut cache = inner.vectors.take().unwrap_or_default();
+            let res = self.apply_changes(&tx, &mut cache, last);
+            drop(tx);
+            let n = res?;
+            inner.stats.refreshes += 1;
+            inner.stats.rows_refreshed += n;
+            cache.data_version = dv;
+            inner.vectors = Some(cache);
+            return self.cache_ref(inner);
+        }
+        let mut cache = VectorCache {
+            data_version: dv,
+            change_seq: last,
+            ..VectorCache::default()
+        };
+        let res = self.load_all(&tx, &mut cache);
+        drop(tx);
+        res?;
+        inner.stats.full_loads += 1;
+        tracing::debug!(store = %self.name, vectors = cache.keys.len(), "loaded vector cache");
+        inner.vectors = Some(cache);
+        self.cache_ref(inner)
+    }
+
+    /// What this handle's vector cache has done: full loads, and refreshes through the change
+    /// log after other connections wrote (ADR-0019).
+    pub fn vector_cache_stats(&self) -> VectorCacheStats {
+        self.lock().stats
+    }
+
+    /// Where the change log ends and what `data_version` says, read inside a write
+    /// transaction: if no other connection has committed since the cache was last refreshed,
+    /// the cache plus this transaction's own changes is the whole store.
+    fn log_position(&self, tx: &Transaction<'_>) -> Result<(i64, i64)> {
+        let dv: i64 = tx
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        let last: i64 = tx
+            .query_row(
+                "SELECT coalesce(max(seq), 0) FROM memory_changes",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok((dv, last))
+    }
+
+    fn cache_ref<'a>(&self, inner: &'a Inner) -> Result<&'a VectorCache> {
         inner.vectors.as_ref().ok_or_else(|| MemoryError::Database {
             location: self.location.clone(),
             detail: "vector cache missing after load".into(),
         })
+    }
+
+    /// A vector row, checked: `(id, vector)`.
+    fn checked_vector(&self, row: &rusqlite::Row<'_>, key: i64) -> Result<(MemoryId, Vec<f32>)> {
+        let dims = self.embedder.dims();
+        let id: String = row.get(1).map_err(|e| self.err(e))?;
+        let blob = row.get_ref(2).map_err(|e| self.err(e))?;
+        let blob = blob.as_blob().map_err(|e| MemoryError::Corrupt {
+            location: self.location.clone(),
+            detail: format!("embedding is not a blob: {e}"),
+        })?;
+        let stored = raw_opt(row, 3).map_err(|e| self.err(e))?;
+        verify_sum(
+            &self.location,
+            "memory_vectors",
+            &|| format!("key {key} (id `{id}`)"),
+            stored,
+            &vector_sum(key, blob),
+        )?;
+        let v = blob_to_vector(&self.location, dims, blob)?;
+        let id = MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {
+            location: self.location.clone(),
+            detail: format!("invalid memory id `{id}` in memories"),
+        })?;
+        Ok((id, v))
+    }
+
+    fn load_all(&self, conn: &Connection, cache: &mut VectorCache) -> Result<()> {
+        let dims = self.embedder.dims();
+        let mut stmt = conn
+            .prepare(
+                "SELECT v.key, m.id, v.embedding, v.checksum FROM memory_vectors v JOIN memories m ON m.key = v.key",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+            let key: i64 = row.get(0).map_err(|e| self.err(e))?;
+            let (id, v) = self.checked_vector(row, key)?;
+            cache.upsert(dims, key, &id, &v);
+        }
+        Ok(())
+    }
+
+    fn apply_changes(&self, conn: &Connection, cache: &mut VectorCache, last: i64) -> Result<u64> {
+        let dims = self.embedder.dims();
+        let keys: Vec<i64> = {
+            let mut stmt = conn
+                .prepare_cached("SELECT DISTINCT key FROM memory_changes WHERE seq > ?1")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([cache.change_seq], |r| r.get(0))
+                .map_err(|e| self.err(e))?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.err(e))?;
+            rows
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT v.key, m.id, v.embedding, v.checksum FROM memory_vectors v JOIN memories m ON m.key = v.key WHERE v.key = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        for key in &keys {
+            let mut rows = stmt.query([key]).map_err(|e| self.err(e))?;
+            match rows.next().map_err(|e| self.err(e))? {
+                Some(row) => {
+                    let (id, v) = self.checked_vector(row, *key)?;
+                    cache.upsert(dims, *key, &id, &v);
+                }
+                None => cache.remove(dims, *key),
+            }
+        }
+        tracing::debug!(store = %self.name, changed = keys.len(), "refreshed vector cache");
+        cache.change_seq = last;
+        Ok(keys.len() as u64)
+    }
+
+    /// Keep the change log short: drop entries older than the last [`CHANGES_KEPT`].
+    fn prune_changes(&self, tx: &Transaction<'_>) -> Result<()> {
+        let floor: Option<i64> = tx
+            .query_row(
+                "SELECT max(seq) - ?1 FROM memory_changes",
+                [CHANGES_KEPT],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if let Some(floor) = floor.filter(|f| *f > 0) {
+            let n = tx
+                .execute("DELETE FROM memory_changes WHERE seq <= ?1", [floor])
+                .map_err(|e| self.err(e))?;
+            if n > 0 {
+                tx.execute(
+                    "UPDATE meta SET value = ?1 WHERE key = 'changes_pruned_through'",
+                    [floor.to_string()],
+                )
+                .map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
     }
 
     fn put_in(
@@ -1712,10 +1876,15 @@ impl LongTermMemory for SqliteStore {
         for ((m, t), v) in memories.iter().zip(&tags).zip(&vectors) {
             done.push(self.put_in(&tx, m, t, v)?);
         }
+        self.prune_changes(&tx)?;
+        let (dv, last) = self.log_position(&tx)?;
         self.commit(tx)?;
         if let Some(cache) = inner.vectors.as_mut() {
             for ((key, rec), v) in done.iter().zip(&vectors) {
                 cache.upsert(dims, *key, &rec.id, v);
+            }
+            if cache.data_version == dv {
+                cache.change_seq = last;
             }
         }
         Ok(done.into_iter().map(|(_, r)| r).collect())

@@ -454,7 +454,11 @@ fn version_1_store_is_migrated_with_checksums() {
          ALTER TABLE memory_vectors DROP COLUMN checksum;
          ALTER TABLE wm_entries DROP COLUMN checksum;
          ALTER TABLE shared_facts DROP COLUMN checksum;
-         DELETE FROM meta WHERE key = 'commits';
+         DROP TRIGGER memory_vectors_changed_insert;
+         DROP TRIGGER memory_vectors_changed_update;
+         DROP TRIGGER memories_changed_delete;
+         DROP TABLE memory_changes;
+         DELETE FROM meta WHERE key IN ('commits', 'store_id', 'changes_pruned_through');
          UPDATE schema_version SET version = 1;",
     )
     .unwrap();
@@ -788,4 +792,61 @@ fn recreated_store_is_not_an_older_copy() {
     s.put(NewMemory::new("a", "new")).unwrap();
     drop(s);
     assert_eq!(open(&path).unwrap().count(None).unwrap(), 1);
+}
+
+/// Verifies ADR-0019: after another connection writes, a handle's vector cache reads only the
+/// memories that changed (added, replaced, deleted), and its own writes cost no reload.
+#[test]
+fn foreign_write_refreshes_only_the_changed_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let a = open(&path).unwrap();
+    a.put_many(
+        (0..200)
+            .map(|i| {
+                NewMemory::new("a", marked(i)).with_id(MemoryId::new(format!("k{i}")).unwrap())
+            })
+            .collect(),
+    )
+    .unwrap();
+    let vector = SearchOptions::top(3).mode(strata_memory::SearchMode::Vector);
+    a.search("release checklist", &vector).unwrap();
+    assert_eq!(a.vector_cache_stats().full_loads, 1);
+
+    let b = open(&path).unwrap();
+    b.put(
+        NewMemory::new("a", "zebra crossing near the office")
+            .with_id(MemoryId::new("zebra").unwrap()),
+    )
+    .unwrap();
+    b.delete(&MemoryId::new("k5").unwrap()).unwrap();
+    b.put(NewMemory::new("a", "giraffe enclosure schedule").with_id(MemoryId::new("k6").unwrap()))
+        .unwrap();
+
+    let hits = a.search("zebra crossing office", &vector).unwrap();
+    assert_eq!(hits[0].record.id.as_str(), "zebra");
+    let hits = a.search("giraffe enclosure schedule", &vector).unwrap();
+    assert_eq!(hits[0].record.id.as_str(), "k6");
+    let hits = a
+        .search(
+            &marked(5),
+            &SearchOptions::top(200).mode(strata_memory::SearchMode::Vector),
+        )
+        .unwrap();
+    assert!(hits.iter().all(|h| h.record.id.as_str() != "k5"));
+    let stats = a.vector_cache_stats();
+    assert_eq!(stats.full_loads, 1, "{stats:?}");
+    assert_eq!(stats.refreshes, 1, "{stats:?}");
+    assert_eq!(stats.rows_refreshed, 3, "{stats:?}");
+
+    // Own writes update the cache directly.
+    a.put(NewMemory::new("a", "okapi sighting")).unwrap();
+    assert_eq!(
+        a.search("okapi sighting", &vector).unwrap()[0]
+            .record
+            .content
+            .as_str(),
+        "okapi sighting"
+    );
+    assert_eq!(a.vector_cache_stats(), stats);
 }
