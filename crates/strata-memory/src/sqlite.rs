@@ -177,7 +177,10 @@ const COMMON_TERM_SHARE: f64 = 0.2;
 /// cache further behind reloads everything.
 const CHANGES_KEPT: i64 = 100_000;
 
-/// Vectors of every memory, held after the first search.
+/// Vectors of every memory, held after the first search as int8 codes (ADR-0019): each
+/// vector scaled so its largest component is 127 and rounded, with the scale kept. A quarter
+/// of the memory and memory traffic of `f32`; the codes only choose candidates, which are then
+/// ranked by their exact vectors read from the file.
 #[derive(Debug, Default)]
 struct VectorCache {
     data_version: i64,
@@ -185,21 +188,66 @@ struct VectorCache {
     change_seq: i64,
     keys: Vec<i64>,
     ids: Vec<MemoryId>,
-    data: Vec<f32>,
+    codes: Vec<i8>,
+    scales: Vec<f32>,
     pos: HashMap<i64, usize>,
+}
+
+/// A vector as int8 codes and the scale that maps them back (`x ≈ code * scale`).
+fn quantize(v: &[f32], out: &mut [i8]) -> f32 {
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 || !max.is_finite() {
+        out.iter_mut().for_each(|c| *c = 0);
+        return 0.0;
+    }
+    let scale = max / 127.0;
+    for (c, x) in out.iter_mut().zip(v) {
+        *c = (x / scale).round().clamp(-127.0, 127.0) as i8;
+    }
+    scale
+}
+
+/// Dot product of int8 codes, in integers (sixteen independent sums vectorise).
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let mut acc = [0i32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: i32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| i32::from(*x) * i32::from(*y))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..16 {
+            acc[k] += i32::from(x[k]) * i32::from(y[k]);
+        }
+    }
+    acc.iter().sum::<i32>() + tail
+}
+
+/// How many candidates the int8 pass keeps for the exact ranking when it needs `n`.
+fn int8_pool(n: usize) -> usize {
+    n.saturating_mul(4).max(200)
 }
 
 impl VectorCache {
     fn upsert(&mut self, dims: usize, key: i64, id: &MemoryId, v: &[f32]) {
-        if let Some(&p) = self.pos.get(&key) {
-            self.ids[p] = id.clone();
-            self.data[p * dims..(p + 1) * dims].copy_from_slice(v);
-        } else {
-            self.pos.insert(key, self.keys.len());
-            self.keys.push(key);
-            self.ids.push(id.clone());
-            self.data.extend_from_slice(v);
-        }
+        let p = match self.pos.get(&key) {
+            Some(&p) => {
+                self.ids[p] = id.clone();
+                p
+            }
+            None => {
+                let p = self.keys.len();
+                self.pos.insert(key, p);
+                self.keys.push(key);
+                self.ids.push(id.clone());
+                self.codes.resize((p + 1) * dims, 0);
+                self.scales.push(0.0);
+                p
+            }
+        };
+        self.scales[p] = quantize(v, &mut self.codes[p * dims..(p + 1) * dims]);
     }
 
     fn remove(&mut self, dims: usize, key: i64) {
@@ -211,13 +259,15 @@ impl VectorCache {
             let moved = self.keys[last];
             self.keys.swap(p, last);
             self.ids.swap(p, last);
-            let (head, tail) = self.data.split_at_mut(last * dims);
+            self.scales.swap(p, last);
+            let (head, tail) = self.codes.split_at_mut(last * dims);
             head[p * dims..(p + 1) * dims].copy_from_slice(&tail[..dims]);
             self.pos.insert(moved, p);
         }
         self.keys.pop();
         self.ids.pop();
-        self.data.truncate(last * dims);
+        self.scales.pop();
+        self.codes.truncate(last * dims);
     }
 }
 
@@ -2014,16 +2064,46 @@ impl LongTermMemory for SqliteStore {
                 } else {
                     None
                 };
-                let cache = self.fresh_vectors(inner)?;
-                let scored: Vec<(usize, f32)> = cache
-                    .data
+                self.fresh_vectors(inner)?;
+                let cache = self.cache_ref(inner)?;
+                // ADR-0019: int8 codes choose a pool, exact vectors from the file rank it.
+                let mut qc = vec![0i8; dims];
+                quantize(q, &mut qc);
+                let approx: Vec<(usize, f32)> = cache
+                    .codes
                     .chunks_exact(dims)
                     .enumerate()
                     .filter(|(i, _)| allowed.as_ref().is_none_or(|a| a.contains(&cache.keys[*i])))
-                    .map(|(i, v)| (i, dot(q, v)))
-                    .filter(|(_, s)| options.keeps_similarity(*s))
+                    .map(|(i, c)| (i, dot_i8(&qc, c) as f32 * cache.scales[i]))
                     .collect();
-                top_indices(scored, n, &cache.ids)
+                let pool = top_indices(approx, int8_pool(n), &cache.ids);
+                let mut stmt = inner
+                    .conn
+                    .prepare_cached("SELECT embedding, checksum FROM memory_vectors WHERE key = ?1")
+                    .map_err(|e| self.err(e))?;
+                let mut exact: Vec<(usize, f32)> = Vec::with_capacity(pool.len());
+                for i in pool {
+                    let key = cache.keys[i];
+                    let mut rows = stmt.query([key]).map_err(|e| self.err(e))?;
+                    let Some(row) = rows.next().map_err(|e| self.err(e))? else {
+                        continue;
+                    };
+                    let blob = raw(row, 0).map_err(|e| self.err(e))?;
+                    let stored = raw_opt(row, 1).map_err(|e| self.err(e))?;
+                    verify_sum(
+                        &self.location,
+                        "memory_vectors",
+                        &|| format!("key {key} (id `{}`)", cache.ids[i]),
+                        stored,
+                        &vector_sum(key, blob),
+                    )?;
+                    let v = blob_to_vector(&self.location, dims, blob)?;
+                    let sim = dot(q, &v);
+                    if options.keeps_similarity(sim) {
+                        exact.push((i, sim));
+                    }
+                }
+                top_indices(exact, n, &cache.ids)
                     .into_iter()
                     .map(|i| {
                         keys.insert(cache.ids[i].clone(), cache.keys[i]);
@@ -2145,5 +2225,32 @@ impl SharedContextWriter for SqliteStore {
             tx.rollback().map_err(|e| self.err(e))?;
         }
         Ok(n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int8_codes_keep_the_order_of_dot_products() {
+        let v = [0.5f32, -0.25, 0.0, 1.0e-3, -0.8];
+        let mut c = [0i8; 5];
+        let scale = quantize(&v, &mut c);
+        assert_eq!(c, [79, -40, 0, 0, -127]);
+        for (x, code) in v.iter().zip(c) {
+            assert!((f32::from(code) * scale - x).abs() <= scale / 2.0 + 1e-7);
+        }
+        let mut z = [1i8; 3];
+        assert_eq!(quantize(&[0.0; 3], &mut z), 0.0);
+        assert_eq!(z, [0; 3]);
+        let a: Vec<i8> = (0..37).map(|i| (i * 7 % 255 - 127) as i8).collect();
+        let b: Vec<i8> = (0..37).map(|i| (i * 13 % 255 - 127) as i8).collect();
+        let plain: i32 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| i32::from(*x) * i32::from(*y))
+            .sum();
+        assert_eq!(dot_i8(&a, &b), plain);
     }
 }
