@@ -4,10 +4,10 @@
 //! Long-term memory keeps a generated `tsvector` column (`simple` configuration, GIN index)
 //! ranked with `ts_rank`, and vectors as `real[]` at unit length (so cosine similarity is a
 //! dot product). No extension is needed (ADR-0019): next to each vector a narrow table,
-//! `memory_codes`, holds a ternary code of it as two bit strings (components clearly above and
-//! clearly below zero). The vector ranking scans the codes in SQL, scoring each with four
-//! `bit_count`s of bitwise ANDs, keeps the best few hundred, and ranks those exactly by their
-//! real vectors in Rust. Scoring `real[]` in SQL took 6-8 s per query at 100,000 memories;
+//! `memory_codes`, holds a ternary code of it as one bit string (the components clearly above
+//! zero, then those clearly below). The vector ranking scans the codes in SQL, scoring each
+//! with two `bit_count`s of bitwise ANDs, keeps the best thousand or so, and ranks those
+//! exactly by their real vectors in Rust. Scoring `real[]` in SQL took 6-8 s per query at 100,000 memories;
 //! the code scan reads about 100 bytes per memory in C functions.
 //!
 //! The schema is versioned in `<schema>.schema_version` and migrated forward in one
@@ -88,9 +88,8 @@ CREATE TABLE {s}.shared_facts (
         2,
         r"
 CREATE TABLE {s}.memory_codes (
-    key bigint PRIMARY KEY REFERENCES {s}.memories (key) ON DELETE CASCADE,
-    pos bit varying NOT NULL,
-    neg bit varying NOT NULL
+    key  bigint PRIMARY KEY REFERENCES {s}.memories (key) ON DELETE CASCADE,
+    code bit varying NOT NULL
 );
 ",
     ),
@@ -330,15 +329,14 @@ impl PgStore {
             .map_err(|e| self.err(e))?;
         let stmt = tx
             .prepare(&format!(
-                "INSERT INTO {s}.memory_codes (key, pos, neg) VALUES ($1, $2::text::varbit, $3::text::varbit)"
+                "INSERT INTO {s}.memory_codes (key, code) VALUES ($1, $2::text::varbit)"
             ))
             .map_err(|e| self.err(e))?;
         for r in rows {
             let key: i64 = r.get(0);
             let v: Vec<f32> = r.get(1);
-            let (pos, neg) = crate::quant::ternary_bits(&v);
-            tx.execute(&stmt, &[&key, &pos, &neg])
-                .map_err(|e| self.err(e))?;
+            let code = crate::quant::ternary_code(&v);
+            tx.execute(&stmt, &[&key, &code]).map_err(|e| self.err(e))?;
         }
         Ok(())
     }
@@ -551,8 +549,8 @@ impl LongTermMemory for PgStore {
              RETURNING {RECORD_COLUMNS}, m.key"
         );
         let code_sql = format!(
-            "INSERT INTO {s}.memory_codes (key, pos, neg) VALUES ($1, $2::text::varbit, $3::text::varbit) \
-             ON CONFLICT (key) DO UPDATE SET pos = excluded.pos, neg = excluded.neg"
+            "INSERT INTO {s}.memory_codes (key, code) VALUES ($1, $2::text::varbit) \
+             ON CONFLICT (key) DO UPDATE SET code = excluded.code"
         );
         self.with_client(|c| {
             let mut tx = c.transaction().map_err(|e| self.err(e))?;
@@ -567,8 +565,8 @@ impl LongTermMemory for PgStore {
                     .query_one(&stmt, &[&id.as_str(), &m.agent_id, &m.content, &t, &now, v])
                     .map_err(|e| self.err(e))?;
                 let key: i64 = row.get("key");
-                let (pos, neg) = crate::quant::ternary_bits(v);
-                tx.execute(&code_stmt, &[&key, &pos, &neg])
+                let code = crate::quant::ternary_code(v);
+                tx.execute(&code_stmt, &[&key, &code])
                     .map_err(|e| self.err(e))?;
                 out.push(self.record(&row)?);
             }
@@ -675,16 +673,16 @@ impl LongTermMemory for PgStore {
             let mut vector: Vec<MemoryId> = Vec::new();
             if let Some(q) = &qv {
                 // ADR-0019: candidates by ternary code in SQL, then the exact ranking in Rust.
-                let (pos, neg) = crate::quant::ternary_bits(q);
+                let (agree, disagree) = crate::quant::ternary_query(q);
                 let pool = crate::quant::rerank_pool(options.candidate_count());
                 let mut params: Vec<Box<dyn ToSql + Sync>> = vec![
-                    Box::new(pos),
-                    Box::new(neg),
+                    Box::new(agree),
+                    Box::new(disagree),
                     Box::new(i64::try_from(pool).unwrap_or(i64::MAX)),
                 ];
                 let filter = filter_sql(agent, &tags, 4, &mut params);
-                let score = "bit_count(c.pos & $1::text::varbit) + bit_count(c.neg & $2::text::varbit) \
-                     - bit_count(c.pos & $2::text::varbit) - bit_count(c.neg & $1::text::varbit)";
+                let score =
+                    "bit_count(c.code & $1::text::varbit) - bit_count(c.code & $2::text::varbit)";
                 let sql = if filter.is_empty() {
                     format!(
                         "SELECT m.id, m.embedding FROM \

@@ -26,6 +26,20 @@ pub(crate) fn ternary_bits(v: &[f32]) -> (String, String) {
     (pos, neg)
 }
 
+/// A stored code: the positive bits followed by the negative bits.
+pub(crate) fn ternary_code(v: &[f32]) -> String {
+    let (pos, neg) = ternary_bits(v);
+    pos + &neg
+}
+
+/// The two masks a query is scored with: `code & agree` has the bits where both vectors are
+/// clearly positive or both clearly negative, `code & disagree` those where they differ in
+/// sign, so the score is `bit_count(code & agree) - bit_count(code & disagree)`.
+pub(crate) fn ternary_query(v: &[f32]) -> (String, String) {
+    let (pos, neg) = ternary_bits(v);
+    (pos.clone() + &neg, neg + &pos)
+}
+
 /// How many candidates the approximate pass keeps for exact ranking when a ranking needs
 /// `n`: twenty times as many, and at least 1,000. Measured recall@10 against exact search is
 /// in `docs/benchmarks.md`.
@@ -37,14 +51,27 @@ pub(crate) fn rerank_pool(n: usize) -> usize {
 mod tests {
     use super::*;
 
+    fn and(x: &str, y: &str) -> i64 {
+        x.bytes()
+            .zip(y.bytes())
+            .filter(|(p, q)| *p == b'1' && *q == b'1')
+            .count() as i64
+    }
+
     fn score(a: &(String, String), b: &(String, String)) -> i64 {
-        let and = |x: &str, y: &str| {
-            x.bytes()
-                .zip(y.bytes())
-                .filter(|(p, q)| *p == b'1' && *q == b'1')
-                .count() as i64
-        };
         and(&a.0, &b.0) + and(&a.1, &b.1) - and(&a.0, &b.1) - and(&a.1, &b.0)
+    }
+
+    #[test]
+    fn stored_code_and_query_masks_give_the_same_score() {
+        let a = [0.5f32, -0.4, 0.01, 0.3, -0.6, 0.0];
+        let b = [0.45f32, 0.4, -0.2, 0.3, -0.1, -0.7];
+        let code = ternary_code(&a);
+        let (agree, disagree) = ternary_query(&b);
+        assert_eq!(
+            and(&code, &agree) - and(&code, &disagree),
+            score(&ternary_bits(&a), &ternary_bits(&b))
+        );
     }
 
     #[test]
