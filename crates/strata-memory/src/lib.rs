@@ -46,7 +46,6 @@ pub mod markdown;
 pub mod options;
 #[cfg(feature = "postgres")]
 pub mod pg;
-#[cfg(feature = "postgres")]
 mod quant;
 pub mod shared;
 pub mod sqlite;

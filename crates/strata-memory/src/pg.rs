@@ -4,16 +4,19 @@
 //! Long-term memory keeps a generated `tsvector` column (`simple` configuration, GIN index)
 //! ranked with `ts_rank`, and vectors as `real[]` at unit length (so cosine similarity is a
 //! dot product). No extension is needed (ADR-0019): next to each vector a narrow table,
-//! `memory_codes`, holds a ternary code of it as one bit string (the components clearly above
-//! zero, then those clearly below). The vector ranking scans the codes in SQL, scoring each
-//! with two `bit_count`s of bitwise ANDs, keeps the best thousand or so, and ranks those
-//! exactly by their real vectors in Rust. Scoring `real[]` in SQL took 6-8 s per query at 100,000 memories;
-//! the code scan reads about 100 bytes per memory in C functions.
+//! `memory_codes`, holds its int8 code (256 bytes for 256 dimensions) and the transaction that
+//! wrote it. Each store handle keeps the codes in memory, loaded at its first vector search and
+//! brought up to date at every search from the rows written (and the memories deleted) by
+//! transactions its last snapshot did not see. The vector ranking scores the codes in Rust,
+//! keeps a pool of the best, and ranks the pool exactly by the real vectors read back by key.
+//! Scoring every `real[]` in SQL took 6-8 s per query at 100,000 memories, and ternary codes
+//! scanned in SQL with `bit_count` reached only 0.31 recall@10 (see ADR-0019).
 //!
 //! The schema is versioned in `<schema>.schema_version` and migrated forward in one
 //! transaction under an advisory lock, so runtimes starting together do not race. A lost
 //! connection is reported as [`MemoryError::ConnectionLost`]; the next call reconnects.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -28,6 +31,7 @@ use crate::long_term::{
     MemoryRecord, NewMemory, SearchHit, SearchMode, SearchOptions,
 };
 use crate::options::StoreOptions;
+use crate::quant::CodeCache;
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
@@ -88,9 +92,25 @@ CREATE TABLE {s}.shared_facts (
         2,
         r"
 CREATE TABLE {s}.memory_codes (
-    key  bigint PRIMARY KEY REFERENCES {s}.memories (key) ON DELETE CASCADE,
-    code bit varying NOT NULL
+    key   bigint PRIMARY KEY REFERENCES {s}.memories (key) ON DELETE CASCADE,
+    scale real NOT NULL,
+    code  bytea NOT NULL,
+    xid   xid8 NOT NULL DEFAULT pg_current_xact_id()
 );
+CREATE INDEX memory_codes_xid ON {s}.memory_codes (xid);
+CREATE TABLE {s}.memory_deletions (
+    key bigint NOT NULL,
+    xid xid8 NOT NULL DEFAULT pg_current_xact_id()
+);
+CREATE INDEX memory_deletions_xid ON {s}.memory_deletions (xid);
+CREATE FUNCTION {s}.note_memory_deletion() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO {s}.memory_deletions (key) VALUES (OLD.key);
+    RETURN OLD;
+END
+$fn$;
+CREATE TRIGGER memories_deleted AFTER DELETE ON {s}.memories
+    FOR EACH ROW EXECUTE FUNCTION {s}.note_memory_deletion();
 ",
     ),
 ];
@@ -104,6 +124,8 @@ pub struct PgStore {
     options: StoreOptions,
     embedder: Arc<dyn Embedder>,
     client: Mutex<Option<Client>>,
+    /// The int8 codes of the store's memories and the snapshot `xmin` they reflect.
+    codes: Mutex<Option<(CodeCache, String)>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -228,6 +250,7 @@ impl PgStore {
             options,
             embedder,
             client: Mutex::new(None),
+            codes: Mutex::new(None),
         };
         store.with_client(|c| store.migrate(c))?;
         store.with_client(|c| store.check_embedder(c))?;
@@ -329,15 +352,78 @@ impl PgStore {
             .map_err(|e| self.err(e))?;
         let stmt = tx
             .prepare(&format!(
-                "INSERT INTO {s}.memory_codes (key, code) VALUES ($1, $2::text::varbit)"
+                "INSERT INTO {s}.memory_codes (key, scale, code) VALUES ($1, $2, $3)"
             ))
             .map_err(|e| self.err(e))?;
         for r in rows {
             let key: i64 = r.get(0);
             let v: Vec<f32> = r.get(1);
-            let code = crate::quant::ternary_code(&v);
-            tx.execute(&stmt, &[&key, &code]).map_err(|e| self.err(e))?;
+            let (code, scale) = crate::quant::code_bytes(&v);
+            tx.execute(&stmt, &[&key, &scale, &code])
+                .map_err(|e| self.err(e))?;
         }
+        Ok(())
+    }
+
+    /// Bring this handle's code cache up to the snapshot of `tx` (ADR-0019): load everything
+    /// the first time; afterwards read only the codes written, and the memories deleted, by
+    /// transactions at or after the oldest one the previous snapshot could not see. Reading a
+    /// few rows twice is harmless; missing one is impossible, since every transaction invisible
+    /// to a snapshot has an id at or above that snapshot's `xmin`.
+    fn refresh_codes(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        slot: &mut Option<(CodeCache, String)>,
+    ) -> Result<()> {
+        let s = self.s();
+        let dims = self.embedder.dims();
+        let horizon: String = tx
+            .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
+            .map_err(|e| self.err(e))?
+            .get(0);
+        let columns = format!(
+            "SELECT m.id, c.key, c.scale, c.code FROM {s}.memory_codes c JOIN {s}.memories m ON m.key = c.key"
+        );
+        let (rows, deleted) = match slot.as_ref() {
+            None => (
+                tx.query(&columns, &[]).map_err(|e| self.err(e))?,
+                Vec::new(),
+            ),
+            Some((_, since)) => (
+                tx.query(
+                    &format!("{columns} WHERE c.xid >= $1::text::xid8"),
+                    &[since],
+                )
+                .map_err(|e| self.err(e))?,
+                tx.query(
+                    &format!("SELECT key FROM {s}.memory_deletions WHERE xid >= $1::text::xid8"),
+                    &[since],
+                )
+                .map_err(|e| self.err(e))?,
+            ),
+        };
+        let (mut cache, _) = slot.take().unwrap_or_default();
+        for k in &deleted {
+            cache.remove(dims, k.get(0));
+        }
+        for r in &rows {
+            let id = self.id_of(r)?;
+            let key: i64 = r.get(1);
+            let scale: f32 = r.get(2);
+            let code: &[u8] = r.get(3);
+            if code.len() != dims {
+                return Err(MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!(
+                        "the code of memory `{id}` has {} bytes, not {dims}",
+                        code.len()
+                    ),
+                });
+            }
+            cache.upsert_code(dims, key, &id, code, scale);
+        }
+        tracing::debug!(store = %self.name, read = rows.len(), deleted = deleted.len(), total = cache.len(), "refreshed code cache");
+        *slot = Some((cache, horizon));
         Ok(())
     }
 
@@ -549,8 +635,9 @@ impl LongTermMemory for PgStore {
              RETURNING {RECORD_COLUMNS}, m.key"
         );
         let code_sql = format!(
-            "INSERT INTO {s}.memory_codes (key, code) VALUES ($1, $2::text::varbit) \
-             ON CONFLICT (key) DO UPDATE SET code = excluded.code"
+            "INSERT INTO {s}.memory_codes (key, scale, code) VALUES ($1, $2, $3) \
+             ON CONFLICT (key) DO UPDATE SET scale = excluded.scale, code = excluded.code, \
+             xid = pg_current_xact_id()"
         );
         self.with_client(|c| {
             let mut tx = c.transaction().map_err(|e| self.err(e))?;
@@ -565,8 +652,8 @@ impl LongTermMemory for PgStore {
                     .query_one(&stmt, &[&id.as_str(), &m.agent_id, &m.content, &t, &now, v])
                     .map_err(|e| self.err(e))?;
                 let key: i64 = row.get("key");
-                let code = crate::quant::ternary_code(v);
-                tx.execute(&code_stmt, &[&key, &code])
+                let (code, scale) = crate::quant::code_bytes(v);
+                tx.execute(&code_stmt, &[&key, &scale, &code])
                     .map_err(|e| self.err(e))?;
                 out.push(self.record(&row)?);
             }
@@ -672,33 +759,48 @@ impl LongTermMemory for PgStore {
             }
             let mut vector: Vec<MemoryId> = Vec::new();
             if let Some(q) = &qv {
-                // ADR-0019: candidates by ternary code in SQL, then the exact ranking in Rust.
-                let (agree, disagree) = crate::quant::ternary_query(q);
-                let pool = crate::quant::rerank_pool(options.candidate_count());
-                let mut params: Vec<Box<dyn ToSql + Sync>> = vec![
-                    Box::new(agree),
-                    Box::new(disagree),
-                    Box::new(i64::try_from(pool).unwrap_or(i64::MAX)),
-                ];
-                let filter = filter_sql(agent, &tags, 4, &mut params);
-                let score =
-                    "bit_count(c.code & $1::text::varbit) - bit_count(c.code & $2::text::varbit)";
-                let sql = if filter.is_empty() {
-                    format!(
-                        "SELECT m.id, m.embedding FROM \
-                         (SELECT c.key FROM {s}.memory_codes c ORDER BY {score} DESC, c.key LIMIT $3) k \
-                         JOIN {s}.memories m ON m.key = k.key"
-                    )
-                } else {
-                    format!(
-                        "SELECT m.id, m.embedding FROM \
-                         (SELECT c.key FROM {s}.memory_codes c JOIN {s}.memories m ON m.key = c.key \
-                          WHERE TRUE{filter} ORDER BY {score} DESC, c.key LIMIT $3) k \
-                         JOIN {s}.memories m ON m.key = k.key"
-                    )
+                // ADR-0019: int8 codes in memory choose a pool, exact vectors rank it.
+                let dims = self.embedder.dims();
+                let mut slot = self
+                    .codes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                self.refresh_codes(&mut tx, &mut slot)?;
+                let Some((cache, _)) = slot.as_ref() else {
+                    return Err(MemoryError::Database {
+                        location: self.location.clone(),
+                        detail: "code cache missing after load".into(),
+                    });
                 };
-                let mut scored: Vec<(MemoryId, f32)> = Vec::with_capacity(pool);
-                for row in tx.query(&sql, &refs(&params)).map_err(|e| self.err(e))? {
+                let allowed = if agent.is_some() || !tags.is_empty() {
+                    let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
+                    let filter = filter_sql(agent, &tags, 1, &mut params);
+                    let rows = tx
+                        .query(
+                            &format!("SELECT m.key FROM {s}.memories m WHERE TRUE{filter}"),
+                            &refs(&params),
+                        )
+                        .map_err(|e| self.err(e))?;
+                    Some(rows.iter().map(|r| r.get::<_, i64>(0)).collect::<HashSet<i64>>())
+                } else {
+                    None
+                };
+                let pool = cache.candidates(
+                    dims,
+                    q,
+                    allowed.as_ref(),
+                    crate::quant::pool_size(usize::try_from(n).unwrap_or(usize::MAX)),
+                );
+                let keys: Vec<i64> = pool.iter().map(|i| cache.keys[*i]).collect();
+                drop(slot);
+                let rows = tx
+                    .query(
+                        &format!("SELECT m.id, m.embedding FROM {s}.memories m WHERE m.key = ANY($1)"),
+                        &[&keys],
+                    )
+                    .map_err(|e| self.err(e))?;
+                let mut scored: Vec<(MemoryId, f32)> = Vec::with_capacity(rows.len());
+                for row in rows {
                     let id = self.id_of(&row)?;
                     let v: Vec<f32> = row.get(1);
                     if v.len() != q.len() {

@@ -57,6 +57,7 @@ use crate::long_term::{
     NewMemory, SearchHit, SearchMode, SearchOptions,
 };
 use crate::options::{check_label, StoreOptions};
+use crate::quant::{pool_size, top_positions, CodeCache};
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
@@ -186,88 +187,17 @@ struct VectorCache {
     data_version: i64,
     /// The last change-log entry the cache reflects.
     change_seq: i64,
-    keys: Vec<i64>,
-    ids: Vec<MemoryId>,
-    codes: Vec<i8>,
-    scales: Vec<f32>,
-    pos: HashMap<i64, usize>,
-}
-
-/// A vector as int8 codes and the scale that maps them back (`x ≈ code * scale`).
-fn quantize(v: &[f32], out: &mut [i8]) -> f32 {
-    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-    if max == 0.0 || !max.is_finite() {
-        out.iter_mut().for_each(|c| *c = 0);
-        return 0.0;
-    }
-    let scale = max / 127.0;
-    for (c, x) in out.iter_mut().zip(v) {
-        *c = (x / scale).round().clamp(-127.0, 127.0) as i8;
-    }
-    scale
-}
-
-/// Dot product of int8 codes, in integers (sixteen independent sums vectorise).
-fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-    let mut acc = [0i32; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: i32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| i32::from(*x) * i32::from(*y))
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for k in 0..16 {
-            acc[k] += i32::from(x[k]) * i32::from(y[k]);
-        }
-    }
-    acc.iter().sum::<i32>() + tail
-}
-
-/// How many candidates the int8 pass keeps for the exact ranking when it needs `n`.
-fn int8_pool(n: usize) -> usize {
-    n.saturating_mul(4).max(200)
+    /// The codes.
+    codes: CodeCache,
 }
 
 impl VectorCache {
     fn upsert(&mut self, dims: usize, key: i64, id: &MemoryId, v: &[f32]) {
-        let p = match self.pos.get(&key) {
-            Some(&p) => {
-                self.ids[p] = id.clone();
-                p
-            }
-            None => {
-                let p = self.keys.len();
-                self.pos.insert(key, p);
-                self.keys.push(key);
-                self.ids.push(id.clone());
-                self.codes.resize((p + 1) * dims, 0);
-                self.scales.push(0.0);
-                p
-            }
-        };
-        self.scales[p] = quantize(v, &mut self.codes[p * dims..(p + 1) * dims]);
+        self.codes.upsert(dims, key, id, v);
     }
 
     fn remove(&mut self, dims: usize, key: i64) {
-        let Some(p) = self.pos.remove(&key) else {
-            return;
-        };
-        let last = self.keys.len() - 1;
-        if p != last {
-            let moved = self.keys[last];
-            self.keys.swap(p, last);
-            self.ids.swap(p, last);
-            self.scales.swap(p, last);
-            let (head, tail) = self.codes.split_at_mut(last * dims);
-            head[p * dims..(p + 1) * dims].copy_from_slice(&tail[..dims]);
-            self.pos.insert(moved, p);
-        }
-        self.keys.pop();
-        self.ids.pop();
-        self.scales.pop();
-        self.codes.truncate(last * dims);
+        self.codes.remove(dims, key);
     }
 }
 
@@ -1170,7 +1100,7 @@ impl SqliteStore {
         drop(tx);
         res?;
         inner.stats.full_loads += 1;
-        tracing::debug!(store = %self.name, vectors = cache.keys.len(), "loaded vector cache");
+        tracing::debug!(store = %self.name, vectors = cache.codes.len(), "loaded vector cache");
         inner.vectors = Some(cache);
         self.cache_ref(inner)
     }
@@ -1503,24 +1433,6 @@ impl SqliteStore {
         rows.collect::<rusqlite::Result<HashSet<i64>>>()
             .map_err(|e| self.err(e))
     }
-}
-
-/// The positions of the best `n` scores, best first, ties by memory id.
-fn top_indices(mut scored: Vec<(usize, f32)>, n: usize, ids: &[MemoryId]) -> Vec<usize> {
-    let cmp = |a: &(usize, f32), b: &(usize, f32)| {
-        b.1.partial_cmp(&a.1)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then_with(|| ids[a.0].cmp(&ids[b.0]))
-    };
-    if n == 0 {
-        return Vec::new();
-    }
-    if scored.len() > n {
-        scored.select_nth_unstable_by(n - 1, cmp);
-        scored.truncate(n);
-    }
-    scored.sort_by(cmp);
-    scored.into_iter().map(|(i, _)| i).collect()
 }
 
 /// The schema version recorded in the store.
@@ -2067,16 +1979,8 @@ impl LongTermMemory for SqliteStore {
                 self.fresh_vectors(inner)?;
                 let cache = self.cache_ref(inner)?;
                 // ADR-0019: int8 codes choose a pool, exact vectors from the file rank it.
-                let mut qc = vec![0i8; dims];
-                quantize(q, &mut qc);
-                let approx: Vec<(usize, f32)> = cache
-                    .codes
-                    .chunks_exact(dims)
-                    .enumerate()
-                    .filter(|(i, _)| allowed.as_ref().is_none_or(|a| a.contains(&cache.keys[*i])))
-                    .map(|(i, c)| (i, dot_i8(&qc, c) as f32 * cache.scales[i]))
-                    .collect();
-                let pool = top_indices(approx, int8_pool(n), &cache.ids);
+                let cache = &cache.codes;
+                let pool = cache.candidates(dims, q, allowed.as_ref(), pool_size(n));
                 let mut stmt = inner
                     .conn
                     .prepare_cached("SELECT embedding, checksum FROM memory_vectors WHERE key = ?1")
@@ -2103,7 +2007,7 @@ impl LongTermMemory for SqliteStore {
                         exact.push((i, sim));
                     }
                 }
-                top_indices(exact, n, &cache.ids)
+                top_positions(exact, n, &cache.ids)
                     .into_iter()
                     .map(|i| {
                         keys.insert(cache.ids[i].clone(), cache.keys[i]);
@@ -2225,32 +2129,5 @@ impl SharedContextWriter for SqliteStore {
             tx.rollback().map_err(|e| self.err(e))?;
         }
         Ok(n > 0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn int8_codes_keep_the_order_of_dot_products() {
-        let v = [0.5f32, -0.25, 0.0, 1.0e-3, -0.8];
-        let mut c = [0i8; 5];
-        let scale = quantize(&v, &mut c);
-        assert_eq!(c, [79, -40, 0, 0, -127]);
-        for (x, code) in v.iter().zip(c) {
-            assert!((f32::from(code) * scale - x).abs() <= scale / 2.0 + 1e-7);
-        }
-        let mut z = [1i8; 3];
-        assert_eq!(quantize(&[0.0; 3], &mut z), 0.0);
-        assert_eq!(z, [0; 3]);
-        let a: Vec<i8> = (0..37).map(|i| (i * 7 % 255 - 127) as i8).collect();
-        let b: Vec<i8> = (0..37).map(|i| (i * 13 % 255 - 127) as i8).collect();
-        let plain: i32 = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| i32::from(*x) * i32::from(*y))
-            .sum();
-        assert_eq!(dot_i8(&a, &b), plain);
     }
 }

@@ -257,7 +257,11 @@ fn codes_are_filled_by_migration_and_rank_like_exact_search() {
     drop(store);
     let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
     c.batch_execute(&format!(
-        "DROP TABLE \"{schema}\".memory_codes; UPDATE \"{schema}\".schema_version SET version = 1"
+        "DROP TRIGGER memories_deleted ON \"{schema}\".memories;
+         DROP FUNCTION \"{schema}\".note_memory_deletion();
+         DROP TABLE \"{schema}\".memory_deletions;
+         DROP TABLE \"{schema}\".memory_codes;
+         UPDATE \"{schema}\".schema_version SET version = 1"
     ))
     .unwrap();
     let store = connect();
@@ -304,4 +308,53 @@ fn codes_are_filled_by_migration_and_rank_like_exact_search() {
         }
     }
     assert!(hit * 100 >= total * 95, "recall@10 {hit}/{total}");
+}
+
+/// Verifies ADR-0019: a handle's code cache follows writes and deletions made through another
+/// handle (another runtime) without reloading.
+#[test]
+fn code_cache_follows_other_handles() {
+    use strata_memory::{MemoryId, SearchMode, SearchOptions};
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("follow");
+    let connect = || {
+        PgStore::connect_with(
+            &server.test_params(),
+            &schema,
+            Arc::new(HashEmbedder::default()),
+            StoreOptions::default(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (connect(), connect());
+    a.put_many(
+        (0..300)
+            .map(|i| {
+                NewMemory::new("a", format!("routine note number {i} about builds"))
+                    .with_id(MemoryId::new(format!("k{i}")).unwrap())
+            })
+            .collect(),
+    )
+    .unwrap();
+    let vector = SearchOptions::top(3).mode(SearchMode::Vector);
+    a.search("routine builds", &vector).unwrap();
+    b.put(
+        NewMemory::new("a", "zebra crossing near the office")
+            .with_id(MemoryId::new("zebra").unwrap()),
+    )
+    .unwrap();
+    b.put(NewMemory::new("a", "giraffe enclosure schedule").with_id(MemoryId::new("k7").unwrap()))
+        .unwrap();
+    assert!(b.delete(&MemoryId::new("k9").unwrap()).unwrap());
+    let top = |q: &str| a.search(q, &vector).unwrap()[0].record.id.to_string();
+    assert_eq!(top("zebra crossing near the office"), "zebra");
+    assert_eq!(top("giraffe enclosure schedule"), "k7");
+    let all = a
+        .search(
+            "routine note number 9 about builds",
+            &SearchOptions::top(400).mode(SearchMode::Vector),
+        )
+        .unwrap();
+    assert_eq!(all.len(), 300);
+    assert!(all.iter().all(|h| h.record.id.as_str() != "k9"));
 }
