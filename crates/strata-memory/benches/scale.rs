@@ -183,6 +183,8 @@ struct Report {
     cold: Duration,
     p50: Duration,
     p99: Duration,
+    lexical_p50: Duration,
+    vector_p50: Duration,
     vector_recall: f64,
     hybrid_recall: f64,
     foreign: Option<(Duration, u64)>,
@@ -230,6 +232,21 @@ fn measure(
         })
         .collect();
     lat.sort();
+    let p50_of = |opts: &SearchOptions| {
+        let mut l: Vec<Duration> = qs
+            .iter()
+            .take(100)
+            .map(|q| {
+                let t = Instant::now();
+                store.search(q, opts).unwrap();
+                t.elapsed()
+            })
+            .collect();
+        l.sort();
+        percentile(&l, 0.5)
+    };
+    let lexical_p50 = p50_of(&SearchOptions::top(10).mode(SearchMode::Lexical));
+    let vector_p50 = p50_of(&SearchOptions::top(10).mode(SearchMode::Vector));
 
     let recall_queries: usize = env_num("STRATA_SCALE_RECALL_QUERIES", 50);
     let (mut v_hit, mut h_hit, mut total) = (0usize, 0usize, 0usize);
@@ -268,6 +285,8 @@ fn measure(
         cold,
         p50: percentile(&lat, 0.5),
         p99: percentile(&lat, 0.99),
+        lexical_p50,
+        vector_p50,
         vector_recall: v_hit as f64 / total as f64,
         hybrid_recall: h_hit as f64 / total as f64,
         foreign: None,
@@ -345,17 +364,19 @@ fn main() {
         }
     }
     println!();
-    println!("| store | memories | ingest | first search (new handle) | hybrid p50 | hybrid p99 | vector recall@10 | hybrid recall@10 | next search after a foreign write |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("| store | memories | ingest | first search (new handle) | hybrid p50 | hybrid p99 | lexical p50 | vector p50 | vector recall@10 | hybrid recall@10 | next search after a foreign write |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in reports {
         println!(
-            "| {} | {} | {:.0}/s | {} | {} | {} | {:.3} | {:.3} | {} |",
+            "| {} | {} | {:.0}/s | {} | {} | {} | {} | {} | {:.3} | {:.3} | {} |",
             r.store,
             r.n,
             r.ingest_per_s,
             ms(r.cold),
             ms(r.p50),
             ms(r.p99),
+            ms(r.lexical_p50),
+            ms(r.vector_p50),
             r.vector_recall,
             r.hybrid_recall,
             r.foreign

@@ -16,7 +16,7 @@
 //! transaction under an advisory lock, so runtimes starting together do not race. A lost
 //! connection is reported as [`MemoryError::ConnectionLost`]; the next call reconnects.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -38,6 +38,9 @@ use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntr
 
 /// The schema version this build writes.
 pub const PG_SCHEMA_VERSION: i64 = 2;
+
+/// The share of all memories above which a query term counts as common.
+const COMMON_TERM_SHARE: f64 = 0.2;
 
 /// The default PostgreSQL schema (namespace) holding the tables.
 pub const DEFAULT_PG_SCHEMA: &str = "strata";
@@ -126,6 +129,8 @@ pub struct PgStore {
     client: Mutex<Option<Client>>,
     /// The int8 codes of the store's memories and the snapshot `xmin` they reflect.
     codes: Mutex<Option<(CodeCache, String)>>,
+    /// The share of memories each common term occurs in, and when it was read.
+    common: Mutex<Option<(std::time::Instant, HashMap<String, f32>)>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -251,6 +256,7 @@ impl PgStore {
             embedder,
             client: Mutex::new(None),
             codes: Mutex::new(None),
+            common: Mutex::new(None),
         };
         store.with_client(|c| store.migrate(c))?;
         store.with_client(|c| store.check_embedder(c))?;
@@ -363,6 +369,60 @@ impl PgStore {
                 .map_err(|e| self.err(e))?;
         }
         Ok(())
+    }
+
+    /// Leave out query terms found in more than [`COMMON_TERM_SHARE`] of all memories while a
+    /// rarer term remains, as the SQLite adapter does (ADR-0019): they weigh almost nothing in
+    /// the ranking but make `ts_rank` score most rows of the table. The shares come from the
+    /// statistics `ANALYZE` (and autovacuum) keep for the `tsv` column, read at most once a
+    /// minute; a term not in them is rarer than every term that is.
+    fn drop_common_terms(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        terms: &[String],
+    ) -> Result<Vec<String>> {
+        if terms.len() <= 1 {
+            return Ok(terms.to_vec());
+        }
+        let mut common = self
+            .common
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if common
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() > std::time::Duration::from_secs(60))
+        {
+            let row = tx
+                .query_opt(
+                    "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats \
+                     WHERE schemaname = $1 AND tablename = 'memories' AND attname = 'tsv'",
+                    &[&self.schema],
+                )
+                .map_err(|e| self.err(e))?;
+            let shares: HashMap<String, f32> = row
+                .and_then(|r| {
+                    let elems: Option<Vec<String>> = r.get(0);
+                    let freqs: Option<Vec<f32>> = r.get(1);
+                    Some(elems?.into_iter().zip(freqs?).collect())
+                })
+                .unwrap_or_default();
+            *common = Some((std::time::Instant::now(), shares));
+        }
+        let shares = common.as_ref().map(|(_, s)| s);
+        let share = |t: &String| shares.and_then(|s| s.get(t)).copied().unwrap_or(0.0);
+        let kept: Vec<String> = terms
+            .iter()
+            .filter(|t| f64::from(share(t)) <= COMMON_TERM_SHARE)
+            .cloned()
+            .collect();
+        if !kept.is_empty() {
+            return Ok(kept);
+        }
+        let rarest = terms
+            .iter()
+            .min_by(|a, b| share(a).total_cmp(&share(b)))
+            .cloned();
+        Ok(rarest.into_iter().collect())
     }
 
     /// Bring this handle's code cache up to the snapshot of `tx` (ADR-0019): load everything
@@ -746,8 +806,9 @@ impl LongTermMemory for PgStore {
                 .map_err(|e| self.err(e))?;
             let mut lexical: Vec<MemoryId> = Vec::new();
             if options.mode != SearchMode::Vector {
+                let kept = self.drop_common_terms(&mut tx, &terms)?;
                 let mut params: Vec<Box<dyn ToSql + Sync>> =
-                    vec![Box::new(terms.join(" or ")), Box::new(n)];
+                    vec![Box::new(kept.join(" or ")), Box::new(n)];
                 let filter = filter_sql(agent, &tags, 3, &mut params);
                 let sql = format!(
                     "SELECT m.id FROM {s}.memories m, websearch_to_tsquery('simple', $1) q \

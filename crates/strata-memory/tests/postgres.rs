@@ -358,3 +358,33 @@ fn code_cache_follows_other_handles() {
     assert_eq!(all.len(), 300);
     assert!(all.iter().all(|h| h.record.id.as_str() != "k9"));
 }
+
+/// Verifies ADR-0019: query terms found in more than a fifth of the memories (by the column
+/// statistics) are left out of the lexical query while a rarer term remains, as in SQLite.
+#[test]
+fn common_terms_are_left_out_of_the_lexical_query() {
+    use strata_memory::{SearchMode, SearchOptions};
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("common");
+    let store = PgStore::connect_with(
+        &server.test_params(),
+        &schema,
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let mut batch: Vec<NewMemory> = (0..200)
+        .map(|i| NewMemory::new("a", format!("the weekly report number {i}")))
+        .collect();
+    batch.push(NewMemory::new("a", "the zebra report"));
+    store.put_many(batch).unwrap();
+    let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!("ANALYZE \"{schema}\".memories"))
+        .unwrap();
+    let lexical = SearchOptions::top(50).mode(SearchMode::Lexical);
+    let hits = store.search("the zebra", &lexical).unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].record.content.as_str(), "the zebra report");
+    // Only common terms: the rarest is kept, and the search still finds memories.
+    assert_eq!(store.search("the report", &lexical).unwrap().len(), 50);
+}
