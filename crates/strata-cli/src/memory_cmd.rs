@@ -10,16 +10,29 @@
 //! ```
 //!
 //! The store defaults to `./.strata/memory.db`. Results go to the writer given to
-//! [`run_with`] (stdout for [`run`]); a progress bar is drawn on stderr during imports, and only
-//! when stderr is a terminal.
+//! [`run_with`] (stdout for [`run`]). `search` and `stats` open the store read-only: they never
+//! create, migrate or write it (ADR-0019).
+//!
+//! Imports (ADR-0019) stream the JSONL file line by line, so memory use does not grow with
+//! the file. A line without an `id` is stored under an id derived from its agent and text
+//! ([`MemoryId::derived`]), so running an import again, after an interruption or on a file
+//! that grew, skips what is already there instead of duplicating it. Lines that cannot be
+//! imported are reported by number and skipped; the import ends with one line saying how many
+//! memories were imported, how many were already present and which lines were not imported,
+//! and fails when any line was not. Progress goes to stderr: a bar on a terminal, otherwise a
+//! plain line every few seconds.
 
 use std::error::Error;
 use std::io::{BufRead as _, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use strata_memory::{
-    LongTermMemory, MemoryId, NewMemory, NoteGraph, SearchMode, SearchOptions, SqliteStore,
+    HashEmbedder, LongTermMemory, MemoryError, MemoryId, NewMemory, NoteGraph, SearchMode,
+    SearchOptions, SqliteStore, StoreOptions,
 };
 
 /// The default store path.
@@ -109,6 +122,9 @@ pub struct SearchArgs {
 /// Arguments of `strata memory import`.
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
+    /// Seconds between progress lines when stderr is not a terminal.
+    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+    pub progress_every: u64,
     /// A folder of `*.md` notes, or a `.jsonl` file.
     pub source: PathBuf,
     /// The agent the memories belong to (JSONL lines may name their own).
@@ -143,16 +159,29 @@ pub fn run(args: MemoryArgs) -> Result<(), Box<dyn Error>> {
     run_with(args, &mut out)
 }
 
-/// Run `strata memory`, writing results to `out`.
+/// Run `strata memory`, writing results to `out` and progress to stderr.
 pub fn run_with(args: MemoryArgs, out: &mut dyn Write) -> Result<(), Box<dyn Error>> {
-    match args.command {
+    let stderr = std::io::stderr();
+    let tty = stderr.is_terminal();
+    run_with_progress(args, out, &mut stderr.lock(), tty)
+}
+
+/// Run `strata memory`, writing results to `out` and import progress to `progress` (a bar
+/// when `terminal`, plain lines otherwise).
+fn run_with_progress(
+    args: MemoryArgs,
+    out: &mut dyn Write,
+    progress: &mut dyn Write,
+    terminal: bool,
+) -> Result<(), Box<dyn Error>> {
+    let res = match args.command {
         MemoryCommand::Add(a) => add(&args.store, args.json, a, out),
         MemoryCommand::Search(a) => search(&args.store, args.json, &a, out),
-        MemoryCommand::Import(a) => import(&args.store, args.json, &a, out),
+        MemoryCommand::Import(a) => import(&args.store, args.json, &a, out, progress, terminal),
         MemoryCommand::Stats => stats(&args.store, args.json, out),
-    }?;
+    };
     out.flush()?;
-    Ok(())
+    res
 }
 
 /// Open the store for writing, creating its folder when needed.
@@ -164,7 +193,7 @@ fn open_for_write(path: &Path) -> Result<SqliteStore, Box<dyn Error>> {
     Ok(SqliteStore::open(path)?)
 }
 
-/// Open an existing store; a missing one is an error rather than a new empty store.
+/// Open an existing store read-only; a missing one is an error rather than a new empty store.
 fn open_existing(path: &Path) -> Result<SqliteStore, Box<dyn Error>> {
     if !path.exists() {
         return Err(format!(
@@ -173,7 +202,11 @@ fn open_existing(path: &Path) -> Result<SqliteStore, Box<dyn Error>> {
         )
         .into());
     }
-    Ok(SqliteStore::open(path)?)
+    Ok(SqliteStore::open_read_only(
+        path,
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default(),
+    )?)
 }
 
 fn add(path: &Path, json: bool, a: AddArgs, out: &mut dyn Write) -> Result<(), Box<dyn Error>> {
@@ -257,48 +290,248 @@ fn search(
     Ok(())
 }
 
+/// How many rejected lines the summary names.
+const SHOWN_REJECTS: usize = 5;
+
+/// What an import has done so far.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Lines (JSONL) or notes (Markdown) read.
+    read: usize,
+    /// Memories stored (new, or changed since an earlier import).
+    imported: usize,
+    /// Memories already in the store exactly as in the source.
+    present: usize,
+    /// Lines not imported: line number and why.
+    rejected: Vec<(usize, String)>,
+    /// Bytes of the source read (JSONL).
+    bytes: u64,
+}
+
+/// Progress reporting: an indicatif bar on a terminal, otherwise a line every `every`.
+struct Progress<'a> {
+    bar: Option<indicatif::ProgressBar>,
+    out: &'a mut dyn Write,
+    every: Duration,
+    total_bytes: u64,
+    started: Instant,
+    last: Instant,
+}
+
+impl Progress<'_> {
+    fn update(&mut self, t: &Tally) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(t.bytes);
+            return;
+        }
+        if self.last.elapsed() < self.every {
+            return;
+        }
+        self.last = Instant::now();
+        let pct = (t.bytes * 100)
+            .checked_div(self.total_bytes)
+            .map_or_else(String::new, |p| format!(" ({p}%)"));
+        let rate = t.read as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        // Progress is best effort: a closed stderr must not stop the import.
+        let _ = writeln!(
+            self.out,
+            "import: {} read{pct}, {} imported, {} already present, {} not imported, {rate:.0}/s",
+            t.read,
+            t.imported,
+            t.present,
+            t.rejected.len()
+        );
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Store one batch: skip memories already present unchanged, store the rest in one
+/// transaction; when the batch is refused for one bad memory, store them one by one and
+/// reject only the bad ones. Errors that are not about a memory (a damaged store, a full
+/// disk) stop the import.
+fn store_batch(
+    store: &SqliteStore,
+    batch: Vec<(usize, NewMemory)>,
+    t: &mut Tally,
+) -> Result<(), MemoryError> {
+    let mut todo = Vec::with_capacity(batch.len());
+    for (line, m) in batch {
+        let id =
+            m.id.clone()
+                .unwrap_or_else(|| MemoryId::derived(&m.agent_id, &m.content));
+        if let Some(old) = store.get(&id)? {
+            let mut tags: Vec<&str> = m.tags.iter().map(String::as_str).collect();
+            tags.sort_unstable();
+            tags.dedup();
+            let old_tags: Vec<&str> = old.tags.iter().map(|t| &**t).collect();
+            if old.content.as_str() == m.content && *old.agent_id == *m.agent_id && old_tags == tags
+            {
+                t.present += 1;
+                continue;
+            }
+        }
+        todo.push((line, m.with_id(id)));
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let n = todo.len();
+    match store.put_many(todo.iter().map(|(_, m)| m.clone()).collect()) {
+        Ok(_) => {
+            t.imported += n;
+            Ok(())
+        }
+        Err(e) if is_about_the_memory(&e) => {
+            for (line, m) in todo {
+                match store.put(m) {
+                    Ok(_) => t.imported += 1,
+                    Err(e) if is_about_the_memory(&e) => t.rejected.push((line, e.to_string())),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// True for errors caused by one memory's content (skip it), false for errors of the store.
+fn is_about_the_memory(e: &MemoryError) -> bool {
+    matches!(
+        e,
+        MemoryError::Invalid { .. } | MemoryError::EntryTooLarge { .. }
+    )
+}
+
 fn import(
     path: &Path,
     json: bool,
     a: &ImportArgs,
     out: &mut dyn Write,
+    progress: &mut dyn Write,
+    terminal: bool,
 ) -> Result<(), Box<dyn Error>> {
-    let (kind, mut items) = if a.source.is_dir() {
-        let graph = NoteGraph::load(&a.source)?;
-        ("markdown", graph.to_memories(&a.agent))
+    let markdown = a.source.is_dir();
+    let notes = if markdown {
+        Some(NoteGraph::load(&a.source)?.to_memories(&a.agent))
     } else {
-        ("jsonl", read_jsonl(&a.source, &a.agent)?)
+        None
     };
-    for m in &mut items {
-        m.tags.extend(a.tags.iter().cloned());
-    }
+    let file = if markdown {
+        None
+    } else {
+        Some(
+            std::fs::File::open(&a.source)
+                .map_err(|e| format!("cannot open {}: {e}", a.source.display()))?,
+        )
+    };
+    let total_bytes = file
+        .as_ref()
+        .and_then(|f| f.metadata().ok())
+        .map_or(0, |m| m.len());
     let store = open_for_write(path)?;
-    let bar = if std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new(items.len() as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
+    let bar = terminal.then(|| {
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(total_bytes),
+            indicatif::ProgressDrawTarget::stderr_with_hz(4),
+        );
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} ({eta})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut prog = Progress {
+        bar,
+        out: progress,
+        every: Duration::from_secs(a.progress_every),
+        total_bytes,
+        started: Instant::now(),
+        last: Instant::now(),
     };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} memories ({per_sec}, {eta})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let total = items.len();
-    let batch = a.batch.max(1);
-    let mut done = 0usize;
-    while !items.is_empty() {
-        let rest = items.split_off(batch.min(items.len()));
-        let chunk = std::mem::replace(&mut items, rest);
-        let n = chunk.len();
-        store.put_many(chunk)?;
-        done += n;
-        bar.inc(n as u64);
+    let batch_size = a.batch.max(1);
+    let mut t = Tally::default();
+    let mut batch: Vec<(usize, NewMemory)> = Vec::with_capacity(batch_size);
+    let mut stopped: Option<(usize, String)> = None;
+    let flush = |batch: &mut Vec<(usize, NewMemory)>, t: &mut Tally| -> Option<String> {
+        let first = batch.first().map_or(0, |(l, _)| *l);
+        match store_batch(&store, std::mem::take(batch), t) {
+            Ok(()) => None,
+            Err(e) => Some(format!("{e} (in the batch starting at line {first})")),
+        }
+    };
+    if let Some(notes) = notes {
+        for (i, mut m) in notes.into_iter().enumerate() {
+            m.tags.extend(a.tags.iter().cloned());
+            t.read += 1;
+            batch.push((i + 1, m));
+            if batch.len() >= batch_size {
+                if let Some(e) = flush(&mut batch, &mut t) {
+                    stopped = Some((i + 1, e));
+                    break;
+                }
+                prog.update(&t);
+            }
+        }
+    } else if let Some(file) = file {
+        let mut reader = std::io::BufReader::new(file);
+        let mut line = String::new();
+        let mut number = 0usize;
+        loop {
+            line.clear();
+            let n = match reader.read_line(&mut line) {
+                Ok(n) => n,
+                Err(e) => {
+                    stopped = Some((number + 1, format!("cannot read the file: {e}")));
+                    break;
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            number += 1;
+            t.bytes += n as u64;
+            if line.trim().is_empty() {
+                continue;
+            }
+            t.read += 1;
+            match parse_line(&line, &a.agent) {
+                Ok(mut m) => {
+                    m.tags.extend(a.tags.iter().cloned());
+                    batch.push((number, m));
+                }
+                Err(e) => t.rejected.push((number, e)),
+            }
+            if batch.len() >= batch_size {
+                if let Some(e) = flush(&mut batch, &mut t) {
+                    stopped = Some((number, e));
+                    break;
+                }
+                prog.update(&t);
+            }
+        }
     }
-    bar.finish_and_clear();
+    if stopped.is_none() && !batch.is_empty() {
+        if let Some(e) = flush(&mut batch, &mut t) {
+            stopped = Some((t.read, e));
+        }
+    }
+    prog.finish();
+    let kind = if markdown { "markdown" } else { "jsonl" };
+    let what = if markdown { "note" } else { "line" };
     if json {
         serde_json::to_writer_pretty(
             &mut *out,
             &serde_json::json!({
-                "imported": done,
+                "imported": t.imported,
+                "already_present": t.present,
+                "not_imported": t.rejected.iter().map(|(l, e)| serde_json::json!({what: l, "error": e})).collect::<Vec<_>>(),
+                "stopped": stopped.as_ref().map(|(l, e)| serde_json::json!({what: l, "error": e})),
                 "kind": kind,
                 "source": a.source,
                 "store": path,
@@ -306,46 +539,64 @@ fn import(
         )?;
         writeln!(out)?;
     } else {
-        writeln!(
-            out,
-            "imported {done} of {total} memories ({kind}) from {} into {}",
+        let mut line = format!(
+            "imported {} memories ({kind}) from {} into {}; {} already present; {} {what}s not imported",
+            t.imported,
             a.source.display(),
-            path.display()
-        )?;
+            path.display(),
+            t.present,
+            t.rejected.len()
+        );
+        if !t.rejected.is_empty() {
+            let shown: Vec<String> = t
+                .rejected
+                .iter()
+                .take(SHOWN_REJECTS)
+                .map(|(l, e)| format!("{what} {l}: {e}"))
+                .collect();
+            line.push_str(&format!(" ({}", shown.join("; ")));
+            if t.rejected.len() > SHOWN_REJECTS {
+                line.push_str(&format!("; and {} more", t.rejected.len() - SHOWN_REJECTS));
+            }
+            line.push(')');
+        }
+        if let Some((l, e)) = &stopped {
+            line.push_str(&format!(
+                "; stopped at {what} {l}: {e}; everything before it is stored, run the same import again to continue"
+            ));
+        }
+        writeln!(out, "{line}")?;
+    }
+    if let Some((l, e)) = stopped {
+        return Err(format!("the import stopped at {what} {l}: {e}").into());
+    }
+    if !t.rejected.is_empty() {
+        return Err(format!(
+            "{} {what}s of {} were not imported (see the summary above); fix them and run the same import again: what is already stored is skipped",
+            t.rejected.len(),
+            a.source.display()
+        )
+        .into());
     }
     Ok(())
 }
 
-fn read_jsonl(path: &Path, agent: &str) -> Result<Vec<NewMemory>, Box<dyn Error>> {
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let item: JsonlMemory = serde_json::from_str(&line).map_err(|e| {
-            format!(
-                "{} line {}: {e}; expected {{\"content\": ..., \"agent_id\": ..., \"tags\": [...], \"id\": ...}}",
-                path.display(),
-                i + 1
-            )
-        })?;
-        let mut m = NewMemory::new(
-            item.agent_id.unwrap_or_else(|| agent.to_owned()),
-            item.content,
+/// One JSONL line as a memory of `agent` unless it names its own.
+fn parse_line(line: &str, agent: &str) -> Result<NewMemory, String> {
+    let item: JsonlMemory = serde_json::from_str(line).map_err(|e| {
+        format!(
+            "{e}; expected {{\"content\": ..., \"agent_id\": ..., \"tags\": [...], \"id\": ...}}"
         )
-        .with_tags(item.tags);
-        if let Some(id) = item.id {
-            m = m.with_id(
-                MemoryId::new(&id)
-                    .map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?,
-            );
-        }
-        out.push(m);
+    })?;
+    let mut m = NewMemory::new(
+        item.agent_id.unwrap_or_else(|| agent.to_owned()),
+        item.content,
+    )
+    .with_tags(item.tags);
+    if let Some(id) = item.id {
+        m = m.with_id(MemoryId::new(&id).map_err(|e| e.to_string())?);
     }
-    Ok(out)
+    Ok(m)
 }
 
 fn stats(path: &Path, json: bool, out: &mut dyn Write) -> Result<(), Box<dyn Error>> {
@@ -484,7 +735,7 @@ mod tests {
             "ada",
         ])
         .unwrap();
-        assert!(o.starts_with("imported 2 of 2 memories (markdown)"), "{o}");
+        assert!(o.starts_with("imported 2 memories (markdown)"), "{o}");
 
         let jsonl = dir.path().join("m.jsonl");
         std::fs::write(
@@ -538,8 +789,161 @@ mod tests {
 
         let bad = dir.path().join("bad.jsonl");
         std::fs::write(&bad, "{\"content\": \"ok\"}\n{\"contnet\": \"typo\"}\n").unwrap();
-        let e = exec(&["memory", "--store", db, "import", bad.to_str().unwrap()]).unwrap_err();
-        assert!(e.to_string().contains("line 2"), "{e}");
+        let (o, _, r) = exec_all(&["memory", "--store", db, "import", bad.to_str().unwrap()]);
+        assert!(r.unwrap_err().to_string().contains("1 lines"));
+        assert!(o.contains("line 2: unknown field `contnet`"), "{o}");
+    }
+
+    /// Run a command, returning its output, its progress lines and its result.
+    fn exec_all(args: &[&str]) -> (String, String, Result<(), Box<dyn Error>>) {
+        let cli =
+            Cli::try_parse_from(std::iter::once("strata").chain(args.iter().copied())).unwrap();
+        let Top::Memory(m) = cli.command;
+        let (mut out, mut progress) = (Vec::new(), Vec::new());
+        let r = run_with_progress(m, &mut out, &mut progress, false);
+        (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(progress).unwrap(),
+            r,
+        )
+    }
+
+    fn jsonl(lines: impl Iterator<Item = String>) -> String {
+        lines.map(|l| l + "\n").collect()
+    }
+
+    fn line(i: usize) -> String {
+        serde_json::json!({"content": format!("memory number {i} about the build"), "tags": ["t"]})
+            .to_string()
+    }
+
+    /// Verifies ADR-0019: an import interrupted after some batches and run again stores
+    /// each memory once: ids come from the content, and what is already stored is skipped.
+    #[test]
+    fn import_run_again_does_not_duplicate() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("m.db");
+        let db = db.to_str().unwrap();
+        let full = dir.path().join("full.jsonl");
+        let part = dir.path().join("part.jsonl");
+        std::fs::write(&full, jsonl((0..1000).map(line))).unwrap();
+        // What an interrupted run had committed: the first 600 lines.
+        std::fs::write(&part, jsonl((0..600).map(line))).unwrap();
+        let (o, _, r) = exec_all(&["memory", "--store", db, "import", part.to_str().unwrap()]);
+        r.unwrap();
+        assert!(o.starts_with("imported 600 memories"), "{o}");
+        let (o, _, r) = exec_all(&["memory", "--store", db, "import", full.to_str().unwrap()]);
+        r.unwrap();
+        assert!(o.starts_with("imported 400 memories"), "{o}");
+        assert!(
+            o.contains("; 600 already present; 0 lines not imported"),
+            "{o}"
+        );
+        let o = exec(&["memory", "--store", db, "stats", "--json"]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&o).unwrap();
+        assert_eq!(v["memories"], 1000);
+        // A third run stores nothing.
+        let (o, _, r) = exec_all(&["memory", "--store", db, "import", full.to_str().unwrap()]);
+        r.unwrap();
+        assert!(o.starts_with("imported 0 memories"), "{o}");
+    }
+
+    /// Verifies ADR-0019: a bad line at the end does not hide what was imported: the summary
+    /// says how many were stored and names the line that was not, and the command fails.
+    #[test]
+    fn bad_last_line_is_named_in_the_summary() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("m.db");
+        let db = db.to_str().unwrap();
+        let src = dir.path().join("src.jsonl");
+        let mut text = jsonl((0..120).map(line));
+        text.push_str("{\"content\": 12}\n");
+        std::fs::write(&src, text).unwrap();
+        let (o, _, r) = exec_all(&[
+            "memory",
+            "--store",
+            db,
+            "import",
+            src.to_str().unwrap(),
+            "--batch",
+            "50",
+        ]);
+        assert!(r.is_err());
+        assert!(o.starts_with("imported 120 memories"), "{o}");
+        assert!(
+            o.contains("1 lines not imported (line 121: invalid type"),
+            "{o}"
+        );
+        let o = exec(&["memory", "--store", db, "stats", "--json"]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&o).unwrap();
+        assert_eq!(v["memories"], 120);
+    }
+
+    /// Verifies ADR-0019: when stderr is not a terminal, progress comes as plain lines.
+    #[test]
+    fn progress_lines_without_a_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("m.db");
+        let src = dir.path().join("src.jsonl");
+        std::fs::write(&src, jsonl((0..100).map(line))).unwrap();
+        let (_, progress, r) = exec_all(&[
+            "memory",
+            "--store",
+            db.to_str().unwrap(),
+            "import",
+            src.to_str().unwrap(),
+            "--batch",
+            "10",
+            "--progress-every",
+            "0",
+        ]);
+        r.unwrap();
+        let lines: Vec<&str> = progress.lines().collect();
+        assert_eq!(lines.len(), 10, "{progress}");
+        assert!(
+            lines[9].starts_with("import: 100 read (100%), 100 imported"),
+            "{progress}"
+        );
+    }
+
+    /// Verifies ADR-0019: `stats` and `search` never write: a 0-byte file is refused and
+    /// stays 0 bytes, and an existing store's files are unchanged byte for byte.
+    #[test]
+    fn read_commands_never_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, b"").unwrap();
+        for cmd in [&["stats"][..], &["search", "x"][..]] {
+            let mut args = vec!["memory", "--store", empty.to_str().unwrap()];
+            args.extend_from_slice(cmd);
+            let e = exec(&args).unwrap_err();
+            assert!(e.to_string().contains("empty"), "{e}");
+            assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0);
+        }
+        let db = dir.path().join("m.db");
+        let db_s = db.to_str().unwrap();
+        exec(&["memory", "--store", db_s, "add", "a fact to keep"]).unwrap();
+        let snapshot = |p: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+            let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| !p.ends_with("empty.db"))
+                .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+                .collect();
+            files.sort();
+            files
+        };
+        let before = snapshot(dir.path());
+        exec(&["memory", "--store", db_s, "stats"]).unwrap();
+        exec(&["memory", "--store", db_s, "search", "fact"]).unwrap();
+        // SQLite's readers of a WAL-mode file set up the shared-memory index (`-shm`) and
+        // an empty `-wal`; neither holds data. The store and its commit counter are unchanged.
+        let after: Vec<(String, Vec<u8>)> = snapshot(dir.path())
+            .into_iter()
+            .filter(|(n, b)| !(n.ends_with("-shm") || n.ends_with("-wal") && b.is_empty()))
+            .collect();
+        assert_eq!(after.len(), 2);
+        assert!(after == before, "the store's files changed");
     }
 
     #[test]

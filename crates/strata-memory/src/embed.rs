@@ -26,9 +26,30 @@ pub trait Embedder: Send + Sync + fmt::Debug {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
 }
 
+/// The largest embedding dimension a store accepts.
+pub const MAX_DIMS: usize = 65_536;
+
+/// Check an embedder's declared dimension: 1 to [`MAX_DIMS`]. Every store calls this when it
+/// opens, and [`embed_checked`] on every call, so an embedder that reports 0 dimensions is
+/// refused before anything is stored (ADR-0019).
+pub fn check_dims(embedder: &dyn Embedder) -> Result<()> {
+    let d = embedder.dims();
+    if d == 0 || d > MAX_DIMS {
+        return Err(MemoryError::Embedder {
+            embedder: embedder.name().to_owned(),
+            detail: format!(
+                "reports {d} dimensions; an embedder must produce vectors of 1 to {MAX_DIMS} numbers"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Embed `texts` and check the answer: one vector per text, each of `embedder.dims()` finite
-/// numbers; the vectors are scaled to unit length so cosine similarity is a dot product.
+/// numbers; the vectors are scaled to unit length so cosine similarity is a dot product
+/// (ADR-0019: this is the boundary every vector crosses into a store).
 pub fn embed_checked(embedder: &dyn Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+    check_dims(embedder)?;
     if texts.is_empty() {
         return Ok(Vec::new());
     }
@@ -58,6 +79,12 @@ pub fn embed_checked(embedder: &dyn Embedder, texts: &[&str]) -> Result<Vec<Vec<
             });
         }
         normalise(v);
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(MemoryError::Embedder {
+                embedder: embedder.name().to_owned(),
+                detail: "returned a vector that cannot be scaled to unit length".to_owned(),
+            });
+        }
     }
     Ok(out)
 }

@@ -87,6 +87,15 @@ pub enum MemoryError {
         /// The database's message.
         detail: String,
     },
+    /// Another handle (in this process or another one) is writing to the store, and the store
+    /// allows one writer at a time (ADR-0012).
+    #[error("the memory store at {location} is already open for writing by another handle or process ({detail}); close the other writer first, or give each writer its own file")]
+    Locked {
+        /// The file path.
+        location: String,
+        /// What the operating system reported.
+        detail: String,
+    },
     /// An embedder failed to produce vectors.
     #[error("the embedder `{embedder}` failed: {detail}")]
     Embedder {

@@ -11,8 +11,16 @@
 //! whole record. A damaged record followed by more data is not a torn write: that is reported
 //! as [`MemoryError::Corrupt`] and nothing is truncated.
 //!
-//! One process owns a log file at a time; the store keeps the sessions in memory and replays
-//! the file when it opens.
+//! Damage is never mistaken for a torn write (ADR-0019): when a record cannot be read, the rest
+//! of the file is searched for a whole, valid record. If one follows, the damaged record is not
+//! the last one and the log is [`MemoryError::Corrupt`]; only a damaged *last* record is cut
+//! off, and the cut is reported in [`Recovery::truncated_bytes`] and in a warning.
+//!
+//! One writer at a time (ADR-0019): opening takes an exclusive advisory lock on the file
+//! (`flock` on Unix, `LockFileEx` on Windows) for as long as the [`FileLog`] lives. A second
+//! open, from this process or another, fails with [`MemoryError::Locked`] instead of
+//! interleaving appends. The store keeps the sessions in memory and replays the file when it
+//! opens.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -111,6 +119,64 @@ fn sync_dir(path: &Path) {
     }
 }
 
+/// Take the exclusive writer lock on the log file, or fail with [`MemoryError::Locked`].
+///
+/// Implements ADR-0019: one writer per log.
+///
+/// The lock is tried for a short while before giving up: on Unix a process that is starting
+/// another program holds copies of all its open files until the new program starts, so a log
+/// closed a moment ago can still look locked for a few milliseconds.
+fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(MemoryError::Locked {
+                    location: path.display().to_string(),
+                    detail: "another FileLog holds the file's exclusive lock".into(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(MemoryError::io("lock", path, e)),
+        }
+    }
+}
+
+/// How long opening a log waits for another writer's lock before reporting
+/// [`MemoryError::Locked`].
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The offset of the first whole, valid record that starts at or after `from`, if any.
+///
+/// A valid record has a plausible length, fits in the file, has a matching BLAKE3 hash and a
+/// payload that is a JSON object (every payload starts with `{"op":`); the cheap tests come
+/// first so that scanning a damaged file stays fast.
+fn next_valid_frame(bytes: &[u8], from: usize) -> Option<usize> {
+    const PREFIX: &[u8] = br#"{"op":"#;
+    let frame = FRAME_LEN as usize;
+    let mut off = from;
+    while off + frame + PREFIX.len() <= bytes.len() {
+        let body_start = off + frame;
+        if bytes[body_start..].starts_with(PREFIX) {
+            let mut len_bytes = [0u8; 4];
+            len_bytes.copy_from_slice(&bytes[off..off + 4]);
+            let len = u32::from_le_bytes(len_bytes) as usize;
+            if len as u64 <= MAX_RECORD
+                && body_start + len <= bytes.len()
+                && frame_hash(&len_bytes, &bytes[body_start..body_start + len])[..]
+                    == bytes[off + 4..body_start]
+            {
+                return Some(off);
+            }
+        }
+        off += 1;
+    }
+    None
+}
+
 impl FileLog {
     /// Open (or create) the log at `path` with default options.
     pub fn open(path: impl AsRef<Path>) -> Result<FileLog> {
@@ -118,6 +184,10 @@ impl FileLog {
     }
 
     /// Open (or create) the log at `path`, replaying it and cutting off a torn last record.
+    ///
+    /// Errors: [`MemoryError::Locked`] while another [`FileLog`] (in any process) has the file
+    /// open; [`MemoryError::Corrupt`] when a record other than the last is damaged (the file
+    /// is left untouched).
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<FileLog> {
         let path = path.as_ref().to_path_buf();
         let mut file = OpenOptions::new()
@@ -127,6 +197,7 @@ impl FileLog {
             .truncate(false)
             .open(&path)
             .map_err(|e| MemoryError::io("open", &path, e))?;
+        lock_exclusive(&file, &path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| MemoryError::io("read", &path, e))?;
@@ -184,26 +255,37 @@ impl FileLog {
                     "cutting off a torn last record of the working-memory log"
                 );
             };
+            let p = usize::try_from(pos).map_err(|_| corrupt("file too large".into()))?;
+            // A record that cannot be read is a torn write only when no whole record follows
+            // it; otherwise it is damage, and cutting it off would delete intact records.
+            let unreadable = |why: &str| -> Result<()> {
+                if let Some(next) = next_valid_frame(&bytes, p + 1) {
+                    return Err(corrupt(format!(
+                        "record at byte {pos} is damaged ({why}) and is followed by a valid record at byte {next}; nothing was truncated"
+                    )));
+                }
+                torn(why);
+                Ok(())
+            };
             if rest < FRAME_LEN {
-                torn("short frame");
+                unreadable("short frame")?;
                 break;
             }
-            let p = usize::try_from(pos).map_err(|_| corrupt("file too large".into()))?;
             let mut len_bytes = [0u8; 4];
             len_bytes.copy_from_slice(&bytes[p..p + 4]);
             let len = u64::from(u32::from_le_bytes(len_bytes));
             if len > MAX_RECORD || FRAME_LEN + len > rest {
-                torn("record runs past the end of the file");
+                unreadable("record runs past the end of the file")?;
                 break;
             }
             let body = &bytes[p + 36..p + 36 + len as usize];
             if frame_hash(&len_bytes, body)[..] != bytes[p + 4..p + 36] {
                 if FRAME_LEN + len == rest {
-                    torn("hash mismatch in the last record");
+                    unreadable("checksum mismatch in the last record")?;
                     break;
                 }
                 return Err(corrupt(format!(
-                    "record at byte {pos} fails its checksum and is followed by more records"
+                    "record at byte {pos} fails its checksum and is followed by more records; nothing was truncated"
                 )));
             }
             let rec: Record = serde_json::from_slice(body).map_err(|e| {

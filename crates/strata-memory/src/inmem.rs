@@ -205,6 +205,7 @@ impl LongTermMemory for InMemoryStore {
     }
 
     fn list(&self, options: &ListOptions) -> Result<Vec<MemoryRecord>> {
+        options.check()?;
         let tags = check_tags(&options.tags)?;
         let lt = read(&self.long_term);
         let mut all: Vec<&MemoryRecord> = lt
@@ -232,6 +233,7 @@ impl LongTermMemory for InMemoryStore {
     }
 
     fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
+        options.check()?;
         let tags = check_tags(&options.tags)?;
         let terms = query_terms(query, MAX_QUERY_TERMS);
         if terms.is_empty() || options.top_k == 0 {

@@ -46,6 +46,7 @@ pub mod markdown;
 pub mod options;
 #[cfg(feature = "postgres")]
 pub mod pg;
+mod quant;
 pub mod shared;
 pub mod sqlite;
 pub mod text;
@@ -58,7 +59,7 @@ pub use contrib::{
 };
 #[cfg(feature = "http")]
 pub use embed::OpenAiEmbedder;
-pub use embed::{embed_checked, Embedder, HashEmbedder};
+pub use embed::{check_dims, embed_checked, Embedder, HashEmbedder, MAX_DIMS};
 pub use error::{MemoryError, Result};
 pub use filelog::FileLog;
 pub use inmem::InMemoryStore;
@@ -71,5 +72,5 @@ pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::PgStore;
 pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, VectorCacheStats};
 pub use working::{select_recent, Entry, NewEntry, WorkingMemory};

@@ -57,6 +57,18 @@ impl MemoryId {
         MemoryId(Arc::from(format!("m-{time:012x}{}", &hex[..12])))
     }
 
+    /// The id derived from a memory's owner and text: `c-` and 24 hex digits of a BLAKE3
+    /// hash of both. Importing the same memory twice gives the same id, so an import run again
+    /// (after an interruption, say) replaces rather than duplicates (ADR-0019).
+    pub fn derived(agent_id: &str, content: &str) -> MemoryId {
+        let mut h = blake3::Hasher::new();
+        h.update(b"strata-memory-id-v1\0");
+        h.update(&(agent_id.len() as u64).to_le_bytes());
+        h.update(agent_id.as_bytes());
+        h.update(content.as_bytes());
+        MemoryId(Arc::from(format!("c-{}", &h.finalize().to_hex()[..24])))
+    }
+
     /// The id text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -308,6 +320,66 @@ impl SearchOptions {
     }
 }
 
+/// The largest `top_k` a search accepts.
+pub const MAX_TOP_K: usize = 10_000;
+/// The largest number of candidates per ranking a search accepts.
+pub const MAX_CANDIDATES: usize = 100_000;
+
+impl SearchOptions {
+    /// Refuse options no store can honour: `top_k` above [`MAX_TOP_K`], candidates above
+    /// [`MAX_CANDIDATES`], an agent filter with control characters (NUL among them), a
+    /// similarity threshold that is not a number. Every adapter calls this first, so all
+    /// answer [`MemoryError::Invalid`] rather than a database error (ADR-0019).
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.top_k > MAX_TOP_K {
+            return Err(MemoryError::invalid(
+                "top_k",
+                format!("{} is above the limit of {MAX_TOP_K}", self.top_k),
+            ));
+        }
+        if let Some(c) = self.candidates.filter(|c| *c > MAX_CANDIDATES) {
+            return Err(MemoryError::invalid(
+                "candidates",
+                format!("{c} is above the limit of {MAX_CANDIDATES}"),
+            ));
+        }
+        if let Some(a) = &self.agent_id {
+            check_label("agent id", a, MAX_LABEL_BYTES)?;
+        }
+        if self.min_similarity.is_some_and(f32::is_nan) {
+            return Err(MemoryError::invalid(
+                "min_similarity",
+                "NaN is not a threshold; pass a number from -1 to 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ListOptions {
+    /// Refuse a limit or offset beyond what a database can page through, and an agent filter
+    /// with control characters (ADR-0019).
+    pub(crate) fn check(&self) -> Result<()> {
+        let max = i64::MAX as u64;
+        if self.limit.is_some_and(|l| l as u64 > max) {
+            return Err(MemoryError::invalid(
+                "limit",
+                format!("must be at most {max}"),
+            ));
+        }
+        if self.offset as u64 > max {
+            return Err(MemoryError::invalid(
+                "offset",
+                format!("must be at most {max}"),
+            ));
+        }
+        if let Some(a) = &self.agent_id {
+            check_label("agent id", a, MAX_LABEL_BYTES)?;
+        }
+        Ok(())
+    }
+}
+
 /// One search result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchHit {
@@ -462,13 +534,21 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Scale a vector to unit length (a zero vector stays zero).
+///
+/// Finite components of any size are handled: the norm is taken in `f64`, where squares of
+/// `f32` values cannot overflow, so a vector with components near `f32::MAX` is scaled to unit
+/// length rather than left unnormalised (ADR-0019).
 pub(crate) fn normalise(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
     // Vectors already at unit length (up to rounding) are left as they are, so normalising
     // twice changes nothing.
     if norm > 0.0 && norm.is_finite() && (norm - 1.0).abs() > 1e-6 {
         for x in v.iter_mut() {
-            *x /= norm;
+            *x = (f64::from(*x) / norm) as f32;
         }
     }
 }
@@ -516,6 +596,18 @@ mod tests {
         let v = vec![("b", 0.5), ("a", 0.5), ("c", 0.9), ("d", 0.1)];
         assert_eq!(top_by_similarity(v.clone(), 3), vec!["c", "a", "b"]);
         assert_eq!(top_by_similarity(v, 0), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn derived_ids_depend_on_owner_and_text_only() {
+        let a = MemoryId::derived("ada", "the VPN is needed");
+        assert_eq!(a, MemoryId::derived("ada", "the VPN is needed"));
+        assert_ne!(a, MemoryId::derived("bob", "the VPN is needed"));
+        assert_ne!(a, MemoryId::derived("ada", "the VPN is needed!"));
+        // The owner's length is hashed, so moving a boundary changes the id.
+        assert_ne!(MemoryId::derived("ab", "c"), MemoryId::derived("a", "bc"));
+        assert!(MemoryId::new(a.as_str()).is_ok());
+        assert_eq!(a.as_str().len(), 26);
     }
 
     #[test]

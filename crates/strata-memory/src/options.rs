@@ -19,6 +19,9 @@ pub struct StoreOptions {
     pub clock: Arc<dyn Clock>,
     /// The store's name in provenance records (default: the adapter kind and location).
     pub name: Option<String>,
+    /// Run the database's own structural check when the store opens (SQLite:
+    /// `PRAGMA quick_check`; it reads the whole file, so it is off by default). ADR-0019.
+    pub check_on_open: bool,
 }
 
 impl Default for StoreOptions {
@@ -27,6 +30,7 @@ impl Default for StoreOptions {
             max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
             clock: Arc::new(SystemClock),
             name: None,
+            check_on_open: false,
         }
     }
 }
@@ -50,6 +54,13 @@ impl StoreOptions {
     #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Run the database's structural check when the store opens.
+    #[must_use]
+    pub fn with_check_on_open(mut self, check: bool) -> Self {
+        self.check_on_open = check;
         self
     }
 

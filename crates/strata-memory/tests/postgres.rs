@@ -207,3 +207,184 @@ fn unreachable_server_is_connection_lost() {
     .unwrap_err();
     assert!(e.is_connection_lost(), "{e}");
 }
+
+/// Verifies ADR-0019: a version 1 store (no codes) is migrated: codes are computed for the
+/// stored vectors, and the vector ranking over more memories than one candidate pool agrees
+/// with an exact ranking computed here from the embedder's vectors.
+#[test]
+fn codes_are_filled_by_migration_and_rank_like_exact_search() {
+    use strata_memory::{Embedder, SearchMode, SearchOptions};
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("codes");
+    let connect = || {
+        PgStore::connect_with(
+            &server.test_params(),
+            &schema,
+            Arc::new(HashEmbedder::default()),
+            StoreOptions::default(),
+        )
+        .unwrap()
+    };
+    let texts: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                "note {i} about {} and {} in {}",
+                ["deploys", "keys", "coffee", "builds", "tests"][i % 5],
+                ["staging", "prod", "laptops", "the office"][i % 4],
+                [
+                    "march",
+                    "april",
+                    "may",
+                    "june",
+                    "july",
+                    "august",
+                    "september"
+                ][i % 7]
+            )
+        })
+        .collect();
+    let store = connect();
+    for chunk in texts.chunks(500) {
+        store
+            .put_many(
+                chunk
+                    .iter()
+                    .map(|t| NewMemory::new("a", t.clone()))
+                    .collect(),
+            )
+            .unwrap();
+    }
+    drop(store);
+    let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "DROP TRIGGER memories_deleted ON \"{schema}\".memories;
+         DROP FUNCTION \"{schema}\".note_memory_deletion();
+         DROP TABLE \"{schema}\".memory_deletions;
+         DROP TABLE \"{schema}\".memory_codes;
+         UPDATE \"{schema}\".schema_version SET version = 1"
+    ))
+    .unwrap();
+    let store = connect();
+    let n: i64 = c
+        .query_one(
+            &format!("SELECT count(*) FROM \"{schema}\".memory_codes"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 3000);
+
+    let e = HashEmbedder::default();
+    let vectors = e
+        .embed(&texts.iter().map(String::as_str).collect::<Vec<_>>())
+        .unwrap();
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let (mut hit, mut total) = (0, 0);
+    for q in [
+        "deploys to staging",
+        "coffee in the office",
+        "keys for laptops in may",
+        "tests",
+    ] {
+        let qv = e.embed(&[q]).unwrap().remove(0);
+        let mut exact: Vec<(f32, &str)> = vectors
+            .iter()
+            .zip(&texts)
+            .map(|(v, t)| (dot(&qv, v), t.as_str()))
+            .collect();
+        exact.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap());
+        let cut = exact[9].0;
+        let got = store
+            .search(q, &SearchOptions::top(10).mode(SearchMode::Vector))
+            .unwrap();
+        assert_eq!(got.len(), 10);
+        for h in &got {
+            total += 1;
+            // Ties at the cut make any of the tied texts a correct answer.
+            let sim = dot(&qv, &e.embed(&[h.record.content.as_str()]).unwrap()[0]);
+            if sim >= cut - 1e-6 {
+                hit += 1;
+            }
+        }
+    }
+    assert!(hit * 100 >= total * 95, "recall@10 {hit}/{total}");
+}
+
+/// Verifies ADR-0019: a handle's code cache follows writes and deletions made through another
+/// handle (another runtime) without reloading.
+#[test]
+fn code_cache_follows_other_handles() {
+    use strata_memory::{MemoryId, SearchMode, SearchOptions};
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("follow");
+    let connect = || {
+        PgStore::connect_with(
+            &server.test_params(),
+            &schema,
+            Arc::new(HashEmbedder::default()),
+            StoreOptions::default(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (connect(), connect());
+    a.put_many(
+        (0..300)
+            .map(|i| {
+                NewMemory::new("a", format!("routine note number {i} about builds"))
+                    .with_id(MemoryId::new(format!("k{i}")).unwrap())
+            })
+            .collect(),
+    )
+    .unwrap();
+    let vector = SearchOptions::top(3).mode(SearchMode::Vector);
+    a.search("routine builds", &vector).unwrap();
+    b.put(
+        NewMemory::new("a", "zebra crossing near the office")
+            .with_id(MemoryId::new("zebra").unwrap()),
+    )
+    .unwrap();
+    b.put(NewMemory::new("a", "giraffe enclosure schedule").with_id(MemoryId::new("k7").unwrap()))
+        .unwrap();
+    assert!(b.delete(&MemoryId::new("k9").unwrap()).unwrap());
+    let top = |q: &str| a.search(q, &vector).unwrap()[0].record.id.to_string();
+    assert_eq!(top("zebra crossing near the office"), "zebra");
+    assert_eq!(top("giraffe enclosure schedule"), "k7");
+    let all = a
+        .search(
+            "routine note number 9 about builds",
+            &SearchOptions::top(400).mode(SearchMode::Vector),
+        )
+        .unwrap();
+    assert_eq!(all.len(), 300);
+    assert!(all.iter().all(|h| h.record.id.as_str() != "k9"));
+}
+
+/// Verifies ADR-0019: query terms found in more than a fifth of the memories (by the column
+/// statistics) are left out of the lexical query while a rarer term remains, as in SQLite.
+#[test]
+fn common_terms_are_left_out_of_the_lexical_query() {
+    use strata_memory::{SearchMode, SearchOptions};
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("common");
+    let store = PgStore::connect_with(
+        &server.test_params(),
+        &schema,
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let mut batch: Vec<NewMemory> = (0..200)
+        .map(|i| NewMemory::new("a", format!("the weekly report number {i}")))
+        .collect();
+    batch.push(NewMemory::new("a", "the zebra report"));
+    store.put_many(batch).unwrap();
+    let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!("ANALYZE \"{schema}\".memories"))
+        .unwrap();
+    let lexical = SearchOptions::top(50).mode(SearchMode::Lexical);
+    let hits = store.search("the zebra", &lexical).unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].record.content.as_str(), "the zebra report");
+    // Only common terms: the rarest is kept, and the search still finds memories.
+    assert_eq!(store.search("the report", &lexical).unwrap().len(), 50);
+}

@@ -262,3 +262,68 @@ fn common_words_are_left_out_of_the_lexical_query() {
     assert_eq!(s.search("project", &lexical).unwrap().len(), 10);
     assert_eq!(s.search("project note", &lexical).unwrap().len(), 9);
 }
+
+/// Verifies ADR-0019: the vector ranking (int8 codes choosing candidates, exact vectors
+/// ranking them) agrees with an exact ranking computed here from the embedder's vectors, over
+/// more memories than one candidate pool.
+#[test]
+fn vector_ranking_matches_exact_search() {
+    use strata_memory::{Embedder, SearchMode};
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_path(&dir.path().join("memory.db")).unwrap();
+    let texts: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                "note {i} about {} and {} in {}",
+                ["deploys", "keys", "coffee", "builds", "tests"][i % 5],
+                ["staging", "prod", "laptops", "the office"][i % 4],
+                [
+                    "march",
+                    "april",
+                    "may",
+                    "june",
+                    "july",
+                    "august",
+                    "september"
+                ][i % 7]
+            )
+        })
+        .collect();
+    for chunk in texts.chunks(1000) {
+        s.put_many(
+            chunk
+                .iter()
+                .map(|t| NewMemory::new("a", t.clone()))
+                .collect(),
+        )
+        .unwrap();
+    }
+    let e = HashEmbedder::default();
+    let vectors = e
+        .embed(&texts.iter().map(String::as_str).collect::<Vec<_>>())
+        .unwrap();
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    for q in [
+        "deploys to staging",
+        "coffee in the office",
+        "keys for laptops in may",
+        "tests",
+    ] {
+        let qv = e.embed(&[q]).unwrap().remove(0);
+        let mut exact: Vec<f32> = vectors.iter().map(|v| dot(&qv, v)).collect();
+        exact.sort_by(|a, b| b.partial_cmp(a).unwrap());
+        let got = s
+            .search(q, &SearchOptions::top(10).mode(SearchMode::Vector))
+            .unwrap();
+        assert_eq!(got.len(), 10);
+        for (rank, h) in got.iter().enumerate() {
+            let sim = dot(&qv, &e.embed(&[h.record.content.as_str()]).unwrap()[0]);
+            // Each result is as similar as the exact result of its rank (ties allowed).
+            assert!(
+                (sim - exact[rank]).abs() < 1e-5,
+                "{q}: rank {rank}: {sim} vs {}",
+                exact[rank]
+            );
+        }
+    }
+}
