@@ -74,10 +74,10 @@ fuzz_target!(|data: &[u8]| {
         Err(AssembleError::IdentityExceedsBudget { .. } | AssembleError::StickyExceedsBudget { .. } | AssembleError::CharsExceeded { .. }) => return,
         Err(e) => panic!("unexpected error {e}"),
     };
-    assert!(ctx.text.starts_with(agent.identity_text()));
-    assert_eq!(ctx.text.matches(agent.identity_text()).count(), 1);
-    assert!(ctx.report.used_tokens <= ctx.report.prompt_budget);
-    let parsed = parse(&ctx.text).expect("assembled output must parse");
+    assert!(ctx.text().starts_with(agent.identity_text()));
+    assert_eq!(ctx.text().matches(agent.identity_text()).count(), 1);
+    assert!(ctx.report().used_tokens <= ctx.report().prompt_budget);
+    let parsed = parse(ctx.text()).expect("assembled output must parse");
     let n_identity = agent.identity().sections().len();
     for (i, p) in parsed.iter().enumerate() {
         match p {
@@ -93,7 +93,7 @@ fuzz_target!(|data: &[u8]| {
             Parsed::Omitted { layer, .. } => assert!(i >= n_identity && layer.number() >= 3),
         }
     }
-    for r in ctx.report.sections.iter().filter(|r| r.sticky) {
+    for r in ctx.report().sections.iter().filter(|r| r.sticky) {
         assert!(matches!(r.status, SectionStatus::Kept | SectionStatus::Filtered { .. } | SectionStatus::Overridden { .. }));
     }
 });

@@ -91,9 +91,9 @@ fuzz_target!(|data: &[u8]| {
             Err(AssembleError::History { .. } | AssembleError::EmptyConversation | AssembleError::StickyExceedsBudget { .. } | AssembleError::IdentityExceedsBudget { .. }) => continue,
             Err(e) => panic!("unexpected error: {e}"),
         };
-        let r = ctx.report.request.as_ref().expect("a request report");
-        assert!(r.total_tokens <= ctx.report.prompt_budget, "over budget");
-        let conv = ctx.conversation.as_ref().expect("a conversation");
+        let r = ctx.report().request.as_ref().expect("a request report");
+        assert!(r.total_tokens <= ctx.report().prompt_budget, "over budget");
+        let conv = ctx.conversation().expect("a conversation");
         assert_eq!(conv.system, agent().identity_text());
         let params = RequestParams { model: "m".into(), max_tokens: Some(16), ..Default::default() };
         let body = ctx.request_body(p, &params).expect("a body");
@@ -127,7 +127,7 @@ fuzz_target!(|data: &[u8]| {
             for b in &m.blocks {
                 match b {
                     Block::ToolUse { id, .. } => assert!(open.insert(id.clone()), "call twice"),
-                    Block::ToolResult { id, .. } => assert!(open.remove(id), "result before its call"),
+                    Block::ToolResult { id, .. } => assert!(open.remove(id.as_str()), "result before its call"),
                     Block::Text { .. } => {}
                 }
             }

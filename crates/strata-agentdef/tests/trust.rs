@@ -156,10 +156,11 @@ fn a_pinned_store_refuses_every_bit_flip() {
     );
 }
 
-/// Verifies ADR-0017: a signature whose envelope key id is upper case still counts (ids are
-/// normalised everywhere), and one in no id form is an unknown key.
+/// Verifies ADR-0017 and I5: an envelope names its keys only by the canonical id; an upper-case
+/// or padded id (one flipped bit, a changed file) is an unknown key, while the canonical one
+/// verifies. Trust stores, written by people, are the ones normalised.
 #[test]
-fn envelope_key_ids_are_normalised() {
+fn envelope_key_ids_must_be_canonical() {
     let b = common::second_signer();
     let trust = TrustStore::from_toml(&store(&common::signer().key_id().to_string())).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -172,11 +173,15 @@ fn envelope_key_ids_are_normalised() {
     let guard = RollbackGuard::in_memory();
     let loader =
         Loader::new(&trust, &guard).expiry(Expiry::TimeTravelDangerously(common::CHECK_TIME));
+    loader
+        .load_bytes(json.as_bytes(), Some(dir.path()))
+        .unwrap();
     let upper = json.replace(&id, &id.to_ascii_uppercase());
     assert_ne!(upper, json);
-    loader
+    let e = loader
         .load_bytes(upper.as_bytes(), Some(dir.path()))
-        .unwrap();
+        .unwrap_err();
+    assert_eq!(e.cause(), "unknown_key", "{e}");
     let spaced = json.replace(&id, &format!("{id} "));
     let e = loader
         .load_bytes(spaced.as_bytes(), Some(dir.path()))

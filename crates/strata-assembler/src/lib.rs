@@ -12,7 +12,7 @@
 //! let assembler = Assembler::o200k();
 //! let memory = Section::builder(RuntimeLayer::LongTermMemory, "memory.1", "The user prefers metric units.")?.build();
 //! let ctx = assembler.assemble(&agent, &AssemblyRequest { sections: vec![memory], ..Default::default() })?;
-//! assert!(ctx.text.starts_with(agent.identity_text()));
+//! assert!(ctx.text().starts_with(agent.identity_text()));
 //! # Ok(()) }
 //! ```
 //!
