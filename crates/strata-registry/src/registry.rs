@@ -65,6 +65,23 @@ pub enum RegistryEvent {
         /// The session.
         session: Arc<str>,
     },
+    /// The system prompt a session sends changed (its digest differs from the previous turn's).
+    SystemPromptUpdated {
+        /// The session.
+        session: Arc<str>,
+        /// The new digest.
+        digest: ContentHash,
+    },
+    /// The set of MCP servers with registered contributors changed.
+    ActiveMcpUpdated {
+        /// The servers now active, sorted.
+        servers: Vec<Arc<str>>,
+    },
+    /// The runtime's active hooks changed.
+    ActiveHooksUpdated {
+        /// The hooks now active, sorted.
+        hooks: Vec<Arc<str>>,
+    },
 }
 
 /// Why a registry operation was refused.
@@ -245,8 +262,47 @@ impl Registry {
         })
     }
 
+    /// The MCP servers that have contributors registered, sorted.
+    pub fn active_mcp_servers(&self) -> Vec<Arc<str>> {
+        let set: std::collections::BTreeSet<Arc<str>> = self
+            .read()
+            .values()
+            .filter_map(|e| match &e.meta.source {
+                SourceKind::Mcp(server) => Some(server.clone()),
+                _ => None,
+            })
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// Emit `ActiveMcpUpdated` if the set of active MCP servers is not `before`.
+    fn mcp_changed_since(&self, before: &[Arc<str>]) {
+        let now = self.active_mcp_servers();
+        if now != before {
+            self.emit(RegistryEvent::ActiveMcpUpdated { servers: now });
+        }
+    }
+
+    /// The runtime's active hooks changed: tell subscribers.
+    pub fn hooks_changed(&self, hooks: impl IntoIterator<Item = impl Into<Arc<str>>>) {
+        let mut hooks: Vec<Arc<str>> = hooks.into_iter().map(Into::into).collect();
+        hooks.sort();
+        hooks.dedup();
+        self.emit(RegistryEvent::ActiveHooksUpdated { hooks });
+    }
+
+    /// A session's system prompt changed (the session API tells the registry when the digest of
+    /// what it sends as the system prompt differs from the previous turn's).
+    pub fn system_prompt_updated(&self, session: &str, digest: ContentHash) {
+        self.emit(RegistryEvent::SystemPromptUpdated {
+            session: Arc::from(session),
+            digest,
+        });
+    }
+
     /// Register a contributor. Its id must be unique and valid (`[A-Za-z0-9._:/-]`, 1-128).
     pub fn register(&self, contributor: Arc<dyn Contributor>) -> Result<(), RegistryError> {
+        let mcp_before = self.active_mcp_servers();
         let entry = self.entry_for(contributor)?;
         let event = RegistryEvent::ContributorAdded {
             id: entry.id.clone(),
@@ -263,6 +319,7 @@ impl Registry {
             entries.insert(entry.id.clone(), entry);
         }
         self.emit(event);
+        self.mcp_changed_since(&mcp_before);
         Ok(())
     }
 
@@ -287,6 +344,7 @@ impl Registry {
 
     /// Unregister a contributor and drop its cached output.
     pub fn unregister(&self, id: &str) -> Result<Arc<dyn Contributor>, RegistryError> {
+        let mcp_before = self.active_mcp_servers();
         let removed = self.write().remove(id);
         match removed {
             Some(entry) => {
@@ -296,6 +354,7 @@ impl Registry {
                 self.emit(RegistryEvent::ContributorRemoved {
                     id: entry.id.clone(),
                 });
+                self.mcp_changed_since(&mcp_before);
                 Ok(entry.contributor)
             }
             None => Err(RegistryError::NotFound { id: id.to_owned() }),
@@ -305,6 +364,7 @@ impl Registry {
     /// Remove everything the MCP server `server` registered (it disconnected) and drop its
     /// cached output. Returns the removed ids, sorted.
     pub fn clear_mcp_server(&self, server: &str) -> Vec<Arc<str>> {
+        let mcp_before = self.active_mcp_servers();
         let source = SourceKind::Mcp(Arc::from(server));
         let removed: Vec<Arc<str>> = {
             let mut entries = self.write();
@@ -325,6 +385,7 @@ impl Registry {
             server: Arc::from(server),
             removed: removed.clone(),
         });
+        self.mcp_changed_since(&mcp_before);
         removed
     }
 

@@ -115,6 +115,58 @@ fn clearing_an_mcp_server_removes_only_its_contributors() {
             removed
         }
     );
+    // The set of active servers changed with it.
+    assert_eq!(
+        events.try_recv().unwrap(),
+        RegistryEvent::ActiveMcpUpdated {
+            servers: vec!["jira".into()]
+        }
+    );
+}
+
+/// Verifies ADR-0011: the events the Prompts System names are sent: active MCP servers when a
+/// server's first contributor arrives or its last one leaves (and only then), active hooks, and
+/// a session's system prompt changing.
+#[test]
+fn mcp_hooks_and_system_prompt_events() {
+    let r = Registry::new();
+    let rx = r.subscribe();
+    r.register(tagged("mcp:gh/a", &[], SourceKind::Mcp("gh".into())))
+        .unwrap();
+    r.register(tagged("mcp:gh/b", &[], SourceKind::Mcp("gh".into())))
+        .unwrap();
+    r.unregister("mcp:gh/a").unwrap();
+    r.unregister("mcp:gh/b").unwrap();
+    r.hooks_changed(["pre-tool", "audit", "audit"]);
+    let digest = strata_core::ContentHash::of("system");
+    r.system_prompt_updated("s1", digest);
+    let active: Vec<RegistryEvent> = rx
+        .try_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                RegistryEvent::ActiveMcpUpdated { .. }
+                    | RegistryEvent::ActiveHooksUpdated { .. }
+                    | RegistryEvent::SystemPromptUpdated { .. }
+            )
+        })
+        .collect();
+    assert_eq!(
+        active,
+        vec![
+            RegistryEvent::ActiveMcpUpdated {
+                servers: vec!["gh".into()]
+            },
+            RegistryEvent::ActiveMcpUpdated { servers: vec![] },
+            RegistryEvent::ActiveHooksUpdated {
+                hooks: vec!["audit".into(), "pre-tool".into()]
+            },
+            RegistryEvent::SystemPromptUpdated {
+                session: "s1".into(),
+                digest
+            },
+        ]
+    );
 }
 
 #[test]
