@@ -254,6 +254,7 @@ impl RuntimeBuilder {
             params: self.params,
             options: self.options,
             tools: self.tools,
+            prompts: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
     }
 }
@@ -348,6 +349,9 @@ pub struct Runtime {
     params: RequestParams,
     options: ProviderOptions,
     tools: Vec<AnnouncedTool>,
+    /// Per session, the digest of the system prompt (system channel and tool definitions)
+    /// last prepared, to tell subscribers when it changes.
+    prompts: std::sync::Mutex<std::collections::HashMap<Arc<str>, ContentHash>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -574,9 +578,17 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Forget this session's conversation; returns the entries removed.
+    /// Forget this session's conversation; returns the entries removed. The registry's
+    /// section cache is cleared and subscribers are told.
     pub fn reset(&self) -> Result<usize, SessionError> {
-        Ok(self.rt.store.working().clear(&self.id)?)
+        let n = self.rt.store.working().clear(&self.id)?;
+        self.rt.registry.session_reset(&self.id);
+        self.rt
+            .prompts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.id);
+        Ok(n)
     }
 
     fn assemble(
@@ -660,6 +672,19 @@ impl Session<'_> {
         };
         let context = rt.assembler.assemble(agent, &req)?;
         let body = context.request_body(rt.provider, &rt.params)?;
+        if let Some(conv) = context.conversation() {
+            let tools = serde_json::to_string(&conv.tools).unwrap_or_default();
+            let digest = ContentHash::of(&format!("{}\u{0}{tools}", conv.system));
+            let changed = rt
+                .prompts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(self.id.clone(), digest)
+                != Some(digest);
+            if changed {
+                rt.registry.system_prompt_updated(&self.id, digest);
+            }
+        }
         tracing::debug!(
             session = &*self.id,
             tokens = context.report.used_tokens,

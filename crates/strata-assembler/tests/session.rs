@@ -324,3 +324,41 @@ fn every_mode_and_path_keeps_what_the_seeds_say() {
     }
     assert_eq!(checked, 4 * 5 * 6);
 }
+
+/// Verifies ADR-0016: the registry tells subscribers when a session's system prompt (system
+/// channel and tool definitions) changes, and when a session is reset.
+#[test]
+fn system_prompt_changes_and_resets_are_announced() {
+    use strata_registry::RegistryEvent;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(&dir.path().join("m.db"), Provider::Anthropic);
+    let events = rt.registry().subscribe();
+    let s = rt.session("s1");
+    s.prepare("One", &TurnOptions::default()).unwrap();
+    s.record_reply(&Reply::text("Ok.")).unwrap();
+    s.prepare("Two", &TurnOptions::default()).unwrap();
+    s.record_reply(&Reply::text("Ok.")).unwrap();
+    // Another tool set for this turn changes the tool definitions.
+    let fewer = TurnOptions {
+        tools: Some(Vec::new()),
+        ..TurnOptions::default()
+    };
+    s.prepare("Three", &fewer).unwrap();
+    s.reset().unwrap();
+    let got: Vec<RegistryEvent> = events
+        .try_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                RegistryEvent::SystemPromptUpdated { .. } | RegistryEvent::SessionReset { .. }
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(
+        matches!(&got[0], RegistryEvent::SystemPromptUpdated { session, .. } if &**session == "s1")
+    );
+    assert!(matches!(&got[1], RegistryEvent::SystemPromptUpdated { .. }));
+    assert_ne!(got[0], got[1]);
+    assert!(matches!(&got[2], RegistryEvent::SessionReset { session } if &**session == "s1"));
+}
