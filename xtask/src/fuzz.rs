@@ -1,10 +1,12 @@
 //! `cargo xtask fuzz`: runs every fuzz target of `fuzz/` for a few seconds.
 //!
 //! The fuzz crate is its own workspace (it needs unstable compiler flags). Its targets are the
-//! `[[bin]]` entries of `fuzz/Cargo.toml`. Each run starts from the committed seeds in
-//! `fuzz/seeds/<target>/`, copied into the working corpus `fuzz/corpus/<target>/` (ignored by
-//! git), and stops after `-max_total_time` seconds. A crash fails the task and names the
-//! reproducer that libFuzzer saved under `fuzz/artifacts/<target>/`.
+//! `[[bin]]` entries of `fuzz/Cargo.toml`; the features their `required-features` name (such as
+//! `exact`, the exact tokenizer and its reference) are turned on for the build and the runs, so
+//! a target that needs none builds lean when it runs alone. Each run starts from the committed
+//! seeds in `fuzz/seeds/<target>/`, copied into the working corpus `fuzz/corpus/<target>/`
+//! (ignored by git), and stops after `-max_total_time` seconds. A crash fails the task and names
+//! the reproducer that libFuzzer saved under `fuzz/artifacts/<target>/`.
 
 use std::collections::VecDeque;
 use std::fs;

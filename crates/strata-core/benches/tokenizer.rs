@@ -109,6 +109,7 @@ fn hostile() -> Vec<(&'static str, String)> {
         ("one_letter_300k", "x".repeat(300_000)),
         ("spaces_1100k", format!("a{}b", " ".repeat(1_100_000))),
         ("cjk_run_300k", "漢".repeat(100_000)),
+        ("line_breaks_300k", "\n \n".repeat(100_000)),
         (
             "base64_1m",
             encode_untrusted(&"payload ".repeat(98_304), Encoding::Base64),

@@ -150,6 +150,10 @@ impl TiktokenTokenizer {
             }
             base += enc.token_count();
         }
+        // Exact checks cost the length of the prefix they count; past this much work (only
+        // reached by long pieces of whitespace and line breaks, where many estimates are near
+        // the budget), the rest is a bisection.
+        let mut work_left = 8 * estimate.len() + 4_096;
         while let Some((piece_end, split)) = pieces.pop() {
             let piece_start = pieces.last().map_or(0, |&(end, _)| end);
             for i in (piece_start + 1..=piece_end).rev() {
@@ -162,6 +166,10 @@ impl TiktokenTokenizer {
                 {
                     continue;
                 }
+                if work_left < i {
+                    return self.bisect(region, i, start, before, room);
+                }
+                work_left -= i;
                 if let Some(n) = self.count_up_to(&region[..i], room) {
                     return Prefix {
                         len: start + i,
@@ -177,13 +185,39 @@ impl TiktokenTokenizer {
     }
 }
 
+impl TiktokenTokenizer {
+    /// The longest prefix of `region[..hi]` that fits `room` tokens by bisection over character
+    /// boundaries, counted exactly: it always fits, and it is the longest wherever counts grow
+    /// with the prefix, which holds for all but a few cuts.
+    fn bisect(&self, region: &str, hi: usize, start: usize, before: usize, room: usize) -> Prefix {
+        let (mut lo, mut lo_tokens, mut hi) = (0usize, 0usize, hi);
+        while lo < hi {
+            let mut mid = lo + (hi - lo).div_ceil(2);
+            while !region.is_char_boundary(mid) {
+                mid -= 1;
+            }
+            if mid <= lo {
+                break;
+            }
+            match self.count_up_to(&region[..mid], room) {
+                Some(n) => (lo, lo_tokens) = (mid, n),
+                None => hi = mid - 1,
+            }
+        }
+        Prefix {
+            len: start + lo,
+            tokens: before + lo_tokens,
+        }
+    }
+}
+
 /// Whether a cut inside a pre-tokenizer piece may split the prefix into more than one piece,
 /// so that the count of the prefix is not the BPE count of its bytes. With the tiktoken
 /// patterns this happens only inside an apostrophe contraction (`they'r` is `they`, `'`, `r`)
-/// and inside whitespace that holds a line break (` \n ` is ` \n` and ` `); short pieces are
-/// checked anyway, since checking them costs little.
+/// and inside whitespace that holds a line break (` \n ` is ` \n` and ` `); whitespace without
+/// one stays a single piece when cut. Short pieces are checked anyway, since that costs little.
 fn may_split(piece: &str) -> bool {
-    piece.len() <= 32 || piece.contains('\'') || piece.contains(['\n', '\r']) || is_blank(piece)
+    piece.len() <= 32 || piece.contains('\'') || piece.contains(['\n', '\r'])
 }
 
 /// Whether a pre-tokenizer piece is whitespace only (the regex's `\s`, Unicode White_Space).
