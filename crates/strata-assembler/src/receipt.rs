@@ -795,6 +795,20 @@ fn verify_inner(bytes: &[u8], trust: &TrustStore) -> Result<VerifiedReceipt, Rec
     })
 }
 
+/// Parse a receipt's statement WITHOUT checking its signature, for display only: nothing in
+/// it may be trusted. Use [`verify`] for anything that decides.
+pub fn read_unverified(envelope: &[u8]) -> Result<Statement, ReceiptError> {
+    let env =
+        Envelope::parse(envelope).map_err(|e| ReceiptError::MalformedEnvelope(e.to_string()))?;
+    if env.payload_type != PAYLOAD_TYPE {
+        return Err(ReceiptError::WrongPayloadType {
+            found: env.payload_type,
+        });
+    }
+    serde_json::from_slice(&env.payload)
+        .map_err(|e| ReceiptError::MalformedStatement(e.to_string()))
+}
+
 /// A receipt in words: what was sent, from which definition, what came from where, and what
 /// was cut, dropped, filtered, overridden or refused and why.
 pub fn describe(st: &Statement) -> String {
@@ -855,16 +869,18 @@ pub fn describe(st: &Statement) -> String {
             (st, Some(r), _) => format!("{st}: {r}"),
             (st, None, _) => st.to_owned(),
         };
+        let from = if s.producer == s.source {
+            s.source.clone()
+        } else {
+            format!("{} `{}`", s.source, s.producer)
+        };
         let _ = writeln!(
             o,
-            "  layer {} `{}` from {} `{}` ({} authority), {}: {}",
+            "  layer {} `{}` ({} authority) from {from}, {}: {what}",
             s.layer.number(),
             s.id,
-            s.source,
-            s.producer,
             s.authority,
             s.content_digest,
-            what
         );
     }
     let offered: Vec<&str> = p.tools.offered.iter().map(|t| t.name.as_str()).collect();
