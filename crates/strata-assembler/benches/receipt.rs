@@ -93,6 +93,29 @@ fn receipts(c: &mut Criterion) {
                 black_box(SignedReceipt::sign(st, &key).unwrap())
             })
         });
+        // The parts of building and signing, to see where the time goes.
+        let sent_for_parts = r.sent.clone();
+        let sent_of = || match provider {
+            Some(_) => Sent::Body(&sent_for_parts),
+            None => Sent::Text(&r.context.text),
+        };
+        let id = key.key_id().to_string();
+        g.bench_function("part_statement", |b| {
+            b.iter(|| black_box(receipt::statement(&agent, &req, &r.context, sent_of(), &id)))
+        });
+        let st = receipt::statement(&agent, &req, &r.context, sent_of(), &id);
+        g.bench_function("part_canonical_bytes", |b| {
+            b.iter(|| black_box(st.canonical_bytes()))
+        });
+        let payload = st.canonical_bytes();
+        g.bench_function("part_dsse_sign", |b| {
+            b.iter(|| {
+                let mut e =
+                    strata_agentdef::Envelope::with_type(receipt::PAYLOAD_TYPE, payload.clone());
+                e.sign(&key);
+                black_box(e)
+            })
+        });
         g.bench_function("assemble_warm_with_receipt", |b| {
             b.iter(|| {
                 black_box(

@@ -33,7 +33,7 @@ use strata_core::{ContentHash, Layer, Role, RuntimeLayer, Tier};
 
 use crate::output::AssembledContext;
 use crate::provider::{RequestError, RequestParams};
-use crate::report::{Breakpoint, Omission, RequestReport, SectionReport, SectionStatus};
+use crate::report::{Breakpoint, RequestReport, SectionReport, SectionStatus};
 use crate::request::AssemblyRequest;
 use crate::Assembler;
 
@@ -69,10 +69,10 @@ pub fn body_bytes(body: &Value) -> Vec<u8> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Subject {
-    /// [`SUBJECT_BODY`] or [`SUBJECT_TEXT`].
-    pub name: String,
     /// Algorithm to lower-case hex digest.
     pub digest: BTreeMap<String, String>,
+    /// [`SUBJECT_BODY`] or [`SUBJECT_TEXT`].
+    pub name: String,
 }
 
 impl Subject {
@@ -90,89 +90,89 @@ impl Subject {
 pub struct AgentRecord {
     /// Agent id.
     pub id: String,
-    /// Definition version.
-    pub version: u64,
+    /// BLAKE3 of the rendered layers 1-2 (`blake3:<hex>`).
+    pub identity_digest: String,
     /// SHA-256 (hex) of the signed definition payload.
     pub payload_sha256: String,
     /// Key ids of the trusted signers of the definition, sorted.
     pub signers: Vec<String>,
-    /// BLAKE3 of the rendered layers 1-2 (`blake3:<hex>`).
-    pub identity_digest: String,
+    /// Definition version.
+    pub version: u64,
 }
 
 /// Budget of the assembly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetRecord {
+    /// Character cap, if any.
+    pub max_total_chars: Option<u64>,
+    /// Total less reserve.
+    pub prompt_budget: u64,
+    /// Response reserve.
+    pub response_reserve: u64,
     /// Tier.
     pub tier: Tier,
     /// Total tokens.
     pub total_tokens: u64,
-    /// Response reserve.
-    pub response_reserve: u64,
-    /// Total less reserve.
-    pub prompt_budget: u64,
-    /// Character cap, if any.
-    pub max_total_chars: Option<u64>,
 }
 
 /// What the output used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CountsRecord {
-    /// Tokens used by the output.
-    pub used_tokens: u64,
-    /// Tokens of layers 1-2.
-    pub identity_tokens: u64,
     /// Characters of the output.
     pub chars: u64,
+    /// Tokens of layers 1-2.
+    pub identity_tokens: u64,
     /// The provider request's counts and caching, for a provider-native assembly.
-    pub request: Option<RequestReport>,
+    pub request: Option<RequestRecord>,
+    /// Tokens used by the output.
+    pub used_tokens: u64,
 }
 
 /// One runtime section of the report, by digest (ADR-0021).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SectionRecord {
+    /// Authority it was given: `caller`, `user`, `agent` or `data` (ADR-0014).
+    pub authority: String,
+    /// Content digest as the report gives it (`blake3:<hex>`).
+    pub content_digest: String,
+    /// For a cut section: tokens of the whole rendered section (the cut is at `tokens`).
+    pub full_tokens: Option<u64>,
     /// Section id.
     pub id: String,
     /// Layer (3-6).
     pub layer: Layer,
-    /// Authority it was given: `caller`, `user`, `agent` or `data` (ADR-0014).
-    pub authority: String,
-    /// Source kind (`static`, `config`, `mcp:<server>`, `store`, `caller`).
-    pub source: String,
     /// The producer's name (contributor, store, file).
     pub producer: String,
-    /// Record id inside the source, when there is one.
-    pub record: Option<String>,
-    /// Content digest as the report gives it (`blake3:<hex>`).
-    pub content_digest: String,
-    /// `kept`, `cut`, `dropped`, `filtered` or `overridden`.
-    pub status: String,
     /// Why it was dropped, filtered or overridden.
     pub reason: Option<String>,
-    /// Tokens it takes in the output (0 unless kept or cut).
-    pub tokens: u64,
-    /// For a cut section: tokens of the whole rendered section (the cut is at `tokens`).
-    pub full_tokens: Option<u64>,
+    /// Record id inside the source, when there is one.
+    pub record: Option<String>,
+    /// Source kind (`static`, `config`, `mcp:<server>`, `store`, `caller`).
+    pub source: String,
+    /// `kept`, `cut`, `dropped`, `filtered` or `overridden`.
+    pub status: String,
     /// Sticky or protected.
     pub sticky: bool,
+    /// Tokens it takes in the output (0 unless kept or cut).
+    pub tokens: u64,
 }
 
 /// A tool offered to the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OfferedTool {
+    /// SHA-256 of the description written into the request.
+    pub description_sha256: Option<String>,
     /// Tool name.
     pub name: String,
+    /// SHA-256 of the schema JSON written into the request.
+    pub schema_sha256: Option<String>,
     /// Where its schema came from (`signed`, `announced`, `none`); absent in the plain-text
     /// format, which carries no schemas.
     pub schema_source: Option<String>,
-    /// SHA-256 of the schema JSON written into the request.
-    pub schema_sha256: Option<String>,
-    /// SHA-256 of the description written into the request.
-    pub description_sha256: Option<String>,
 }
 
 /// A tool that was announced or requested and refused.
@@ -199,30 +199,110 @@ pub struct ToolsRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Predicate {
-    /// Version of strata that assembled.
-    pub strata_version: String,
-    /// Key id of the runtime key that signs the receipt.
-    pub runtime_key_id: String,
     /// The definition.
     pub agent: AgentRecord,
-    /// `text` for the plain-text format, else the provider (`openai-chat`, ...).
-    pub format: String,
-    /// Tokenizer.
-    pub tokenizer: String,
+    /// Cache breakpoints.
+    pub breakpoints: Vec<BreakpointRecord>,
     /// Budget.
     pub budget: BudgetRecord,
     /// Counts.
     pub counts: CountsRecord,
-    /// Where the stable prefix ends.
-    pub stable_prefix: Breakpoint,
-    /// Cache breakpoints.
-    pub breakpoints: Vec<Breakpoint>,
+    /// `text` for the plain-text format, else the provider (`openai-chat`, ...).
+    pub format: String,
+    /// Sections that never reached the assembler.
+    pub omissions: Vec<OmissionRecord>,
+    /// Key id of the runtime key that signs the receipt.
+    pub runtime_key_id: String,
     /// Every runtime section of the report, in the report's order.
     pub sections: Vec<SectionRecord>,
+    /// Where the stable prefix ends.
+    pub stable_prefix: BreakpointRecord,
+    /// Version of strata that assembled.
+    pub strata_version: String,
+    /// Tokenizer.
+    pub tokenizer: String,
     /// Tools.
     pub tools: ToolsRecord,
-    /// Sections that never reached the assembler.
-    pub omissions: Vec<Omission>,
+}
+
+/// A cache breakpoint as recorded (fields in canonical order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakpointRecord {
+    /// The last layer in the prefix.
+    pub after_layer: Layer,
+    /// Byte offset in the text where the prefix ends.
+    pub byte: u64,
+    /// Token offset.
+    pub token: u64,
+}
+
+impl From<&Breakpoint> for BreakpointRecord {
+    fn from(b: &Breakpoint) -> Self {
+        BreakpointRecord {
+            after_layer: b.after_layer,
+            byte: b.byte as u64,
+            token: b.token,
+        }
+    }
+}
+
+/// The provider request's counts and caching as recorded (see [`RequestReport`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRecord {
+    /// `exact` or `estimate`.
+    pub count: String,
+    /// Tokens expected from the provider's cache on the next turn.
+    pub expected_cached_tokens: u64,
+    /// Margin added for providers without a public tokenizer, in percent.
+    pub margin_pct: u32,
+    /// Tokens of the messages with their framing.
+    pub message_tokens: u64,
+    /// Messages placed.
+    pub messages: u64,
+    /// The provider's minimum cacheable prefix.
+    pub min_cacheable_tokens: u64,
+    /// Provider.
+    pub provider: String,
+    /// Tokens of the prefix that stays byte-identical on the next turn.
+    pub stable_prefix_tokens: u64,
+    /// Tokens of the system message.
+    pub system_tokens: u64,
+    /// Tokens of the tool definitions (an estimate).
+    pub tool_tokens: u64,
+    /// The total, margin included.
+    pub total_tokens: u64,
+}
+
+impl From<&RequestReport> for RequestRecord {
+    fn from(r: &RequestReport) -> Self {
+        RequestRecord {
+            count: r.count.clone(),
+            expected_cached_tokens: r.expected_cached_tokens,
+            margin_pct: r.margin_pct,
+            message_tokens: r.message_tokens,
+            messages: r.messages as u64,
+            min_cacheable_tokens: r.min_cacheable_tokens,
+            provider: r.provider.clone(),
+            stable_prefix_tokens: r.stable_prefix_tokens,
+            system_tokens: r.system_tokens,
+            tool_tokens: r.tool_tokens,
+            total_tokens: r.total_tokens,
+        }
+    }
+}
+
+/// A section that never reached the assembler, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OmissionRecord {
+    /// Contributor or section id.
+    pub id: String,
+    /// Layer.
+    pub layer: Layer,
+    /// Why.
+    pub reason: String,
 }
 
 /// An in-toto Statement v1 with the strata predicate.
@@ -232,22 +312,24 @@ pub struct Statement {
     /// [`STATEMENT_TYPE`].
     #[serde(rename = "_type")]
     pub statement_type: String,
-    /// What was sent.
-    pub subject: Vec<Subject>,
+    /// The predicate.
+    pub predicate: Predicate,
     /// [`PREDICATE_TYPE`].
     #[serde(rename = "predicateType")]
     pub predicate_type: String,
-    /// The predicate.
-    pub predicate: Predicate,
+    /// What was sent.
+    pub subject: Vec<Subject>,
 }
 
 impl Statement {
     /// The canonical bytes (ADR-0021): keys sorted, compact, integers only.
+    ///
+    /// Every struct of the statement declares its fields in the byte order of their names and
+    /// its only map is a `BTreeMap`, so serialising it directly gives the same bytes as sorting
+    /// the keys of its JSON value (a test checks it), at a fraction of the cost.
     pub fn canonical_bytes(&self) -> Vec<u8> {
-        // Through `Value`, whose maps are sorted: struct fields would keep declaration order.
-        serde_json::to_value(self)
-            .map(|v| body_bytes(&v))
-            .unwrap_or_default()
+        // Serialising these types cannot fail: every map key is a string, no float is held.
+        serde_json::to_vec(self).unwrap_or_default()
     }
 }
 
@@ -400,10 +482,10 @@ pub fn statement(
                 used_tokens: r.used_tokens,
                 identity_tokens: r.identity_tokens,
                 chars: r.chars,
-                request: r.request.clone(),
+                request: r.request.as_ref().map(RequestRecord::from),
             },
-            stable_prefix: r.stable_prefix,
-            breakpoints: r.breakpoints.clone(),
+            stable_prefix: BreakpointRecord::from(&r.stable_prefix),
+            breakpoints: r.breakpoints.iter().map(BreakpointRecord::from).collect(),
             sections: r
                 .sections
                 .iter()
@@ -421,7 +503,15 @@ pub fn statement(
                     })
                     .collect(),
             },
-            omissions: r.omissions.clone(),
+            omissions: r
+                .omissions
+                .iter()
+                .map(|o| OmissionRecord {
+                    id: o.id.clone(),
+                    layer: o.layer,
+                    reason: o.reason.clone(),
+                })
+                .collect(),
         },
     }
 }
@@ -696,12 +786,13 @@ impl VerifiedReceipt {
                 });
             }
         }
-        // The definition may have been verified against a store that holds only some signers.
-        if let Some(extra) = signers.iter().find(|s| !rec.signers.contains(s)) {
+        // The auditor's trust store may hold other keys than the runtime's: the payload digest
+        // already pins the definition, and at least one signer must be one the receipt records.
+        if !signers.iter().any(|s| rec.signers.contains(s)) {
             return Err(ReceiptError::AgentMismatch {
                 what: "signers",
                 expected: rec.signers.join(", "),
-                found: extra.clone(),
+                found: signers.join(", "),
             });
         }
         Ok(rec)

@@ -917,6 +917,11 @@ proptest! {
         prop_assert_eq!(&r.receipt.statement.predicate.counts.used_tokens, &report.used_tokens);
         let v = receipt::verify(r.receipt.to_json().as_bytes(), &runtime_trust()).unwrap();
         prop_assert!(v.check_sent(&r.sent).is_ok());
+        // Canonical: the signed bytes are what serde_json writes for the parsed value, whose
+        // object keys are sorted.
+        let payload = r.receipt.envelope.payload.to_vec();
+        let value: Value = serde_json::from_slice(&payload).unwrap();
+        prop_assert_eq!(serde_json::to_vec(&value).unwrap(), payload);
         let again = Assembler::new(tokenizer()).assemble_with_receipt(agent(), &req, &params(), &runtime_key()).unwrap();
         prop_assert_eq!(again.receipt.to_json(), r.receipt.to_json());
         prop_assert_eq!(again.sent, r.sent);
