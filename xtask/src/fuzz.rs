@@ -27,13 +27,22 @@ pub struct FuzzOptions {
     pub targets: Vec<String>,
 }
 
-/// Target names: the `name` of each `[[bin]]` table of the manifest, in order.
-pub fn parse_targets(manifest: &str) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    let mut in_bin = false;
+/// Each `[[bin]]` table's `name` with its `required-features` (a one-line array), in order.
+pub fn parse_bins(manifest: &str) -> Vec<(String, Vec<String>)> {
+    let mut bins: Vec<(String, Vec<String>)> = Vec::new();
+    let (mut in_bin, mut name, mut features) = (false, None::<String>, Vec::new());
+    let mut finish = |name: &mut Option<String>, features: &mut Vec<String>| {
+        if let Some(n) = name.take() {
+            if !n.is_empty() && !bins.iter().any(|(b, _)| *b == n) {
+                bins.push((n, std::mem::take(features)));
+            }
+        }
+        features.clear();
+    };
     for line in manifest.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.starts_with('[') {
+            finish(&mut name, &mut features);
             in_bin = line == "[[bin]]";
             continue;
         }
@@ -41,15 +50,24 @@ pub fn parse_targets(manifest: &str) -> Vec<String> {
             continue;
         }
         if let Some((key, value)) = line.split_once('=') {
-            if key.trim() == "name" {
-                let name = value.trim().trim_matches('"').to_string();
-                if !name.is_empty() && !names.contains(&name) {
-                    names.push(name);
+            match key.trim() {
+                "name" => name = Some(value.trim().trim_matches('"').to_string()),
+                "required-features" => {
+                    features = value
+                        .trim()
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .split(',')
+                        .map(|f| f.trim().trim_matches('"').to_string())
+                        .filter(|f| !f.is_empty())
+                        .collect();
                 }
+                _ => {}
             }
         }
     }
-    names
+    finish(&mut name, &mut features);
+    bins
 }
 
 /// What one libFuzzer run reported.
@@ -150,15 +168,18 @@ fn run_target(
     root: &Path,
     toolchain: Toolchain,
     target: &str,
+    features: &[String],
     seconds: u64,
 ) -> Result<(RunStats, bool), Error> {
     let fuzz_dir = root.join("fuzz");
     let corpus = fuzz_dir.join("corpus").join(target);
     seed_corpus(&fuzz_dir.join("seeds").join(target), &corpus)?;
     let mut cmd = toolchain.cargo();
-    cmd.current_dir(root)
-        .args(["fuzz", "run", target])
-        .arg(&corpus)
+    cmd.current_dir(root).args(["fuzz", "run", target]);
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
+    cmd.arg(&corpus)
         .arg("--")
         .arg(format!("-max_total_time={seconds}"))
         .arg("-print_final_stats=1")
@@ -218,10 +239,11 @@ fn run_target(
 /// Runs the task.
 pub fn run(root: &Path, opts: &FuzzOptions) -> Result<(), Error> {
     let manifest = root.join("fuzz/Cargo.toml");
-    let all = match fs::read_to_string(&manifest) {
-        Ok(text) => parse_targets(&text),
+    let bins = match fs::read_to_string(&manifest) {
+        Ok(text) => parse_bins(&text),
         Err(_) => Vec::new(),
     };
+    let all: Vec<String> = bins.iter().map(|(name, _)| name.clone()).collect();
     if opts.list {
         for t in &all {
             println!("{t}");
@@ -248,6 +270,18 @@ pub fn run(root: &Path, opts: &FuzzOptions) -> Result<(), Error> {
         println!("fuzz: no targets in fuzz/Cargo.toml; nothing to run");
         return Ok(());
     }
+    // The features the chosen targets require, used for the build and every run alike so that
+    // no run rebuilds: a target that needs none is built lean when it runs alone.
+    let mut features: Vec<String> = Vec::new();
+    for (name, required) in &bins {
+        if targets.contains(name) {
+            for f in required {
+                if !features.contains(f) {
+                    features.push(f.clone());
+                }
+            }
+        }
+    }
     ensure_cargo_fuzz()?;
     let toolchain = Toolchain::detect();
     // Build every target once, so that the runs below do not rebuild.
@@ -256,6 +290,9 @@ pub fn run(root: &Path, opts: &FuzzOptions) -> Result<(), Error> {
         .current_dir(root)
         .args(["fuzz", "build"])
         .stdin(Stdio::null());
+    if !features.is_empty() {
+        build.arg("--features").arg(features.join(","));
+    }
     if opts.targets.len() == 1 {
         build.arg(&opts.targets[0]);
     }
@@ -267,7 +304,7 @@ pub fn run(root: &Path, opts: &FuzzOptions) -> Result<(), Error> {
     let mut failed = Vec::new();
     for target in &targets {
         let t = Instant::now();
-        let (stats, ok) = run_target(root, toolchain, target, opts.seconds)?;
+        let (stats, ok) = run_target(root, toolchain, target, &features, opts.seconds)?;
         let corpus = count_files(&root.join("fuzz/corpus").join(target));
         println!(
             "fuzz: {target:<28} {:>5}  {:>12} executions  {:>8} exec/s  corpus {corpus}  ({})",
@@ -315,8 +352,25 @@ name = "agentdef"
 
 [workspace]
 "#;
-        assert_eq!(parse_targets(manifest), vec!["render_parse", "agentdef"]);
-        assert!(parse_targets("[package]\nname = \"x\"\n").is_empty());
+        let names = |m: &str| {
+            parse_bins(m)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(manifest), vec!["render_parse", "agentdef"]);
+        let with_features = "[[bin]]\nname = \"diff\"\nrequired-features = [\"exact\", \"x\"]\n\n[[bin]]\nname = \"lean\"\n";
+        assert_eq!(
+            parse_bins(with_features),
+            vec![
+                (
+                    "diff".to_string(),
+                    vec!["exact".to_string(), "x".to_string()]
+                ),
+                ("lean".to_string(), Vec::new()),
+            ]
+        );
+        assert!(names("[package]\nname = \"x\"\n").is_empty());
     }
 
     #[test]

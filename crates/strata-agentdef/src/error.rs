@@ -130,6 +130,30 @@ pub enum AgentDefError {
         /// What is wrong.
         reason: String,
     },
+    /// The rollback state file was changed or damaged (its integrity check failed).
+    #[error("rollback state {path} is damaged: {reason}; restore it from a backup (or, knowing that rollbacks to any earlier version become possible, move it away and run `strata verify --init-rollback-state`)")]
+    RollbackStateDamaged {
+        /// The state file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The rollback state file does not exist.
+    #[error("rollback state {path} does not exist; a missing file is never taken as empty, because deleting it would reset the protection. Restore it, or create it once with `strata verify --init-rollback-state` (RollbackGuard::init)")]
+    RollbackStateMissing {
+        /// The state file.
+        path: PathBuf,
+    },
+    /// The trust store's SHA-256 is not the pinned one.
+    #[error("trust store {path} has digest sha256:{found}, but sha256:{expected} is pinned; the store was changed (or the pin is stale): review the change, then update the pin")]
+    TrustStoreNotPinned {
+        /// The trust store file.
+        path: PathBuf,
+        /// The pinned digest.
+        expected: String,
+        /// The file's digest.
+        found: String,
+    },
     /// An I/O error on a named file.
     #[error("{path}: {source}")]
     Io {
@@ -163,6 +187,9 @@ impl AgentDefError {
             AgentDefError::InvalidTrustStore(_) => "invalid_trust_store",
             AgentDefError::InvalidKey(_) => "invalid_key",
             AgentDefError::RollbackState { .. } => "rollback_state",
+            AgentDefError::RollbackStateDamaged { .. } => "rollback_state_damaged",
+            AgentDefError::RollbackStateMissing { .. } => "rollback_state_missing",
+            AgentDefError::TrustStoreNotPinned { .. } => "trust_store_not_pinned",
             AgentDefError::Io { .. } => "io",
         }
     }

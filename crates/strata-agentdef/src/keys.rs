@@ -31,6 +31,30 @@ impl KeyId {
         KeyId(digest.iter().map(|b| format!("{b:02x}")).collect())
     }
 
+    /// Parse a key id as written in a trust store or an envelope (ADR-0017).
+    ///
+    /// The canonical form is 64 lower-case hex digits. Upper-case hex digits are normalised to
+    /// lower case and a leading `sha256:` (the form `strata verify` prints digests in) is
+    /// removed; anything else, including surrounding or inner whitespace, is refused with a
+    /// message saying what is wrong, so a mistyped id can never silently match nothing.
+    pub fn parse(text: &str) -> Result<KeyId, String> {
+        if text.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "key id {text:?} contains whitespace; a key id is 64 hex digits"
+            ));
+        }
+        let hex = match text.get(..7) {
+            Some(p) if p.eq_ignore_ascii_case("sha256:") => &text[7..],
+            _ => text,
+        };
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "key id {text:?} is not 64 hex digits (the SHA-256 of the public key, as `strata keygen` prints it)"
+            ));
+        }
+        Ok(KeyId(hex.to_ascii_lowercase()))
+    }
+
     /// The id text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -187,6 +211,34 @@ mod tests {
         assert!(parse_public_key("ed25519:AAAA").is_err());
         assert!(parse_public_key("rsa:xyz").is_err());
         assert!(KeyPair::from_private_file_text("garbage").is_err());
+    }
+
+    /// Verifies ADR-0017: key ids are normalised (case, `sha256:` prefix) or refused.
+    #[test]
+    fn key_ids_are_normalised_or_refused() {
+        let id = KeyPair::from_seed(&[7; 32]).key_id();
+        let canon = id.as_str();
+        for form in [
+            canon.to_owned(),
+            canon.to_ascii_uppercase(),
+            format!("sha256:{canon}"),
+            format!("SHA256:{}", canon.to_ascii_uppercase()),
+        ] {
+            assert_eq!(KeyId::parse(&form).unwrap(), id, "{form}");
+        }
+        for bad in [
+            format!("{canon} "),
+            format!(" {canon}"),
+            format!("{canon}\n"),
+            canon[..63].to_owned(),
+            format!("{canon}0"),
+            format!("sha512:{canon}"),
+            format!("g{}", &canon[1..]),
+            String::new(),
+            format!("{}\u{a0}", &canon[..63]),
+        ] {
+            assert!(KeyId::parse(&bad).is_err(), "{bad:?} was accepted");
+        }
     }
 
     #[cfg(unix)]

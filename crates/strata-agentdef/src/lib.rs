@@ -10,6 +10,7 @@
 //! use strata_agentdef::{Loader, RollbackGuard, TrustStore};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let trust = TrustStore::read("trust.toml".as_ref())?;
+//! // Created once by the operator: `strata verify --init-rollback-state` (RollbackGuard::init).
 //! let guard = RollbackGuard::open("rollback.json")?;
 //! let agent = Loader::new(&trust, &guard).load_file("agent.signed.json".as_ref())?;
 //! println!("{} v{} digest {}", agent.agent_id(), agent.version(), agent.identity_digest());
@@ -23,6 +24,8 @@ pub mod error;
 pub mod keys;
 pub mod loader;
 pub mod rollback;
+#[cfg(feature = "postgres")]
+mod rollback_pg;
 pub mod time;
 pub mod trust;
 pub mod verified;
@@ -31,9 +34,9 @@ pub use definition::{check_definition, AgentDefinition, ModeTemplates, ResolvedT
 pub use envelope::{Envelope, PAYLOAD_TYPE};
 pub use error::AgentDefError;
 pub use keys::{format_public_key, parse_public_key, KeyId, KeyPair};
-pub use loader::{Expiry, Loader};
+pub use loader::{now_unix, Expiry, Loader};
 pub use rollback::RollbackGuard;
-pub use trust::TrustStore;
+pub use trust::{trust_store_digest, TrustStore};
 pub use verified::{render_identity, VerifiedAgent};
 
 use std::io::Read as _;

@@ -21,16 +21,66 @@ use crate::time::format_rfc3339;
 use crate::trust::TrustStore;
 use crate::verified::VerifiedAgent;
 
-/// Whether the definition's validity window is enforced. Skipping it weakens security, hence
-/// the loud name; there is no boolean form of this switch.
+/// The time policy: which instant validity windows (of the definition and of the signing keys)
+/// are checked at, or whether the definition's window is checked at all (ADR-0017).
+///
+/// Anything but [`Expiry::Enforce`] weakens security, hence the loud names; there is no boolean
+/// or bare-timestamp form of these switches, every load under them is logged at `warn`, and the
+/// [`VerifiedAgent`] remembers the policy it was loaded under, so that later checks
+/// ([`VerifiedAgent::check_current`]) apply the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Expiry {
-    /// Refuse definitions outside their `not_before` / `not_after` window (the default).
+    /// Check the definition's and the keys' windows against the system clock (the default).
     #[default]
     Enforce,
-    /// Accept expired and not-yet-valid definitions. For forensics on old definitions only;
-    /// never in a runtime that serves users.
+    /// Check every validity window at this instant (Unix seconds) instead of the clock: an
+    /// expired definition signed by an expired key is accepted if both were valid then. For
+    /// audits of old definitions and for tests with fixed fixtures; never in a runtime that
+    /// serves users.
+    TimeTravelDangerously(i64),
+    /// Accept expired and not-yet-valid definitions (the keys' windows are still checked
+    /// against the clock). For forensics on old definitions only; never in a runtime that serves
+    /// users.
     IgnoreDangerously,
+}
+
+impl Expiry {
+    /// The instant validity is checked at under this policy, given the clock's `now`.
+    pub fn instant(self, now: i64) -> i64 {
+        match self {
+            Expiry::TimeTravelDangerously(at) => at,
+            Expiry::Enforce | Expiry::IgnoreDangerously => now,
+        }
+    }
+
+    /// Log the policy at `warn` when it is not [`Expiry::Enforce`]; `what` names the operation.
+    /// The events have their own target, `strata_agentdef::time_policy`, so that a filter
+    /// quietening the loader's routine messages does not hide them.
+    pub fn warn_if_weakened(self, what: &str) {
+        match self {
+            Expiry::Enforce => {}
+            Expiry::TimeTravelDangerously(at) => tracing::warn!(
+                target: "strata_agentdef::time_policy",
+                at = %format_rfc3339(at),
+                now = %format_rfc3339(now_unix()),
+                "{what}: time travel (Expiry::TimeTravelDangerously): validity is checked at a \
+                 chosen instant instead of now, so an expired definition or key may be accepted"
+            ),
+            Expiry::IgnoreDangerously => tracing::warn!(
+                target: "strata_agentdef::time_policy",
+                "{what}: definition expiry ignored (Expiry::IgnoreDangerously): expired and \
+                 not-yet-valid definitions are accepted"
+            ),
+        }
+    }
+}
+
+/// The system clock in Unix seconds.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Loads signed agent definitions against a trust store and a rollback guard.
@@ -39,7 +89,6 @@ pub struct Loader<'a> {
     trust: &'a TrustStore,
     guard: &'a RollbackGuard,
     expiry: Expiry,
-    now: Option<i64>,
 }
 
 impl<'a> Loader<'a> {
@@ -49,28 +98,13 @@ impl<'a> Loader<'a> {
             trust,
             guard,
             expiry: Expiry::Enforce,
-            now: None,
         }
     }
 
-    /// Set the expiry policy.
+    /// Set the time policy.
     pub fn expiry(mut self, expiry: Expiry) -> Loader<'a> {
         self.expiry = expiry;
         self
-    }
-
-    /// Check validity windows at `unix_secs` instead of the clock (tests, audits).
-    pub fn at_time(mut self, unix_secs: i64) -> Loader<'a> {
-        self.now = Some(unix_secs);
-        self
-    }
-
-    fn now(&self) -> i64 {
-        self.now.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64)
-        })
     }
 
     /// Load a signed definition file; referenced files resolve next to it.
@@ -101,7 +135,8 @@ impl<'a> Loader<'a> {
         base: Option<&Path>,
     ) -> Result<VerifiedAgent, AgentDefError> {
         let env = Envelope::parse(bytes)?;
-        let now = self.now();
+        self.expiry.warn_if_weakened("loading an agent definition");
+        let now = self.expiry.instant(now_unix());
         let signers = verify_signatures(&env, self.trust, now)?;
         if env.payload_type != PAYLOAD_TYPE {
             return Err(AgentDefError::WrongPayloadType {
@@ -111,21 +146,8 @@ impl<'a> Loader<'a> {
         }
         // Verify, then read: the payload is parsed only now, from the exact verified bytes.
         let parsed = parse_payload(&env.payload, base)?;
-        if self.expiry == Expiry::Enforce {
-            if let Some(nb) = parsed.not_before.filter(|nb| now < *nb) {
-                return Err(AgentDefError::NotYetValid {
-                    agent: parsed.def.id.clone(),
-                    not_before: format_rfc3339(nb),
-                });
-            }
-            if let Some(na) = parsed.not_after.filter(|na| now > *na) {
-                return Err(AgentDefError::Expired {
-                    agent: parsed.def.id.clone(),
-                    not_after: format_rfc3339(na),
-                });
-            }
-        } else {
-            tracing::warn!("expiry checks skipped (Expiry::IgnoreDangerously)");
+        if self.expiry != Expiry::IgnoreDangerously {
+            check_window(&parsed.def.id, parsed.not_before, parsed.not_after, now)?;
         }
         let sha: String = Sha256::digest(&env.payload)
             .iter()
@@ -133,8 +155,45 @@ impl<'a> Loader<'a> {
             .collect();
         self.guard
             .check_and_record(&parsed.def.id, parsed.def.version, &sha)?;
-        Ok(VerifiedAgent::seal(parsed, signers, sha))
+        let signer_windows = signers
+            .iter()
+            .filter_map(|id| self.trust.key(id.as_str()))
+            .map(|k| (k.id.clone(), k.not_before, k.not_after))
+            .collect();
+        Ok(VerifiedAgent::seal(
+            parsed,
+            signers,
+            sha,
+            crate::verified::Validity {
+                expiry: self.expiry,
+                signer_windows,
+                threshold: self.trust.threshold(),
+                trust_digest: self.trust.digest(),
+            },
+        ))
     }
+}
+
+/// Refuse `now` outside the definition's window.
+pub(crate) fn check_window(
+    agent: &str,
+    not_before: Option<i64>,
+    not_after: Option<i64>,
+    now: i64,
+) -> Result<(), AgentDefError> {
+    if let Some(nb) = not_before.filter(|nb| now < *nb) {
+        return Err(AgentDefError::NotYetValid {
+            agent: agent.to_owned(),
+            not_before: format_rfc3339(nb),
+        });
+    }
+    if let Some(na) = not_after.filter(|na| now > *na) {
+        return Err(AgentDefError::Expired {
+            agent: agent.to_owned(),
+            not_after: format_rfc3339(na),
+        });
+    }
+    Ok(())
 }
 
 /// Check every signature; succeed only with `threshold` distinct trusted, unrevoked, currently
@@ -151,6 +210,13 @@ fn verify_signatures(
     let mut valid = BTreeSet::new();
     let (mut bad, mut revoked, mut expired, mut unknown) = (None, None, None, Vec::new());
     for s in &env.signatures {
+        // An envelope is machine-written and every byte of it must count (I5): only the
+        // canonical form of a key id (64 lower-case hex digits) names a key there; trust stores,
+        // written by people, are normalised instead (ADR-0017).
+        if !KeyId::parse(&s.keyid).is_ok_and(|id| id.as_str() == s.keyid) {
+            unknown.push(s.keyid.clone());
+            continue;
+        }
         if let Some(reason) = trust.revoked(&s.keyid) {
             revoked.get_or_insert((s.keyid.clone(), reason.to_owned()));
             continue;

@@ -16,12 +16,20 @@
 //! id = "<key id>"
 //! reason = "laptop lost"
 //! ```
+//!
+//! ADR-0017 hardens the store against mistakes and damage: every key id (listed or revoked) is
+//! validated and normalised by [`KeyId::parse`]; a revocation must name a listed key (a
+//! revocation of an unlisted key has no effect, so it is a typo or damage and is refused);
+//! validity dates must be after 1970 and `not_before` before `not_after`; and the store itself
+//! can be pinned by the SHA-256 of its exact bytes ([`TrustStore::digest`],
+//! [`TrustStore::read_pinned`]), which `strata verify` prints and checks.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use crate::error::AgentDefError;
 use crate::keys::{format_public_key, parse_public_key, KeyId};
@@ -102,6 +110,30 @@ pub struct TrustStore {
     threshold: usize,
     keys: BTreeMap<String, TrustedKey>,
     revoked: BTreeMap<String, String>,
+    digest: String,
+}
+
+/// Earliest validity date accepted in a trust store (1970-01-01): an earlier one is a typo or
+/// damage (a flipped byte can turn 2026 into 0026).
+const EARLIEST_DATE: i64 = 0;
+
+/// Lower-case hex SHA-256 of the exact bytes of a trust store (ADR-0017).
+pub fn trust_store_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Parse a pin: 64 hex digits, optionally after `sha256:`; normalised to lower case.
+pub fn parse_pin(pin: &str) -> Result<String, AgentDefError> {
+    KeyId::parse(pin)
+        .map(|k| k.as_str().to_owned())
+        .map_err(|_| {
+            AgentDefError::InvalidTrustStore(format!(
+                "trust store pin {pin:?} is not `sha256:<64 hex digits>`; copy it from the `trust=` field `strata verify` prints"
+            ))
+        })
 }
 
 impl TrustStore {
@@ -121,17 +153,27 @@ impl TrustStore {
             let key = parse_public_key(&k.public_key)
                 .map_err(|e| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name)))?;
             let id = KeyId::of(&key);
-            if id.as_str() != k.id {
+            let listed = KeyId::parse(&k.id)
+                .map_err(|e| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name)))?;
+            if id != listed {
                 return Err(AgentDefError::InvalidTrustStore(format!(
                     "key `{}` says id {} but its public key has id {id}",
                     k.name, k.id
                 )));
             }
-            let parse = |v: &Option<String>| {
-                v.as_deref()
-                    .map(parse_rfc3339)
-                    .transpose()
-                    .map_err(|e| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name)))
+            let bad =
+                |e: String| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name));
+            let parse = |v: &Option<String>| -> Result<Option<i64>, AgentDefError> {
+                let Some(text) = v.as_deref() else {
+                    return Ok(None);
+                };
+                let t = parse_rfc3339(text).map_err(bad)?;
+                if t < EARLIEST_DATE {
+                    return Err(bad(format!(
+                        "validity date `{text}` is before 1970; check the year"
+                    )));
+                }
+                Ok(Some(t))
             };
             let tk = TrustedKey {
                 id: id.clone(),
@@ -140,6 +182,15 @@ impl TrustStore {
                 not_before: parse(&k.not_before)?,
                 not_after: parse(&k.not_after)?,
             };
+            if let (Some(nb), Some(na)) = (tk.not_before, tk.not_after) {
+                if nb >= na {
+                    return Err(bad(format!(
+                        "not_before {} is not before not_after {}",
+                        format_rfc3339(nb),
+                        format_rfc3339(na)
+                    )));
+                }
+            }
             if keys.insert(id.to_string(), tk).is_some() {
                 return Err(AgentDefError::InvalidTrustStore(format!(
                     "key {id} is listed twice"
@@ -148,7 +199,18 @@ impl TrustStore {
         }
         let mut revoked = BTreeMap::new();
         for r in raw.revoked {
-            revoked.insert(r.id, r.reason);
+            let id = KeyId::parse(&r.id)
+                .map_err(|e| AgentDefError::InvalidTrustStore(format!("[[revoked]] entry: {e}")))?;
+            if !keys.contains_key(id.as_str()) {
+                return Err(AgentDefError::InvalidTrustStore(format!(
+                    "[[revoked]] id {id} matches no key in [[keys]]; a revocation only acts on a listed key, so this one is a typo or damage. Fix the id, and keep the revoked key's [[keys]] entry next to its revocation"
+                )));
+            }
+            if revoked.insert(id.to_string(), r.reason).is_some() {
+                return Err(AgentDefError::InvalidTrustStore(format!(
+                    "key {id} is revoked twice"
+                )));
+            }
         }
         if raw.threshold == 0 {
             return Err(AgentDefError::InvalidTrustStore(
@@ -166,6 +228,7 @@ impl TrustStore {
             threshold: raw.threshold,
             keys,
             revoked,
+            digest: trust_store_digest(text.as_bytes()),
         })
     }
 
@@ -175,6 +238,30 @@ impl TrustStore {
         let text = String::from_utf8(bytes)
             .map_err(|_| AgentDefError::InvalidTrustStore("not UTF-8".into()))?;
         TrustStore::from_toml(&text)
+    }
+
+    /// Read a trust store file and refuse it unless the SHA-256 of its exact bytes is `pin`
+    /// (`sha256:<hex>` or bare hex, as [`TrustStore::digest`] gives it). The digest is checked
+    /// before the file is parsed (ADR-0017).
+    pub fn read_pinned(path: &Path, pin: &str) -> Result<TrustStore, AgentDefError> {
+        let expected = parse_pin(pin)?;
+        let bytes = crate::read_limited(path, MAX_TRUST_STORE_BYTES as u64, "trust store")?;
+        let found = trust_store_digest(&bytes);
+        if found != expected {
+            return Err(AgentDefError::TrustStoreNotPinned {
+                path: path.to_owned(),
+                expected,
+                found,
+            });
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| AgentDefError::InvalidTrustStore("not UTF-8".into()))?;
+        TrustStore::from_toml(&text)
+    }
+
+    /// `sha256:<hex>` of the exact bytes this store was parsed from: the value to pin.
+    pub fn digest(&self) -> String {
+        format!("sha256:{}", self.digest)
     }
 
     /// A trust store text trusting exactly the given keys (name, key), threshold 1.
@@ -201,14 +288,16 @@ impl TrustStore {
         self.threshold
     }
 
-    /// The trusted key with this id, if not revoked.
+    /// The trusted key with this id (in any form [`KeyId::parse`] accepts), revoked or not.
     pub fn key(&self, id: &str) -> Option<&TrustedKey> {
-        self.keys.get(id)
+        let id = KeyId::parse(id).ok()?;
+        self.keys.get(id.as_str())
     }
 
-    /// The revocation reason if `id` is revoked.
+    /// The revocation reason if `id` (in any form [`KeyId::parse`] accepts) is revoked.
     pub fn revoked(&self, id: &str) -> Option<&str> {
-        self.revoked.get(id).map(String::as_str)
+        let id = KeyId::parse(id).ok()?;
+        self.revoked.get(id.as_str()).map(String::as_str)
     }
 
     /// All trusted keys.

@@ -12,7 +12,20 @@ use strata_core::format::{write_trusted, SectionHeader};
 use strata_core::{Budget, ContentHash, IdentityLayers, OperationalMode, PromptMode};
 
 use crate::definition::{ModeTemplates, Parsed};
+use crate::error::AgentDefError;
 use crate::keys::KeyId;
+use crate::loader::{check_window, now_unix, Expiry};
+use crate::time::format_rfc3339;
+
+/// What the loader knew about time when it sealed an agent: the policy, and the validity
+/// windows of the keys that signed it (ADR-0017).
+#[derive(Debug, Clone)]
+pub(crate) struct Validity {
+    pub(crate) expiry: Expiry,
+    pub(crate) signer_windows: Vec<(KeyId, Option<i64>, Option<i64>)>,
+    pub(crate) threshold: usize,
+    pub(crate) trust_digest: String,
+}
 
 struct Inner {
     agent_id: Arc<str>,
@@ -29,6 +42,7 @@ struct Inner {
     identity_text: Arc<str>,
     digest: ContentHash,
     payload_sha256: String,
+    validity: Validity,
 }
 
 /// A verified agent definition: the sealed layers 1-2 and what the definition says about them.
@@ -71,6 +85,7 @@ impl VerifiedAgent {
         parsed: Parsed,
         signers: Vec<KeyId>,
         payload_sha256: String,
+        validity: Validity,
     ) -> VerifiedAgent {
         let identity_text: Arc<str> = Arc::from(render_identity(&parsed.identity));
         let digest = ContentHash::of(&identity_text);
@@ -91,7 +106,97 @@ impl VerifiedAgent {
                 identity_text,
                 digest,
                 payload_sha256,
+                validity,
             }),
+        }
+    }
+
+    /// The time policy this agent was loaded under.
+    pub fn loaded_under(&self) -> Expiry {
+        self.inner.validity.expiry
+    }
+
+    /// `sha256:<hex>` of the trust store it was verified against (ADR-0017).
+    pub fn trust_digest(&self) -> &str {
+        &self.inner.validity.trust_digest
+    }
+
+    /// The last instant (Unix seconds) at which the agent is valid: the earlier of the
+    /// definition's `not_after` and the moment fewer than the threshold of its signing keys
+    /// remain within their windows. `None` when nothing ever ends it.
+    pub fn valid_until(&self) -> Option<i64> {
+        let v = &self.inner.validity;
+        // Key ends, latest first (no end sorts first): the threshold-th is when too few remain.
+        let mut ends: Vec<Option<i64>> = v.signer_windows.iter().map(|w| w.2).collect();
+        ends.sort_by(|a, b| match (a, b) {
+            (None, None) => std::cmp::Ordering::Equal,
+            (None, Some(_)) => std::cmp::Ordering::Less,
+            (Some(_), None) => std::cmp::Ordering::Greater,
+            (Some(x), Some(y)) => y.cmp(x),
+        });
+        let keys_end = ends.get(v.threshold.saturating_sub(1)).copied().flatten();
+        match (self.inner.not_after, keys_end) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Check, strictly and whatever policy it was loaded under, that the agent is valid at
+    /// `unix_secs`: the definition's window contains it and at least the threshold of the keys
+    /// that signed it are within their windows. Errors are the loader's (`expired`,
+    /// `not_yet_valid`, `key_not_valid`).
+    pub fn check_valid_at(&self, unix_secs: i64) -> Result<(), AgentDefError> {
+        check_window(
+            &self.inner.agent_id,
+            self.inner.not_before,
+            self.inner.not_after,
+            unix_secs,
+        )?;
+        self.check_keys_at(unix_secs)
+    }
+
+    fn check_keys_at(&self, t: i64) -> Result<(), AgentDefError> {
+        let v = &self.inner.validity;
+        let within = |nb: &Option<i64>, na: &Option<i64>| {
+            nb.is_none_or(|nb| t >= nb) && na.is_none_or(|na| t <= na)
+        };
+        let valid = v
+            .signer_windows
+            .iter()
+            .filter(|(_, nb, na)| within(nb, na))
+            .count();
+        if valid >= v.threshold {
+            return Ok(());
+        }
+        let (keyid, window) = v
+            .signer_windows
+            .iter()
+            .find(|(_, nb, na)| !within(nb, na))
+            .map(|(id, nb, na)| {
+                (
+                    id.to_string(),
+                    format!(
+                        "{} to {}",
+                        nb.map_or("any time".into(), format_rfc3339),
+                        na.map_or("no end".into(), format_rfc3339)
+                    ),
+                )
+            })
+            .unwrap_or_default();
+        Err(AgentDefError::KeyNotValid { keyid, window })
+    }
+
+    /// Check the agent against the clock under the policy it was loaded with, as every use of
+    /// an agent must (ADR-0017): [`Expiry::Enforce`] checks now; the dangerous policies are
+    /// logged at `warn` on every call, [`Expiry::TimeTravelDangerously`] checks at its instant
+    /// and [`Expiry::IgnoreDangerously`] skips the definition's window but not the keys'.
+    pub fn check_current(&self) -> Result<(), AgentDefError> {
+        let policy = self.inner.validity.expiry;
+        policy.warn_if_weakened("using an agent");
+        let at = policy.instant(now_unix());
+        match policy {
+            Expiry::IgnoreDangerously => self.check_keys_at(at),
+            _ => self.check_valid_at(at),
         }
     }
 

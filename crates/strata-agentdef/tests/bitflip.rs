@@ -25,7 +25,9 @@ fn the_unmodified_envelope_verifies() {
     let (bytes, trust, dir) = setup();
     let guard = RollbackGuard::in_memory();
     Loader::new(&trust, &guard)
-        .at_time(common::CHECK_TIME)
+        .expiry(strata_agentdef::Expiry::TimeTravelDangerously(
+            common::CHECK_TIME,
+        ))
         .load_bytes(&bytes, Some(dir.path()))
         .unwrap();
 }
@@ -44,7 +46,7 @@ proptest! {
         let i = pos.index(bytes.len());
         bytes[i] ^= 1 << bit;
         let guard = RollbackGuard::in_memory();
-        let r = Loader::new(&trust, &guard).at_time(common::CHECK_TIME).load_bytes(&bytes, Some(dir.path()));
+        let r = Loader::new(&trust, &guard).expiry(strata_agentdef::Expiry::TimeTravelDangerously(common::CHECK_TIME)).load_bytes(&bytes, Some(dir.path()));
         prop_assert!(r.is_err(), "bit {} of byte {} flipped and still verified", bit, i);
     }
 }

@@ -23,12 +23,16 @@ fn load(dir: &Path) -> Result<strata_agentdef::VerifiedAgent, AgentDefError> {
     let trust = TrustStore::read(&dir.join("trust.toml"))?;
     let tmp = tempfile::tempdir().unwrap();
     let guard_path = tmp.path().join("rollback.json");
-    if dir.join("rollback.json").exists() {
+    let guard = if dir.join("rollback.json").exists() {
         std::fs::copy(dir.join("rollback.json"), &guard_path).unwrap();
-    }
-    let guard = RollbackGuard::open(&guard_path)?;
+        RollbackGuard::open(&guard_path)?
+    } else {
+        RollbackGuard::init(&guard_path)?
+    };
     Loader::new(&trust, &guard)
-        .at_time(common::CHECK_TIME)
+        .expiry(strata_agentdef::Expiry::TimeTravelDangerously(
+            common::CHECK_TIME,
+        ))
         .load_file(&dir.join("envelope.json"))
 }
 
@@ -117,18 +121,22 @@ fn rollback_is_refused_after_a_newer_version_is_accepted() {
         .to_json()
     };
     {
-        let guard = RollbackGuard::open(&guard_path).unwrap();
-        let l = Loader::new(&trust, &guard).at_time(common::CHECK_TIME);
+        let guard = RollbackGuard::init(&guard_path).unwrap();
+        let l = Loader::new(&trust, &guard).expiry(strata_agentdef::Expiry::TimeTravelDangerously(
+            common::CHECK_TIME,
+        ));
         l.load_bytes(v(4).as_bytes(), Some(tmp.path())).unwrap();
         l.load_bytes(v(4).as_bytes(), Some(tmp.path())).unwrap();
     }
     // A new process (a new guard read from disk) still refuses the older version.
     let guard = RollbackGuard::open(&guard_path).unwrap();
-    let l = Loader::new(&trust, &guard).at_time(common::CHECK_TIME);
+    let l = Loader::new(&trust, &guard).expiry(strata_agentdef::Expiry::TimeTravelDangerously(
+        common::CHECK_TIME,
+    ));
     let e = l.load_bytes(v(3).as_bytes(), Some(tmp.path())).unwrap_err();
     assert_eq!(e.cause(), "rolled_back", "{e}");
     l.load_bytes(v(5).as_bytes(), Some(tmp.path())).unwrap();
-    assert_eq!(guard.seen("ada").unwrap().version, 5);
+    assert_eq!(guard.seen("ada").unwrap().unwrap().version, 5);
 }
 
 #[test]
@@ -136,7 +144,9 @@ fn expiry_can_be_skipped_only_by_the_loud_switch() {
     let dir = fixtures_dir().join("expired");
     let trust = TrustStore::read(&dir.join("trust.toml")).unwrap();
     let guard = RollbackGuard::in_memory();
-    let strict = Loader::new(&trust, &guard).at_time(common::CHECK_TIME);
+    let strict = Loader::new(&trust, &guard).expiry(
+        strata_agentdef::Expiry::TimeTravelDangerously(common::CHECK_TIME),
+    );
     assert_eq!(
         strict
             .load_file(&dir.join("envelope.json"))
@@ -145,7 +155,9 @@ fn expiry_can_be_skipped_only_by_the_loud_switch() {
         "expired"
     );
     let lax = Loader::new(&trust, &guard)
-        .at_time(common::CHECK_TIME)
+        .expiry(strata_agentdef::Expiry::TimeTravelDangerously(
+            common::CHECK_TIME,
+        ))
         .expiry(strata_agentdef::Expiry::IgnoreDangerously);
     assert!(lax.load_file(&dir.join("envelope.json")).is_ok());
 }

@@ -58,15 +58,15 @@ fn typical(c: &mut Criterion) {
     let warm = Assembler::new(tok.clone());
     let out = warm.assemble(&agent, &req).unwrap();
     let mut g = c.benchmark_group("typical_30_sections");
-    g.throughput(Throughput::Bytes(out.text.len() as u64));
+    g.throughput(Throughput::Bytes(out.text().len() as u64));
     g.bench_function("baseline_copy_and_hash_output", |b| {
         b.iter(|| {
-            let copy = black_box(out.text.as_str()).to_owned();
+            let copy = black_box(out.text()).to_owned();
             black_box(blake3::hash(copy.as_bytes()))
         })
     });
     g.bench_function("baseline_tokenize_output_once", |b| {
-        b.iter(|| black_box(tok.count(black_box(&out.text))))
+        b.iter(|| black_box(tok.count(black_box(out.text()))))
     });
     g.bench_function("assemble_warm", |b| {
         b.iter(|| black_box(warm.assemble(&agent, &req).unwrap()))
@@ -106,7 +106,7 @@ fn scaling(c: &mut Criterion) {
         let req = request(n, 2, (n as u32) * 3 + 400);
         let a = Assembler::new(tok.clone());
         let out = a.assemble(&agent, &req).unwrap();
-        assert!(out.report.layers.iter().map(|l| l.dropped).sum::<usize>() > n / 2);
+        assert!(out.report().layers.iter().map(|l| l.dropped).sum::<usize>() > n / 2);
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &req, |b, req| {
             b.iter(|| black_box(a.assemble(&agent, req).unwrap()))

@@ -77,7 +77,7 @@ fn receipts(c: &mut Criterion) {
                 let ctx = warm.assemble(&agent, &req).unwrap();
                 let sent = match provider {
                     Some(p) => body_bytes(&ctx.request_body(p, &params).unwrap()),
-                    None => ctx.text.clone().into_bytes(),
+                    None => ctx.text().to_owned().into_bytes(),
                 };
                 black_box((ctx, sent))
             })
@@ -87,7 +87,7 @@ fn receipts(c: &mut Criterion) {
             b.iter(|| {
                 let s = match provider {
                     Some(_) => Sent::Body(&sent),
-                    None => Sent::Text(&r.context.text),
+                    None => Sent::Text(r.context.text()),
                 };
                 let st = receipt::statement(&agent, &req, &r.context, s, key.key_id().as_str());
                 black_box(SignedReceipt::sign(st, &key).unwrap())
@@ -97,7 +97,7 @@ fn receipts(c: &mut Criterion) {
         let sent_for_parts = r.sent.clone();
         let sent_of = || match provider {
             Some(_) => Sent::Body(&sent_for_parts),
-            None => Sent::Text(&r.context.text),
+            None => Sent::Text(r.context.text()),
         };
         let id = key.key_id().to_string();
         g.bench_function("part_statement", |b| {

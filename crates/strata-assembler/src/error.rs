@@ -35,6 +35,10 @@ pub enum AssembleError {
         /// What is wrong and how to repair it.
         why: String,
     },
+    /// The agent is not valid at the time of the assembly (expired, not yet valid, or too few
+    /// of its signing keys valid).
+    #[error("agent not valid at the time of assembly: {0}; load a current definition (the running one is refused past its validity)")]
+    AgentNotValid(String),
     /// A provider-native request would hold nothing after the system prompt.
     #[error(
         "nothing to send after the system prompt: give at least one user turn or context section"

@@ -29,6 +29,7 @@ pub mod receipt;
 pub mod receipt_log;
 pub mod report;
 pub mod request;
+pub mod session;
 
 pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 pub use error::AssembleError;
@@ -44,6 +45,12 @@ pub use receipt::{
 pub use receipt_log::{Audit, LogError, ReceiptLog};
 pub use report::{Report, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
+pub use session::{
+    PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError, StoreSpec, ToolCall,
+    TurnOptions,
+};
+pub use strata_memory::{LongTermMemory, NewMemory, SearchOptions, SqliteStore};
+pub use strata_registry::{Config, GoalManager, Registry};
 
 pub use strata_agentdef::{
     AgentDefError, Expiry, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent,

@@ -7,26 +7,49 @@ use strata_core::{ContentHash, ToolName};
 use crate::provider::{Conversation, Provider, RequestError, RequestParams};
 use crate::report::Report;
 
-/// The result of one assembly.
+/// The result of one assembly. Read-only: it can only be produced by the assembler, so what a
+/// runtime sends is what the assembler checked (I1, I8).
 #[derive(Debug, Clone, Serialize)]
 pub struct AssembledContext {
-    /// The system prompt text: rendered layers 1-2, byte for byte, then fenced layers 3-6.
-    pub text: String,
-    /// BLAKE3 of the rendered layers 1-2.
-    pub identity_digest: ContentHash,
-    /// Tools the model may be offered.
-    pub tools: Vec<ToolName>,
-    /// What was kept, cut and dropped.
-    pub report: Report,
-    /// The conversation placed into a provider's channels, when the request named a provider
-    /// (then `text` holds the system channel alone: the signed text).
-    pub conversation: Option<Conversation>,
+    pub(crate) text: String,
+    pub(crate) identity_digest: ContentHash,
+    pub(crate) tools: Vec<ToolName>,
+    pub(crate) report: Report,
+    pub(crate) conversation: Option<Conversation>,
 }
 
 impl AssembledContext {
+    /// The plain text: rendered layers 1-2, byte for byte, then fenced layers 3-6. For a
+    /// provider request, the system channel alone (the signed text).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// BLAKE3 of the rendered layers 1-2.
+    pub fn identity_digest(&self) -> ContentHash {
+        self.identity_digest
+    }
+
+    /// Tools the model may be offered.
+    pub fn tools(&self) -> &[ToolName] {
+        &self.tools
+    }
+
+    /// What was kept, cut and dropped, and why.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// The conversation placed into a provider's channels, when the request named a provider.
+    pub fn conversation(&self) -> Option<&Conversation> {
+        self.conversation.as_ref()
+    }
+
     /// Bytes of the stable prefix (layers 1-2 and the stable sections that lead the rest).
     pub fn stable_prefix(&self) -> &str {
-        &self.text[..self.report.stable_prefix.byte]
+        self.text
+            .get(..self.report.stable_prefix.byte)
+            .unwrap_or(&self.text)
     }
 
     /// The complete request body for `provider` (which must be the provider the assembly was
@@ -57,17 +80,20 @@ impl AssembledContext {
         let mut blocks = Vec::new();
         let mut start = 0;
         for bp in &self.report.breakpoints {
-            if bp.byte > start {
+            let Some(text) = self.text.get(start..bp.byte).filter(|t| !t.is_empty()) else {
+                continue;
+            };
+            {
                 blocks.push(json!({
                     "type": "text",
-                    "text": &self.text[start..bp.byte],
+                    "text": text,
                     "cache_control": { "type": "ephemeral" }
                 }));
                 start = bp.byte;
             }
         }
-        if start < self.text.len() {
-            blocks.push(json!({ "type": "text", "text": &self.text[start..] }));
+        if let Some(rest) = self.text.get(start..).filter(|t| !t.is_empty()) {
+            blocks.push(json!({ "type": "text", "text": rest }));
         }
         Value::Array(blocks)
     }

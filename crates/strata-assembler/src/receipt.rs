@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use strata_agentdef::envelope::{pae, Envelope};
-use strata_agentdef::{KeyPair, TrustStore, VerifiedAgent};
+use strata_agentdef::{KeyId, KeyPair, TrustStore, VerifiedAgent};
 use strata_core::format::Authority;
 use strata_core::{ContentHash, Layer, Role, RuntimeLayer, Tier};
 
@@ -819,6 +819,12 @@ fn verify_inner(bytes: &[u8], trust: &TrustStore) -> Result<VerifiedReceipt, Rec
     let message = pae(&env.payload_type, &env.payload);
     let (mut signer, mut bad, mut revoked, mut unknown) = (None, None, None, Vec::new());
     for s in &env.signatures {
+        // Every byte of a receipt counts: only the canonical key id (64 lower-case hex digits)
+        // names a key in an envelope, though trust stores accept other spellings.
+        if !KeyId::parse(&s.keyid).is_ok_and(|id| id.as_str() == s.keyid) {
+            unknown.push(s.keyid.clone());
+            continue;
+        }
         if let Some(reason) = trust.revoked(&s.keyid) {
             revoked.get_or_insert((s.keyid.clone(), reason.to_owned()));
             continue;

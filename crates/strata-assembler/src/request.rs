@@ -87,4 +87,8 @@ pub struct AssemblyRequest {
     pub provider: Option<crate::provider::Provider>,
     /// Settings of provider-native assemblies.
     pub provider_options: crate::provider::ProviderOptions,
+    /// The time of this assembly (Unix milliseconds). When given, the agent must be valid then,
+    /// under the time policy it was loaded with (ADR-0017); the session API always gives it.
+    /// The assembler reads no clock of its own.
+    pub now_ms: Option<i64>,
 }

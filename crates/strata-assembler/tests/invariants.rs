@@ -181,9 +181,9 @@ proptest! {
     fn identity_first_intact_and_no_forged_boundaries(req in request()) {
         let agent = agent();
         let Ok(ctx) = assembler().assemble(agent, &req) else { return Ok(()) };
-        prop_assert!(ctx.text.starts_with(agent.identity_text()));
-        prop_assert_eq!(ctx.text.matches(agent.identity_text()).count(), 1);
-        let parsed = parse(&ctx.text).unwrap();
+        prop_assert!(ctx.text().starts_with(agent.identity_text()));
+        prop_assert_eq!(ctx.text().matches(agent.identity_text()).count(), 1);
+        let parsed = parse(ctx.text()).unwrap();
         let signed: Vec<_> = parsed.iter().take_while(|p| matches!(p, Parsed::Section { trust: strata_core::format::Trust::Signed, .. })).collect();
         prop_assert_eq!(signed.len(), agent.identity().sections().len());
         for (p, s) in signed.iter().zip(agent.identity().sections()) {
@@ -218,10 +218,10 @@ proptest! {
             }
         }
         // Exact budget: the report's total is the tokenizer's count of the text, within budget.
-        prop_assert_eq!(ctx.report.used_tokens, TiktokenTokenizer::o200k().count(&ctx.text) as u64);
-        prop_assert!(ctx.report.used_tokens <= ctx.report.prompt_budget);
-        if let Some(mc) = ctx.report.max_total_chars {
-            prop_assert!(ctx.text.chars().count() as u64 <= mc);
+        prop_assert_eq!(ctx.report().used_tokens, TiktokenTokenizer::o200k().count(ctx.text()) as u64);
+        prop_assert!(ctx.report().used_tokens <= ctx.report().prompt_budget);
+        if let Some(mc) = ctx.report().max_total_chars {
+            prop_assert!(ctx.text().chars().count() as u64 <= mc);
         }
     }
 
@@ -231,7 +231,7 @@ proptest! {
     fn sticky_and_identity_never_trimmed(req in request()) {
         match assembler().assemble(agent(), &req) {
             Ok(ctx) => {
-                for r in ctx.report.sections.iter().filter(|r| r.sticky) {
+                for r in ctx.report().sections.iter().filter(|r| r.sticky) {
                     prop_assert!(
                         matches!(r.status, SectionStatus::Kept | SectionStatus::Filtered { .. } | SectionStatus::Overridden { .. }),
                         "sticky {} was {:?}", r.id, r.status
@@ -255,7 +255,9 @@ proptest! {
         let identity_ids: BTreeSet<String> = agent.identity().sections().iter().map(|s| s.id().to_string()).collect();
         // Reference model of the rule: in order of authority (layer, then score, id, hash), a
         // section wins its key unless identity or an earlier winner holds its id or key.
-        let mut live: Vec<&Section> = req.sections.iter().filter(|s| s.modes().contains(req.mode) && s.paths().contains(req.path)).collect();
+        // The tool catalog's id and key are reserved for the assembler (ADR-0007).
+        let reserved = |s: &Section| s.id().as_str() == TOOL_CATALOG_ID || s.key().is_some_and(|k| k.as_str() == TOOL_CATALOG_KEY);
+        let mut live: Vec<&Section> = req.sections.iter().filter(|s| !reserved(s) && s.modes().contains(req.mode) && s.paths().contains(req.path)).collect();
         live.sort_by(|a, b| (a.layer(), std::cmp::Reverse(a.score()), a.id(), a.content_hash()).cmp(&(b.layer(), std::cmp::Reverse(b.score()), b.id(), b.content_hash())));
         let (mut ids, mut keys): (BTreeSet<String>, BTreeSet<String>) = (identity_ids.clone(), identity_keys.clone());
         let mut model: BTreeMap<String, Layer> = BTreeMap::new();
@@ -265,7 +267,7 @@ proptest! {
             if let Some(k) = s.key() { keys.insert(k.to_string()); model.insert(k.to_string(), s.layer().into()); }
         }
         let mut out_keys = BTreeSet::new();
-        for p in parse(&ctx.text).unwrap().into_iter().skip(agent.identity().sections().len()) {
+        for p in parse(ctx.text()).unwrap().into_iter().skip(agent.identity().sections().len()) {
             let Parsed::Section { layer, id, key, .. } = p else { continue };
             prop_assert!(!identity_ids.contains(&id), "runtime section reused identity id {}", id);
             if let Some(k) = key {
@@ -291,7 +293,7 @@ proptest! {
         let fresh = Assembler::o200k();
         let b = fresh.assemble(agent(), &shuffled);
         match (a, b) {
-            (Ok(a), Ok(b)) => prop_assert_eq!(a.text, b.text),
+            (Ok(a), Ok(b)) => prop_assert_eq!(a.text(), b.text()),
             (Err(a), Err(b)) => prop_assert_eq!(a, b),
             (a, b) => return Err(TestCaseError::fail(format!("{:?} vs {:?}", a.is_ok(), b.is_ok()))),
         }

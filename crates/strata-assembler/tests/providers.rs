@@ -319,11 +319,11 @@ proptest! {
             };
             let body = ctx.request_body(p, &params()).unwrap();
             let events = tool_events(p, &body);
-            let kept: BTreeSet<String> = ctx.report.sections.iter()
+            let kept: BTreeSet<String> = ctx.report().sections.iter()
                 .filter(|s| matches!(s.status, SectionStatus::Kept | SectionStatus::Cut { .. }))
                 .map(|s| s.id.clone())
                 .collect();
-            let conv = ctx.conversation.as_ref().unwrap();
+            let conv = ctx.conversation().unwrap();
             let expected_calls = conv.messages.iter().flat_map(|m| &m.blocks)
                 .filter(|b| matches!(b, Block::ToolUse { .. })).count();
             prop_assert_eq!(events.iter().filter(|(c, _)| *c).count(), expected_calls);
@@ -380,8 +380,8 @@ proptest! {
         };
         let body = ctx.request_body(Provider::OpenAiChat, &params()).unwrap();
         let reference = reference_count(&body);
-        let r = ctx.report.request.as_ref().unwrap();
-        prop_assert!(r.total_tokens <= ctx.report.prompt_budget);
+        let r = ctx.report().request.as_ref().unwrap();
+        prop_assert!(r.total_tokens <= ctx.report().prompt_budget);
         if r.count == "exact" {
             prop_assert_eq!(r.total_tokens, reference);
         } else {
@@ -403,7 +403,7 @@ fn appending_a_turn_keeps_the_prefix_byte_identical() {
             let b = assembler()
                 .assemble(agent(), &request(&c, p, &["And one more question."]))
                 .unwrap();
-            let (ca, cb) = (a.conversation.unwrap(), b.conversation.unwrap());
+            let (ca, cb) = (a.conversation().unwrap(), b.conversation().unwrap());
             let stable =
                 |m: &&Message| matches!(m.kind, MessageKind::StableContext | MessageKind::History);
             let pa: Vec<&Message> = ca.messages.iter().take_while(stable).collect();
@@ -489,7 +489,7 @@ fn broken_histories_are_typed_errors_or_reported_repairs() {
     };
     let ctx = assembler().assemble(agent(), &req).unwrap();
     let filtered: Vec<_> = ctx
-        .report
+        .report()
         .sections
         .iter()
         .filter(|s| matches!(&s.status, SectionStatus::Filtered { reason } if reason == "unpaired"))
@@ -531,7 +531,7 @@ fn tool_schemas_are_pinned_and_descriptions_untrusted() {
         ..Default::default()
     };
     let ctx = assembler().assemble(agent(), &req).unwrap();
-    let refused = &ctx.report.tools.refused;
+    let refused = &ctx.report().tools.refused;
     assert!(
         refused
             .iter()

@@ -134,7 +134,7 @@ fn receipt_matches_independent_references() {
         // What the runtime sends, written independently of the receipt code.
         let expected_sent = match provider {
             Some(p) => serde_json::to_vec(&r.context.request_body(p, &params()).unwrap()).unwrap(),
-            None => r.context.text.clone().into_bytes(),
+            None => r.context.text().to_owned().into_bytes(),
         };
         assert_eq!(r.sent, expected_sent);
         let env: Value = serde_json::from_str(&r.receipt.to_json()).unwrap();
@@ -452,6 +452,19 @@ fn fixtures() -> Vec<(&'static str, Fixture)> {
             ),
         ),
         (
+            "receipt_keyid_case_flipped",
+            fixture(
+                "unknown_key",
+                vec![("receipt.json", {
+                    let id = key.key_id().to_string();
+                    String::from_utf8(receipt.clone())
+                        .unwrap()
+                        .replace(&id, &id.to_ascii_uppercase())
+                        .into_bytes()
+                })],
+            ),
+        ),
+        (
             "receipt_no_signatures",
             fixture(
                 "no_signatures",
@@ -654,7 +667,7 @@ fn every_tamper_fixture_fails_with_its_own_error() {
         }
         seen += 1;
     }
-    assert_eq!(seen, 21);
+    assert_eq!(seen, 22);
 }
 
 /// Verifies ADR-0021: single-bit changes anywhere in a receipt file are refused. Every 7th
@@ -889,7 +902,7 @@ proptest! {
             // Budgets too small for the sticky sections fail with a typed error: no receipt.
             return Ok(());
         };
-        let report = &r.context.report;
+        let report = r.context.report();
         let rec = &r.receipt.statement.predicate.sections;
         prop_assert_eq!(rec.len(), report.sections.len());
         for (x, y) in rec.iter().zip(&report.sections) {
@@ -935,12 +948,12 @@ fn statement_builder_names_plain_text_by_its_bytes() {
         agent(),
         &request(None),
         &ctx,
-        Sent::Text(&ctx.text),
+        Sent::Text(ctx.text()),
         runtime_key().key_id().as_str(),
     );
     assert_eq!(
         st.subject[0].digest["sha256"],
-        hex(&Sha256::digest(ctx.text.as_bytes()))
+        hex(&Sha256::digest(ctx.text().as_bytes()))
     );
     assert_eq!(st.predicate.format, "text");
     assert!(st.predicate.counts.request.is_none());

@@ -100,6 +100,8 @@ enum Command {
     Memory(memory_cmd::MemoryArgs),
     /// Assemble a context from a signed definition and runtime input (layers 3-6).
     Assemble(cmd::assemble::AssembleArgs),
+    /// Run a conversation step by step: prepare a request, record replies and tool results.
+    Session(cmd::session::SessionArgs),
     /// Show an assembly report as a terminal table or a self-contained HTML page.
     Explain(cmd::explain::ExplainArgs),
     /// Run the example agent on an embedded SQLite memory, no setup needed.
@@ -118,6 +120,7 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
         Command::Inspect(args) => cmd::inspect::run(&args, out),
         Command::Memory(args) => memory_cmd::run(args).map_err(CliError::Failed),
         Command::Assemble(args) => cmd::assemble::run(&args, out),
+        Command::Session(args) => cmd::session::run(&args, out),
         Command::Explain(args) => cmd::explain::run(&args, out),
         Command::Demo(args) => cmd::demo::run(&args, out),
         Command::Receipt(args) => cmd::receipt::run(&args, out),

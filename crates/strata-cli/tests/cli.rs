@@ -142,7 +142,7 @@ fn keygen_sign_verify_round_trip() {
             "ada.signed.json",
             "--trust",
             "trust.toml",
-            "--at",
+            "--time-travel-dangerously",
             AT,
         ],
     );
@@ -152,7 +152,7 @@ fn keygen_sign_verify_round_trip() {
         line.starts_with("OK agent=ada version=3 digest=blake3:"),
         "{line}"
     );
-    assert!(line.ends_with(" signers=1"), "{line}");
+    assert!(line.contains(" signers=1 trust=sha256:"), "{line}");
     assert_eq!(verify.stdout.lines().count(), 1);
 
     let inspect = strata(
@@ -215,7 +215,7 @@ fn every_tamper_fixture_is_refused_by_verify_with_its_own_cause() {
             envelope.display().to_string(),
             "--trust".into(),
             trust.display().to_string(),
-            "--at".into(),
+            "--time-travel-dangerously".into(),
             AT.into(),
         ];
         if dir.join("rollback.json").exists() {
@@ -269,12 +269,42 @@ fn rollback_state_persists_across_runs() {
     );
     assert_eq!(v4.code, 0, "{}", v4.stderr);
     let verify = |file: &str, state: bool| {
-        let mut args = vec!["verify", file, "--trust", "trust.toml", "--at", AT];
+        let mut args = vec![
+            "verify",
+            file,
+            "--trust",
+            "trust.toml",
+            "--time-travel-dangerously",
+            AT,
+        ];
         if state {
             args.extend(["--rollback-state", "state.json"]);
         }
         strata(dir, &args)
     };
+    // A missing state file is refused, never taken as empty (ADR-0017).
+    let missing = verify("v4.json", true);
+    assert_eq!(missing.code, 1, "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("--init-rollback-state"),
+        "{}",
+        missing.stderr
+    );
+    let init = strata(
+        dir,
+        &[
+            "verify",
+            "v4.json",
+            "--trust",
+            "trust.toml",
+            "--time-travel-dangerously",
+            AT,
+            "--rollback-state",
+            "state.json",
+            "--init-rollback-state",
+        ],
+    );
+    assert_eq!(init.code, 0, "{}", init.stderr);
     assert_eq!(verify("v4.json", true).code, 0);
     let back = verify("v3.json", true);
     assert_eq!(back.code, 3);
@@ -294,7 +324,7 @@ fn rollback_state_persists_across_runs() {
             "v3.json",
             "--trust",
             "trust.toml",
-            "--at",
+            "--time-travel-dangerously",
             AT,
         ],
     );
@@ -313,7 +343,17 @@ fn expiry_is_skipped_only_by_the_loud_flag() {
     let fx = fixtures_dir().join("expired");
     let env = fx.join("envelope.json").display().to_string();
     let trust = fx.join("trust.toml").display().to_string();
-    let strict = strata(tmp.path(), &["verify", &env, "--trust", &trust, "--at", AT]);
+    let strict = strata(
+        tmp.path(),
+        &[
+            "verify",
+            &env,
+            "--trust",
+            &trust,
+            "--time-travel-dangerously",
+            AT,
+        ],
+    );
     assert_eq!(strict.code, 3);
     let lax = strata(
         tmp.path(),
@@ -322,8 +362,6 @@ fn expiry_is_skipped_only_by_the_loud_flag() {
             &env,
             "--trust",
             &trust,
-            "--at",
-            AT,
             "--ignore-expiry-dangerously",
         ],
     );
@@ -365,7 +403,7 @@ fn append_gives_a_two_of_two_envelope() {
                 "ada.signed.json",
                 "--trust",
                 "trust.toml",
-                "--at",
+                "--time-travel-dangerously",
                 AT,
             ],
         )
@@ -395,7 +433,7 @@ fn append_gives_a_two_of_two_envelope() {
     let two = verify();
     assert_eq!(two.code, 0, "{}", two.stderr);
     assert!(
-        two.stdout.trim_end().ends_with(" signers=2"),
+        two.stdout.contains(" signers=2 trust=sha256:"),
         "{}",
         two.stdout
     );
@@ -477,7 +515,14 @@ fn sign_to_stdout_writes_the_envelope_there_and_quiet_silences_status() {
     std::fs::write(dir.join("piped.json"), &r.stdout).unwrap();
     let v = strata(
         dir,
-        &["verify", "piped.json", "--trust", "trust.toml", "--at", AT],
+        &[
+            "verify",
+            "piped.json",
+            "--trust",
+            "trust.toml",
+            "--time-travel-dangerously",
+            AT,
+        ],
     );
     assert_eq!(v.code, 0, "{}", v.stderr);
     // Status lines go to stderr, and --quiet silences them.
@@ -662,7 +707,14 @@ fn usage_errors_exit_2_and_missing_files_exit_1_without_panicking() {
     let dir = tmp.path();
     let usage = [
         vec!["verify", "x.json"],
-        vec!["verify", "x.json", "--trust", "t.toml", "--at", "yesterday"],
+        vec![
+            "verify",
+            "x.json",
+            "--trust",
+            "t.toml",
+            "--time-travel-dangerously",
+            "yesterday",
+        ],
         vec!["keygen"],
         vec!["keygen", "--out", "a", "--public", "b"],
         vec!["sign", "ada.toml"],

@@ -177,3 +177,71 @@ fn every_provider_body_is_native_and_only_signed_text_is_system() {
     );
     assert_eq!(stdout.lines().last().unwrap(), "3 passed, 0 failed");
 }
+
+/// Verifies ADR-0016 through the command line: a tool-using conversation run one process per
+/// step (so every step survives a restart), printing sendable bodies.
+#[test]
+fn session_steps_run_a_conversation_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = root().join("crates/strata-cli/demo");
+    let run = |step: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("session")
+            .arg("--agent")
+            .arg(demo.join("agent.signed.json"))
+            .arg("--trust")
+            .arg(demo.join("trust.toml"))
+            .args(["--id", "s1", "--store"])
+            .arg(dir.path().join("m.db"))
+            .args(step)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{step:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let prepare = ["--format", "openai-chat", "--model", "gpt-test"];
+    let first: serde_json::Value = serde_json::from_str(&run(&[
+        &["prepare", "What does notes.txt say?"][..],
+        &prepare[..],
+    ]
+    .concat()))
+    .unwrap();
+    assert_eq!(first["messages"][0]["role"], "system");
+    run(&[
+        "reply",
+        "--tool-call",
+        "call_1:file_read:{\"path\":\"notes.txt\"}",
+    ]);
+    run(&["tool-result", "call_1", "Deploys freeze on Fridays."]);
+    let second: serde_json::Value =
+        serde_json::from_str(&run(
+            &[&["prepare", "--continue"][..], &prepare[..]].concat()
+        ))
+        .unwrap();
+    let msgs = second["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert!(roles.contains(&"tool"), "{roles:?}");
+    let call = msgs.iter().find(|m| m.get("tool_calls").is_some()).unwrap();
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "file_read");
+    run(&["reply", "They freeze on Fridays."]);
+    let third: serde_json::Value =
+        serde_json::from_str(&run(
+            &[&["prepare", "Is Thursday fine?"][..], &prepare[..]].concat()
+        ))
+        .unwrap();
+    let wire = third.to_string();
+    assert!(wire.contains("What does notes.txt say?") && wire.contains("They freeze on Fridays."));
+    assert_eq!(
+        third["messages"].as_array().unwrap().last().unwrap()["content"],
+        "Is Thursday fine?"
+    );
+    run(&["reset"]);
+    let after: serde_json::Value =
+        serde_json::from_str(&run(&[&["prepare", "Hello"][..], &prepare[..]].concat())).unwrap();
+    assert!(!after.to_string().contains("notes.txt say"));
+}

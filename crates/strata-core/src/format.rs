@@ -167,77 +167,184 @@ pub fn is_invisible_or_control(c: char) -> bool {
         || c == DATAMARK
 }
 
-const ROLE_LABELS: &[&str] = &[
-    "system",
-    "assistant",
-    "user",
-    "human",
-    "developer",
-    "tool",
-    "model",
-    "ai",
-    "function",
-];
-
-/// Length in bytes of a role label at the start of `rest` followed by optional spaces and `:`,
-/// returning the byte offset of the colon.
-fn role_label_colon(rest: &str) -> Option<usize> {
-    let word_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
-    if word_len == 0 {
-        return None;
-    }
-    let word = rest[..word_len].to_ascii_lowercase();
-    if !ROLE_LABELS.contains(&word.as_str()) {
-        return None;
-    }
-    let after = &rest[word_len..];
-    let spaces = after
-        .bytes()
-        .take_while(|b| *b == b' ' || *b == b'\t')
-        .count();
-    (after.as_bytes().get(spaces) == Some(&b':')).then_some(word_len + spaces)
+/// True for the characters that may precede a heading or role label at the start of a line
+/// without changing how a reader sees it: spaces, tabs, every other Unicode blank (NBSP,
+/// U+2003, U+2007, U+205F, U+3000 ...), the braille blank U+2800 and invisible characters.
+fn is_line_start_blank(c: char) -> bool {
+    c != '\n' && (c.is_whitespace() || c == '\u{2800}' || is_invisible_or_control(c))
 }
 
-/// True when `rest` (starting at a `[`) is a bracket token: `[` `/`? `[A-Z_]+` `]`.
+/// A character of a label word: a letter, digit, `_` or `-`.
+fn is_label_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-'
+}
+
+/// A label at the start of `rest` followed by a colon (`System:`, `SYSTEM MESSAGE:`, `H:`,
+/// `System note :`, or with a lookalike colon): one to three words of letters, digits, `_` or
+/// `-` separated by blanks, with at least one letter, at most 64 bytes, then optional blanks and a colon that does not
+/// start `://`. Returns the byte length before the colon and the colon.
+fn label_colon(rest: &str) -> Option<(usize, char)> {
+    let mut words = 0;
+    let mut letters = false;
+    let mut in_word = false;
+    for (at, c) in rest.char_indices() {
+        if at > 64 {
+            return None;
+        }
+        if is_label_char(c) {
+            letters |= c.is_alphabetic();
+            if !in_word {
+                words += 1;
+                if words > 3 {
+                    return None;
+                }
+                in_word = true;
+            }
+            continue;
+        }
+        if letters && crate::confusables::is_colon_like(c) {
+            let after = &rest[at + c.len_utf8()..];
+            if c == ':' && after.starts_with("//") {
+                return None;
+            }
+            return Some((at, c));
+        }
+        if words > 0 && is_line_start_blank(c) && !is_invisible_or_control(c) {
+            in_word = false;
+            continue;
+        }
+        return None;
+    }
+    None
+}
+
+/// True when `rest` (starting at a `[`) is a bracket token, as chat templates and our goal
+/// markers use them: `[`, an optional `/`, 1-32 letters, digits, `_`, `-`, `|`, `.` or blanks
+/// with at least one letter or digit, and `]`, in any letter case (`[INST]`, `[inst]`,
+/// `[/INST ]`, `[INST1]`, `[GOAL]`).
 fn is_bracket_token(rest: &str) -> bool {
+    let body = rest[1..].strip_prefix('/').unwrap_or(&rest[1..]);
+    let mut alnum = false;
+    for (n, c) in body.chars().enumerate() {
+        if c == ']' {
+            return alnum;
+        }
+        if n >= 32 {
+            return false;
+        }
+        if c.is_ascii_alphanumeric() {
+            alnum = true;
+        } else if !matches!(c, '_' | '-' | '|' | '.' | ' ' | '\t') {
+            return false;
+        }
+    }
+    false
+}
+
+/// True when the line starting at `rest` is a setext heading underline: only `c` (`=` or
+/// `-`), then optional spaces or tabs.
+fn is_setext_underline(rest: &str, c: char) -> bool {
+    let line = rest.split('\n').next().unwrap_or("");
+    let body = line.trim_end_matches([' ', '\t']);
+    !body.is_empty() && body.chars().all(|x| x == c)
+}
+
+/// Length of a list marker at the start of `rest` (`-`, `*`, `+`, or 1-9 digits and `.` or
+/// `)`, then a blank): a heading or role label after it is still at the start of a line for a
+/// Markdown reader.
+fn list_marker_len(rest: &str) -> Option<usize> {
     let b = rest.as_bytes();
-    let mut i = 1;
-    if b.get(i) == Some(&b'/') {
-        i += 1;
-    }
-    let start = i;
-    while i < b.len() && (b[i].is_ascii_uppercase() || b[i] == b'_') {
-        i += 1;
-    }
-    i > start && b.get(i) == Some(&b']')
+    let n = match b.first()? {
+        b'-' | b'*' | b'+' => 1,
+        b'0'..=b'9' => {
+            let digits = b.iter().take_while(|x| x.is_ascii_digit()).count();
+            if digits > 9 || !matches!(b.get(digits), Some(b'.' | b')')) {
+                return None;
+            }
+            digits + 1
+        }
+        _ => return None,
+    };
+    matches!(b.get(n), Some(b' ' | b'\t')).then_some(n)
+}
+
+fn push_entity(out: &mut String, c: char) {
+    let _ = write!(out, "&#x{:x};", c as u32);
 }
 
 /// Escape untrusted text so that it cannot form a boundary, role marker or heading (I3).
 /// [`unescape`] reverses it exactly.
+///
+/// Always: `&`, `<`, `>` become `&amp;`, `&lt;`, `&gt;`; the `[` of a bracket token becomes
+/// `&#91;`; control, invisible and bidirectional characters and the Unicode lookalikes of
+/// `<`, `>`, `[`, `]` and `#` (see `confusables.rs`) become `&#x..;`. At the start of a line,
+/// after any blanks (Unicode blanks included): `#` becomes `&#35;`; the first character of a
+/// setext underline (a line of only `=` or `-`) becomes `&#61;` or `&#45;`; the colon (or a
+/// lookalike colon) after a short label becomes `&#58;` (or `&#x..;`). A Markdown list marker
+/// (`- `, `* `, `+ `, `1. `, `1) `) keeps what follows at the start of the line.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 16);
     let mut at_line_start = true;
+    let mut prev: Option<char> = None;
     let mut i = 0;
     while i < text.len() {
         let rest = &text[i..];
-        let c = rest.chars().next().unwrap_or('\0');
-        if at_line_start {
-            // Leading blanks stay as they are; the test applies to the first other character.
-            if c == ' ' || c == '\t' {
-                out.push(c);
-                i += 1;
+        let mut it = rest.chars();
+        let c = it.next().unwrap_or('\0');
+        let next = it.next();
+        if at_line_start && c != '\n' {
+            if is_line_start_blank(c) {
+                if is_invisible_or_control(c) {
+                    push_entity(&mut out, c);
+                } else {
+                    out.push(c);
+                }
+                prev = Some(c);
+                i += c.len_utf8();
                 continue;
             }
             at_line_start = false;
-            if c == '#' {
-                out.push_str("&#35;");
+            let start_escape = match c {
+                '#' => Some("&#35;"),
+                '=' if is_setext_underline(rest, '=') => Some("&#61;"),
+                '-' if is_setext_underline(rest, '-') => Some("&#45;"),
+                _ => None,
+            };
+            if let Some(e) = start_escape {
+                out.push_str(e);
+                prev = Some(c);
                 i += 1;
                 continue;
             }
-            if let Some(colon) = role_label_colon(rest) {
-                out.push_str(&rest[..colon]);
-                out.push_str("&#58;");
-                i += colon + 1;
+            if let Some(n) = list_marker_len(rest) {
+                // The marker is written as it is; what follows is still at the line start.
+                out.push_str(&rest[..n]);
+                prev = rest[..n].chars().last();
+                i += n;
+                at_line_start = true;
+                continue;
+            }
+            if let Some((label, colon)) = label_colon(rest) {
+                // The label's own characters get the usual treatment (a lookalike letter in it
+                // is still escaped unless it sits inside a word of its script).
+                let mut p = prev;
+                let mut chars = rest[..label].chars().peekable();
+                while let Some(x) = chars.next() {
+                    let nx = chars.peek().copied().or(Some(colon));
+                    if is_invisible_or_control(x) || crate::confusables::needs_entity(x, p, nx) {
+                        push_entity(&mut out, x);
+                    } else {
+                        out.push(x);
+                    }
+                    p = Some(x);
+                }
+                if colon == ':' {
+                    out.push_str("&#58;");
+                } else {
+                    push_entity(&mut out, colon);
+                }
+                prev = Some(colon);
+                i += label + colon.len_utf8();
                 continue;
             }
         }
@@ -250,11 +357,12 @@ pub fn escape(text: &str) -> String {
                 out.push('\n');
                 at_line_start = true;
             }
-            c if is_invisible_or_control(c) => {
-                let _ = write!(out, "&#x{:x};", c as u32);
+            c if is_invisible_or_control(c) || crate::confusables::needs_entity(c, prev, next) => {
+                push_entity(&mut out, c);
             }
             c => out.push(c),
         }
+        prev = Some(c);
         i += c.len_utf8();
     }
     out
@@ -298,6 +406,13 @@ pub enum FormatError {
         /// Byte offset.
         at: usize,
     },
+    /// Text that decodes, but not to something [`escape`] would have written this way (an
+    /// entity where none is needed, or a raw character escaping would have replaced).
+    #[error("text at byte {at} is not in the canonical escaped form")]
+    NotCanonical {
+        /// Byte offset of the first difference.
+        at: usize,
+    },
     /// Base64 content that does not decode to UTF-8.
     #[error("base64 content of the section at byte {at} does not decode to UTF-8")]
     BadBase64 {
@@ -328,13 +443,18 @@ fn unescape_with(text: &str, attr: bool) -> Result<String, FormatError> {
                     "#91" => '[',
                     "#35" => '#',
                     "#58" => ':',
+                    "#61" => '=',
+                    "#45" => '-',
                     "quot" if attr => '"',
                     "#xa" if attr => '\n',
                     hex if hex.starts_with("#x") && hex.len() <= 8 => {
                         let cp = u32::from_str_radix(&hex[2..], 16)
                             .map_err(|_| FormatError::BadEntity { at: i })?;
                         let ch = char::from_u32(cp).ok_or(FormatError::BadEntity { at: i })?;
-                        if !is_invisible_or_control(ch) || format!("{cp:x}") != hex[2..] {
+                        let entity_char = is_invisible_or_control(ch)
+                            || crate::confusables::is_structural_lookalike(ch)
+                            || crate::confusables::is_colon_like(ch);
+                        if !entity_char || format!("{cp:x}") != hex[2..] {
                             return Err(FormatError::BadEntity { at: i });
                         }
                         ch
@@ -351,6 +471,21 @@ fn unescape_with(text: &str, attr: bool) -> Result<String, FormatError> {
                 i += c.len_utf8();
             }
         }
+    }
+    // Strict: accept only what escaping writes for this text (entities in their places, raw
+    // lookalikes nowhere), so that one text has one escaped form.
+    let again = if attr {
+        escape_attr(&out)
+    } else {
+        escape(&out)
+    };
+    if again != text {
+        let at = again
+            .bytes()
+            .zip(text.bytes())
+            .position(|(a, b)| a != b)
+            .unwrap_or(again.len().min(text.len()));
+        return Err(FormatError::NotCanonical { at });
     }
     Ok(out)
 }
@@ -387,21 +522,27 @@ fn decode_untrusted(body: &str, encoding: Encoding, at: usize) -> Result<String,
     }
 }
 
-/// Escape an attribute value (the same escape, plus quotes and newlines).
+/// Escape an attribute value: `&`, `<`, `>`, `"` and newlines, the `[` of bracket tokens
+/// (an MCP server named `[INST]` is neutralised in `source` too), invisible characters and
+/// the lookalikes of `<`, `>`, `[`, `]` and `#`.
 fn escape_attr(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
+    let mut prev = None;
+    for (i, c) in v.char_indices() {
+        let next = v[i + c.len_utf8()..].chars().next();
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\n' => out.push_str("&#xa;"),
-            c if is_invisible_or_control(c) => {
-                let _ = write!(out, "&#x{:x};", c as u32);
+            '[' if is_bracket_token(&v[i..]) => out.push_str("&#91;"),
+            c if is_invisible_or_control(c) || crate::confusables::needs_entity(c, prev, next) => {
+                push_entity(&mut out, c);
             }
             c => out.push(c),
         }
+        prev = Some(c);
     }
     out
 }

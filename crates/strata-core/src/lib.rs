@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod budget;
+mod confusables;
 pub mod content;
 pub mod error;
 pub mod format;
@@ -36,5 +37,5 @@ pub use section::{
 };
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;
-pub use tokenizer::{EstimateTokenizer, Tokenizer};
+pub use tokenizer::{EstimateTokenizer, Prefix, Tokenizer};
 pub use tools::{AnnouncedTool, ToolName, ToolPolicy, ToolSchema, ToolUsageHint};

@@ -404,6 +404,13 @@ impl Section {
         &self.content
     }
 
+    /// A copy with other turn metadata; the rest kept.
+    pub fn with_turn(&self, turn: Turn) -> Section {
+        let mut s = self.clone();
+        s.turn = Some(turn);
+        s
+    }
+
     /// A copy with other content (used for truncation); the hash is recomputed, the rest kept.
     pub fn with_content(&self, content: impl Into<Content>) -> Section {
         let mut s = self.clone();

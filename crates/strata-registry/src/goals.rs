@@ -17,6 +17,14 @@
 //! deserialised data, so text from layers 3-6 cannot steer the goal (ADR-0006). A locked
 //! decision cannot be changed by a later marker; such a marker is reported as refused. The
 //! parser is total: it never panics, whatever the text.
+//!
+//! Locking is permanent, so it needs the caller's authority, not the model's output alone
+//! (ADR-0011): a `- LOCKED` marker in [`GoalManager::apply`] only *proposes* the lock
+//! ([`Decision::lock_proposed`], shown as not yet locked). One injection that makes the model
+//! echo a marker therefore changes nothing permanent. The runtime locks with
+//! [`GoalManager::lock_decision`] (for example after the user confirmed
+//! [`GoalManager::pending_locks`]), or applies output it vouches for with
+//! [`GoalManager::apply_confirmed`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -179,8 +187,11 @@ pub struct Decision {
     /// Why.
     #[serde(default)]
     pub rationale: String,
-    /// A locked decision cannot be changed.
+    /// A locked decision cannot be changed. Only the caller locks (ADR-0011).
     pub locked: bool,
+    /// The model's output asked to lock it; it stays unlocked until the caller confirms.
+    #[serde(default)]
+    pub lock_proposed: bool,
     /// When it was recorded (Unix ms).
     pub decided_ms: i64,
 }
@@ -314,6 +325,8 @@ impl Goal {
                 out.push_str("\n- ");
                 if d.locked {
                     out.push_str("[locked] ");
+                } else if d.lock_proposed {
+                    out.push_str("[lock proposed, not confirmed] ");
                 }
                 out.push_str(&d.description);
                 if !d.rationale.is_empty() {
@@ -966,9 +979,10 @@ impl GoalManager {
                     goal: goal.into(),
                     decision,
                 })?;
+            d.lock_proposed = false;
             if !d.locked {
                 d.locked = true;
-                g.log(now, format!("decision {decision} locked"));
+                g.log(now, format!("decision {decision} locked by the caller"));
             }
             Ok(())
         })
@@ -1006,8 +1020,39 @@ impl GoalManager {
 
     /// Apply the markers of the model's output to the active goal, persisting once.
     /// Markers that would change a locked decision, start a second goal while one is active,
-    /// or update a goal when none is active are refused and reported.
+    /// or update a goal when none is active are refused and reported. A `- LOCKED` marker
+    /// only proposes the lock (ADR-0011): nothing the model writes alone becomes permanent.
     pub fn apply(&self, output: &AssistantOutput) -> Result<MarkerReport, GoalError> {
+        self.apply_with(output, Authority::Model)
+    }
+
+    /// Apply markers that carry the caller's authority: the runtime vouches for this output
+    /// (a human reviewed it, or it came from the operator), so `- LOCKED` locks. Never call this
+    /// on the model's response as it came.
+    pub fn apply_confirmed(&self, output: &AssistantOutput) -> Result<MarkerReport, GoalError> {
+        tracing::info!(target: "strata_registry", "applying goal markers with the caller's authority");
+        self.apply_with(output, Authority::Caller)
+    }
+
+    /// Decisions of the active goal whose lock the model proposed and the caller has not
+    /// confirmed, for the runtime to confirm with [`GoalManager::lock_decision`].
+    pub fn pending_locks(&self) -> Vec<(String, Decision)> {
+        self.active_goal()
+            .map(|g| {
+                g.decisions
+                    .iter()
+                    .filter(|d| d.lock_proposed && !d.locked)
+                    .map(|d| (g.id.clone(), d.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn apply_with(
+        &self,
+        output: &AssistantOutput,
+        authority: Authority,
+    ) -> Result<MarkerReport, GoalError> {
         let parsed = parse_markers(output);
         self.mutate(|b, now| {
             let mut report = MarkerReport {
@@ -1015,7 +1060,7 @@ impl GoalManager {
                 malformed: parsed.malformed.clone(),
             };
             for (_, marker) in &parsed.markers {
-                let outcome = apply_marker(b, now, marker);
+                let outcome = apply_marker(b, now, marker, authority);
                 if let MarkerOutcome::Refused(reason) = &outcome {
                     tracing::info!(target: "strata_registry", ?marker, reason = %reason,
                         "goal marker refused");
@@ -1069,6 +1114,7 @@ fn add_decision(
         description: clip(description),
         rationale: rationale.to_owned(),
         locked,
+        lock_proposed: false,
         decided_ms: now,
     };
     g.decisions.push(d.clone());
@@ -1093,7 +1139,21 @@ fn add_artifact(g: &mut Goal, now: i64, kind: ArtifactKind, path: &str, action: 
     g.log(now, format!("{} {path}", action.label().to_lowercase()));
 }
 
-fn apply_marker(b: &mut GoalBook, now: i64, marker: &Marker) -> MarkerOutcome {
+/// Whose authority a marker carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Authority {
+    /// The model's output alone: nothing permanent.
+    Model,
+    /// The caller vouches for it: locks take effect.
+    Caller,
+}
+
+fn apply_marker(
+    b: &mut GoalBook,
+    now: i64,
+    marker: &Marker,
+    authority: Authority,
+) -> MarkerOutcome {
     let active = b.goals.iter_mut().find(|g| g.status == GoalStatus::Active);
     if let Marker::Goal(description) = marker {
         return match active {
@@ -1138,9 +1198,18 @@ fn apply_marker(b: &mut GoalBook, now: i64, marker: &Marker) -> MarkerOutcome {
             locked,
         } => {
             let subject = subject_of(description);
+            // ADR-0011: only the caller's authority locks; the model's marker proposes.
+            let lock_now = *locked && authority == Authority::Caller;
+            let propose = *locked && !lock_now;
             match g.decisions.iter().position(|d| d.subject() == subject) {
                 None => {
-                    add_decision(g, now, description, "", *locked);
+                    let d = add_decision(g, now, description, "", lock_now);
+                    if propose {
+                        if let Some(x) = g.decisions.iter_mut().find(|x| x.id == d.id) {
+                            x.lock_proposed = true;
+                        }
+                        g.log(now, format!("decision {} lock proposed by the model", d.id));
+                    }
                     MarkerOutcome::Applied
                 }
                 Some(i) => {
@@ -1155,11 +1224,12 @@ fn apply_marker(b: &mut GoalBook, now: i64, marker: &Marker) -> MarkerOutcome {
                                 d.id, d.description
                             ))
                         }
-                    } else if same_text && d.locked == *locked {
+                    } else if same_text && d.lock_proposed == propose && !lock_now {
                         MarkerOutcome::Unchanged
                     } else {
                         d.description = description.clone();
-                        d.locked = *locked;
+                        d.locked = lock_now;
+                        d.lock_proposed = propose;
                         let id = d.id;
                         g.log(now, format!("decision {id} changed"));
                         MarkerOutcome::Applied

@@ -13,6 +13,7 @@
 //!   skill mode and custom instructions.
 //! - `minimal`: only identity, tools, response format and language.
 //! - `scheduled` (cron jobs): only identity, safety, time and custom instructions.
+//! - in every mode and on every path: the active goal, which is never compressed or removed.
 //!
 //! Paths: `basic` carries configuration and the tool list only; `hydration`, `soul` and
 //! `context` carry everything their mode allows; `cached` carries only stable sections (the
@@ -325,6 +326,10 @@ impl StandardSection {
 
     /// Whether it takes part in `mode`.
     pub fn in_mode(self, mode: PromptMode) -> bool {
+        // The active goal is never compressed or removed (the Prompts System's rule).
+        if self == StandardSection::Goal {
+            return true;
+        }
         match mode {
             PromptMode::Full => true,
             PromptMode::Compact => !COMPACT_EXCLUDES.contains(&self),
@@ -335,6 +340,9 @@ impl StandardSection {
 
     /// Whether it takes part in `path`.
     pub fn on_path(self, path: AssemblyPath) -> bool {
+        if self == StandardSection::Goal {
+            return true;
+        }
         match path {
             AssemblyPath::Basic => BASIC_KEEPS.contains(&self),
             AssemblyPath::Cached => self.stability() == Stability::Stable,
@@ -417,6 +425,7 @@ mod tests {
             [
                 StandardSection::ToolCatalog,
                 StandardSection::ToolGuidance,
+                StandardSection::Goal,
                 StandardSection::ResponseLanguage
             ]
         );
@@ -424,7 +433,8 @@ mod tests {
             runtime_in(PromptMode::Scheduled),
             [
                 StandardSection::TemporalContext,
-                StandardSection::CustomInstructions
+                StandardSection::CustomInstructions,
+                StandardSection::Goal
             ]
         );
         // Full mode has everything.
@@ -439,6 +449,13 @@ mod tests {
         assert!(!StandardSection::Memory.on_path(AssemblyPath::Basic));
         assert!(!StandardSection::TemporalContext.on_path(AssemblyPath::Cached));
         assert!(StandardSection::Environment.on_path(AssemblyPath::Cached));
+        // Goals are never compressed or removed: every mode, every path.
+        assert!(PromptMode::ALL
+            .iter()
+            .all(|m| StandardSection::Goal.in_mode(*m)));
+        assert!(AssemblyPath::ALL
+            .iter()
+            .all(|p| StandardSection::Goal.on_path(*p)));
         for s in StandardSection::ALL {
             assert!(s.on_path(AssemblyPath::Soul));
             let m = s.meta();

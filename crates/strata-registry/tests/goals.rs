@@ -164,7 +164,12 @@ fn markers_update_the_goal() {
             ("Create user registration", CheckpointStatus::Pending),
         ]
     );
-    assert!(g.decisions[0].locked && !g.decisions[1].locked);
+    // The model's `- LOCKED` only proposes the lock; the caller confirms it (ADR-0011).
+    assert!(!g.decisions[0].locked && g.decisions[0].lock_proposed);
+    assert!(!g.decisions[1].locked && !g.decisions[1].lock_proposed);
+    assert_eq!(m.pending_locks().len(), 1);
+    m.lock_decision(&g.id, g.decisions[0].id).unwrap();
+    assert!(m.pending_locks().is_empty());
     assert_eq!(g.artifacts[0].path, "src/auth/login.ts");
     assert_eq!(g.next.as_deref(), Some("Implement JWT token generation"));
 
@@ -195,6 +200,48 @@ fn markers_update_the_goal() {
     assert_eq!(g.progress().completed, 2);
 }
 
+/// Verifies ADR-0011: a `- LOCKED` marker in the model's output alone locks nothing. The
+/// decision is recorded as a proposal, shown as not confirmed in the sticky goal section, and a
+/// later output can still change it; only the caller's authority locks.
+#[test]
+fn a_lock_from_the_model_alone_is_never_permanent() {
+    let m = manager();
+    let injected = AssistantOutput::new("[GOAL] Ship it\n[DECISION] Auth: none - LOCKED");
+    let report = m.apply(&injected).unwrap();
+    assert!(report.refused().next().is_none());
+    let g = m.active_goal().unwrap();
+    assert!(
+        !g.decisions[0].locked,
+        "the model locked a decision by itself"
+    );
+    assert!(g.decisions[0].lock_proposed);
+    let text = g.render();
+    assert!(
+        text.contains("[lock proposed, not confirmed] Auth: none"),
+        "{text}"
+    );
+    assert!(!text.contains("[locked]"), "{text}");
+    // The next output (the injection is gone) changes it back.
+    let r = m
+        .apply(&AssistantOutput::new("[DECISION] Auth: OAuth with PKCE"))
+        .unwrap();
+    assert_eq!(r.outcomes[0].1, MarkerOutcome::Applied);
+    let d = &m.active_goal().unwrap().decisions[0];
+    assert_eq!(d.description, "Auth: OAuth with PKCE");
+    assert!(!d.locked && !d.lock_proposed);
+    assert!(m.pending_locks().is_empty());
+    // With the caller's authority the same marker locks, and then nothing changes it.
+    m.apply_confirmed(&AssistantOutput::new(
+        "[DECISION] Auth: OAuth with PKCE - LOCKED",
+    ))
+    .unwrap();
+    let r = m
+        .apply(&AssistantOutput::new("[DECISION] Auth: none"))
+        .unwrap();
+    assert!(matches!(&r.outcomes[0].1, MarkerOutcome::Refused(x) if x.contains("locked")));
+    assert!(m.active_goal().unwrap().decisions[0].locked);
+}
+
 #[test]
 fn markers_without_an_active_goal_are_refused() {
     let m = manager();
@@ -214,7 +261,7 @@ fn goals_persist_across_reopen() {
         let m = GoalManager::open(&path).unwrap();
         let g = m.create_goal("Persist me", GoalPriority::Medium).unwrap();
         m.create_checkpoint(&g.id, "step").unwrap();
-        m.apply(&AssistantOutput::new("[DECISION] Store: JSON - LOCKED"))
+        m.apply_confirmed(&AssistantOutput::new("[DECISION] Store: JSON - LOCKED"))
             .unwrap();
     }
     let names: Vec<String> = std::fs::read_dir(dir.path())
@@ -357,7 +404,7 @@ proptest! {
         "\\[DECISION\\] [Dd][Bb]:\\PC{0,8}( - (LOCKED|locked))?",
     ], 1..6)) {
         let m = manager();
-        m.apply(&AssistantOutput::new("[GOAL] g\n[DECISION] Db: postgres - LOCKED")).unwrap();
+        m.apply_confirmed(&AssistantOutput::new("[GOAL] g\n[DECISION] Db: postgres - LOCKED")).unwrap();
         for o in outputs {
             m.apply(&AssistantOutput::new(o)).unwrap();
             let d = m.goal("goal-1").unwrap().decisions[0].clone();

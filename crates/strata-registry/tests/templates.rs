@@ -27,7 +27,9 @@ fn agent(templates: &str) -> VerifiedAgent {
     let trust = TrustStore::from_toml(&TrustStore::toml_for(&[("test", &key.public())])).unwrap();
     let guard = RollbackGuard::in_memory();
     Loader::new(&trust, &guard)
-        .at_time(1_780_272_000)
+        .expiry(strata_agentdef::Expiry::TimeTravelDangerously(
+            1_780_272_000,
+        ))
         .load_bytes(env.to_json().as_bytes(), None)
         .unwrap()
 }

@@ -39,6 +39,19 @@ pub fn sha256_hex(b: &[u8]) -> String {
         .collect()
 }
 
+/// A rollback state file recording `version` of `ada` with a payload no fixture has.
+pub fn rollback_state(version: u64) -> Vec<u8> {
+    let mut agents = BTreeMap::new();
+    agents.insert(
+        "ada".to_owned(),
+        strata_agentdef::rollback::Seen {
+            version,
+            payload_sha256: "00".repeat(32),
+        },
+    );
+    strata_agentdef::rollback::state_file_bytes(&agents)
+}
+
 /// A complete definition with the given version and validity window.
 pub fn definition(version: u64, not_before: &str, not_after: &str) -> String {
     format!(
@@ -225,17 +238,11 @@ pub fn fixtures() -> BTreeMap<&'static str, Fixture> {
     );
 
     let mut f = fixture(good.to_json().into_bytes(), trust(1, ""), "rolled_back");
-    f.files.insert(
-        "rollback.json",
-        br#"{"agents":{"ada":{"version":5,"payload_sha256":"00"}}}"#.to_vec(),
-    );
+    f.files.insert("rollback.json", rollback_state(5));
     out.insert("rolled_back", f);
 
     let mut f = fixture(good.to_json().into_bytes(), trust(1, ""), "version_reused");
-    f.files.insert(
-        "rollback.json",
-        br#"{"agents":{"ada":{"version":3,"payload_sha256":"00"}}}"#.to_vec(),
-    );
+    f.files.insert("rollback.json", rollback_state(3));
     out.insert("version_reused", f);
 
     let json = good.to_json();

@@ -47,6 +47,46 @@ impl Assembler {
         let (fit_budget, max_chars) = (limits.fit_budget, limits.max_chars);
         let (base_tokens, id_chars) = limits.base;
         let Measured { cands, units } = m;
+        // A sticky tool call keeps its result with it; a result that is not sticky itself is
+        // cut, largest first, rather than failing the request for its size.
+        let mut excess = (base_tokens
+            + units
+                .iter()
+                .filter(|u| u.sticky)
+                .map(|u| u.tokens)
+                .sum::<u64>())
+        .saturating_sub(fit_budget);
+        if excess > 0 {
+            let mut shrinkable: Vec<usize> = units
+                .iter()
+                .filter(|u| u.sticky)
+                .flat_map(|u| u.members.iter().copied())
+                .filter(|c| !cands[*c].sticky)
+                .collect();
+            shrinkable.sort_by_key(|c| Reverse(cands[*c].rendered.tokens));
+            for c in shrinkable {
+                if excess == 0 {
+                    break;
+                }
+                let have = cands[c].rendered.tokens;
+                let enc = req.render.encodings[cands[c].section.layer().index()];
+                let Some((cut, r)) = self.cut_to(
+                    &cands[c].section,
+                    enc,
+                    have.saturating_sub(excess),
+                    native.is_some(),
+                ) else {
+                    continue;
+                };
+                let u = cands[c].unit;
+                units[u].tokens = units[u].tokens - have + r.tokens;
+                units[u].chars = units[u].chars - cands[c].rendered.chars + r.chars;
+                excess = excess.saturating_sub(have - r.tokens);
+                cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(have));
+                cands[c].section = cut;
+                cands[c].rendered = r;
+            }
+        }
         // Sticky sections must fit with identity, or the assembly fails (I2).
         let sticky_tokens: u64 = units.iter().filter(|u| u.sticky).map(|u| u.tokens).sum();
         let sticky_chars: u64 = units.iter().filter(|u| u.sticky).map(|u| u.chars).sum();
@@ -106,6 +146,7 @@ impl Assembler {
             drops: [0; 4],
             base: (base_tokens, id_chars),
             marker: marker_bound,
+            markers: true,
         };
         for u in units.iter() {
             tally.tokens[u.layer.index()] += u.tokens;
@@ -153,6 +194,17 @@ impl Assembler {
             );
             last_budget_drop = Some(u);
         }
+        // Everything that may go has gone; if only the omission markers are left over, leave
+        // them out (the report still lists every dropped section) rather than fail.
+        let mut markers = true;
+        if !fits(tally.total()) {
+            tally.markers = false;
+            if fits(tally.total()) {
+                markers = false;
+            } else {
+                tally.markers = true;
+            }
+        }
         if !fits(tally.total()) {
             return Err(AssembleError::StickyExceedsBudget {
                 count: sticky_count,
@@ -191,7 +243,7 @@ impl Assembler {
             }
         }
         Ok(Fitted {
-            drops: tally.drops,
+            drops: if markers { tally.drops } else { [0; 4] },
             dropped_reason,
         })
     }
@@ -206,6 +258,8 @@ struct Tally {
     drops: [u64; 4],
     base: (u64, u64),
     marker: [(u64, u64); 4],
+    /// Whether omission markers are written (and so counted).
+    markers: bool,
 }
 
 impl Tally {
@@ -214,7 +268,7 @@ impl Tally {
         for i in 0..4 {
             t += self.tokens[i];
             c += self.chars[i];
-            if self.drops[i] > 0 {
+            if self.markers && self.drops[i] > 0 {
                 t += self.marker[i].0;
                 c += self.marker[i].1;
             }
@@ -225,7 +279,7 @@ impl Tally {
     fn layer_used(&self, l: RuntimeLayer) -> u64 {
         let i = l.index();
         self.tokens[i]
-            + if self.drops[i] > 0 {
+            + if self.markers && self.drops[i] > 0 {
                 self.marker[i].0
             } else {
                 0

@@ -43,8 +43,10 @@ pub const TOOL_CATALOG_KEY: &str = "tool_catalog";
 const TOOL_FRAME: u64 = 8;
 /// Below this many tokens of slack, a dropped section is not re-added in cut form.
 const MIN_CUT_TOKENS: u64 = 48;
-/// Entries kept in the element cache before it is cleared.
-const CACHE_CAPACITY: usize = 100_000;
+/// Bytes the element cache may hold by default before it is cleared (ADR-0008).
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Bytes counted for one cache entry besides its text (key, counts, map overhead).
+const ENTRY_OVERHEAD: usize = 160;
 
 /// A rendered element with its exact cost.
 #[derive(Debug)]
@@ -84,6 +86,10 @@ pub struct CacheStats {
     pub tokenized_bytes: u64,
     /// Entries now held.
     pub entries: usize,
+    /// Bytes now held (texts and keys, with a fixed overhead per entry).
+    pub bytes: usize,
+    /// Times the cache was emptied to stay within its byte limit.
+    pub evictions: u64,
 }
 
 #[derive(Default)]
@@ -91,6 +97,8 @@ struct Cache {
     elements: HashMap<ElementKey, Arc<Rendered>>,
     texts: HashMap<ContentHash, (u64, u64)>,
     stats: CacheStats,
+    /// Bytes held: rendered texts, ids and sources, plus a fixed overhead per entry.
+    bytes: usize,
 }
 
 /// The Context Assembler: the single enforcement point for priority, immutability, budgets and
@@ -99,6 +107,7 @@ struct Cache {
 pub struct Assembler {
     tokenizer: Arc<dyn Tokenizer>,
     cache: Mutex<Cache>,
+    cache_limit: usize,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -136,7 +145,16 @@ impl Assembler {
         Assembler {
             tokenizer,
             cache: Mutex::new(Cache::default()),
+            cache_limit: DEFAULT_CACHE_BYTES,
         }
+    }
+
+    /// Bound the element cache to `bytes` (default [`DEFAULT_CACHE_BYTES`]): when an insertion
+    /// would pass it, the cache is emptied first, so memory stays bounded whatever sections
+    /// arrive. Counts stay exact; only speed changes.
+    pub fn with_cache_limit(mut self, bytes: usize) -> Assembler {
+        self.cache_limit = bytes;
+        self
     }
 
     /// An assembler with exact `o200k_base` counts.
@@ -155,6 +173,7 @@ impl Assembler {
         let c = self.lock();
         CacheStats {
             entries: c.elements.len() + c.texts.len(),
+            bytes: c.bytes,
             ..c.stats
         }
     }
@@ -182,6 +201,8 @@ impl Assembler {
         );
         let mut c = self.lock();
         c.stats.tokenized_bytes += text.len() as u64;
+        self.make_room(&mut c, ENTRY_OVERHEAD);
+        c.bytes += ENTRY_OVERHEAD;
         c.texts.insert(h, cost);
         cost
     }
@@ -265,11 +286,26 @@ impl Assembler {
         let mut c = self.lock();
         c.stats.misses += 1;
         c.stats.tokenized_bytes += r.text.len() as u64;
-        if c.elements.len() >= CACHE_CAPACITY {
-            c.elements.clear();
-        }
+        let size = r.text.len() + key.id.as_str().len() + key.source.len() + ENTRY_OVERHEAD;
+        self.make_room(&mut c, size);
+        c.bytes += size;
         c.elements.insert(key, r.clone());
         r
+    }
+
+    /// Empty the cache if adding `size` bytes would pass the limit.
+    fn make_room(&self, c: &mut Cache, size: usize) {
+        if c.bytes + size > self.cache_limit {
+            tracing::debug!(
+                bytes = c.bytes,
+                limit = self.cache_limit,
+                "element cache emptied"
+            );
+            c.elements.clear();
+            c.texts.clear();
+            c.bytes = 0;
+            c.stats.evictions += 1;
+        }
     }
 
     /// Cut `s` so that its rendered element takes at most `max_tokens`; `None` if even an empty
@@ -327,6 +363,16 @@ impl Assembler {
             sections = req.sections.len()
         );
         let _g = span.enter();
+        // An agent past its validity assembles nothing, whenever it was loaded (ADR-0017).
+        if let Some(now_ms) = req.now_ms {
+            let policy = agent.loaded_under();
+            policy.warn_if_weakened("assembling");
+            if policy != strata_agentdef::Expiry::IgnoreDangerously {
+                agent
+                    .check_valid_at(policy.instant(now_ms.div_euclid(1000)))
+                    .map_err(|e| AssembleError::AgentNotValid(e.to_string()))?;
+            }
+        }
         let (budget, tier) = resolve_budget(agent, req.budget.as_ref());
         budget.validate()?;
         let native = req.provider;
@@ -360,7 +406,26 @@ impl Assembler {
 
         // Tools: capabilities only narrow (I4, ADR-0007); schemas pinned (ADR-0015).
         let (tools_report, catalog, request_tools) = select::narrow_tools(agent, req);
-        let mut input: Vec<Section> = req.sections.clone();
+        // The catalog's id and key belong to the assembler: a runtime section claiming either
+        // is left out and reported, whatever its priority (I4). For a provider request the
+        // tools travel in the request's own field, so no catalog section is written.
+        let mut reserved = Vec::new();
+        let mut input: Vec<Section> = Vec::with_capacity(req.sections.len() + 1);
+        for s in &req.sections {
+            if s.id().as_str() == TOOL_CATALOG_ID
+                || s.key().is_some_and(|k| k.as_str() == TOOL_CATALOG_KEY)
+            {
+                reserved.push(report_of(
+                    s,
+                    false,
+                    SectionStatus::Filtered {
+                        reason: "reserved".into(),
+                    },
+                ));
+            } else {
+                input.push(s.clone());
+            }
+        }
         if let Some(c) = catalog.filter(|_| native.is_none()) {
             input.push(c);
         }
@@ -397,6 +462,7 @@ impl Assembler {
             mut reports,
             conflicts,
         } = select::select(agent, req, input)?;
+        reports.extend(reserved);
         let mut measured = self.measure(winners, req, &budget, &mut reports);
         let Fitted {
             drops,

@@ -259,8 +259,10 @@ pub(super) fn narrow_tools(
     .and_then(|b| b.key(TOOL_CATALOG_KEY))
     .map(|b| {
         // The highest priority: among layer-3 catalogs claiming the key, this one wins (I4).
+        // Sticky: derived from the signed allowlist, it is protected like the signed text.
         b.phase(Phase::Tools)
             .stability(Stability::Stable)
+            .sticky(true)
             .priority(u32::MAX)
             .source(SourceKind::Static, "assembler")
             .build()

@@ -98,7 +98,8 @@ pub struct AssembleArgs {
     /// The trust store.
     #[arg(long, value_name = "FILE")]
     pub trust: PathBuf,
-    /// Rollback state file (created if missing); without it, rollback is checked in memory only.
+    /// Rollback state file; it must exist (create it once with `strata verify
+    /// --init-rollback-state`). Without it, rollback is checked in memory only.
     #[arg(long, value_name = "FILE")]
     pub rollback_state: Option<PathBuf>,
     /// Accept an expired or not-yet-valid definition. For audits only.
@@ -303,13 +304,13 @@ pub fn render(
         serde_json::to_string_pretty(v).map_err(|e| CliError::Other(e.to_string()))
     };
     Ok(match format {
-        Format::Text => ctx.text.clone(),
+        Format::Text => ctx.text().to_owned(),
         Format::Json => {
             let e = Explained {
-                text: ctx.text.clone(),
-                tools: ctx.tools.iter().map(|t| t.to_string()).collect(),
-                report: ctx.report.clone(),
-                conversation: ctx.conversation.clone(),
+                text: ctx.text().to_owned(),
+                tools: ctx.tools().iter().map(|t| t.to_string()).collect(),
+                report: ctx.report().clone(),
+                conversation: ctx.conversation().cloned(),
             };
             serde_json::to_string_pretty(&e).map_err(|e| CliError::Other(e.to_string()))? + "\n"
         }
@@ -353,7 +354,7 @@ pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
         .assemble(&agent, &req)
         .map_err(|e| CliError::Other(e.to_string()))?;
     if args.report {
-        out.status(&terminal(&ctx.report, 40));
+        out.status(&terminal(ctx.report(), 40));
     }
     out.result(&render(&ctx, args.format, args)?)
 }

@@ -98,8 +98,10 @@ fn prepare(dir: &Path) -> Result<(), CliError> {
 fn load(dir: &Path) -> Result<VerifiedAgent, CliError> {
     let trust = TrustStore::read(&dir.join("trust.toml"))
         .map_err(|e| CliError::agentdef("reading the demo trust store", e))?;
-    let guard = RollbackGuard::open(dir.join("rollback.json"))
-        .map_err(|e| CliError::agentdef("opening the demo rollback state", e))?;
+    // `prepare` removed the previous run's state: the demo is a fresh setup every time, so it
+    // initialises its rollback state as an operator would once (ADR-0017).
+    let guard = RollbackGuard::init(dir.join("rollback.json"))
+        .map_err(|e| CliError::agentdef("initialising the demo rollback state", e))?;
     Loader::new(&trust, &guard)
         .load_file(&dir.join("agent.signed.json"))
         .map_err(CliError::Refused)
@@ -245,7 +247,7 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         let assembled = assembler
             .assemble(&agent, &req)
             .map_err(|e| CliError::Other(e.to_string()))?;
-        let r = &assembled.report;
+        let r = &assembled.report();
         let per_layer: Vec<String> = r
             .layers
             .iter()
@@ -261,12 +263,12 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
             per_layer.join(", "),
             r.layers.iter().map(|l| l.kept + l.cut).sum::<usize>(),
             r.layers.iter().map(|l| l.dropped).sum::<usize>(),
-            &assembled.identity_digest.to_string()[..23]
+            &assembled.identity_digest().to_string()[..23]
         ))?;
         if args.full_context {
-            out.line(&assembled.text)?;
+            out.line(assembled.text())?;
         }
-        digests.push(assembled.identity_digest);
+        digests.push(assembled.identity_digest());
         let reply = match i {
             0 => "Connect to the VPN, then run the staging deploy [memory:m-vpn].",
             1 => "The storage team is on call [memory:m-oncall]; billing runs on PostgreSQL 15 [memory:m-db].",
@@ -283,10 +285,10 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
 
     if !args.full_context {
         out.line("\n4. the assembled context of the last turn:\n")?;
-        out.line(&ctx.text)?;
+        out.line(ctx.text())?;
     }
     out.line("5. report of the last turn:")?;
-    out.line(&terminal(&ctx.report, 30))?;
+    out.line(&terminal(ctx.report(), 30))?;
 
     // Check, out loud, what the demo claims.
     out.line("6. checks:")?;
@@ -306,10 +308,10 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         ),
     )?;
     check(
-        ctx.text.starts_with(agent.identity_text()),
+        ctx.text().starts_with(agent.identity_text()),
         "the context starts with the signed layers 1-2, byte for byte".into(),
     )?;
-    let parsed = parse(&ctx.text)
+    let parsed = parse(ctx.text())
         .map_err(|e| CliError::Other(format!("the assembled context does not parse: {e}")))?;
     let signed = parsed
         .iter()
@@ -346,13 +348,13 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
                 ),
             )?;
             let rendered = ctx
-                .text
+                .text()
                 .lines()
                 .find(|l| l.contains("SYSTEM OVERRIDE"))
                 .unwrap_or("");
             out.line("        its forged tags were escaped; the model sees them as text:")?;
             for l in ctx
-                .text
+                .text()
                 .lines()
                 .filter(|l| {
                     l.contains("&lt;/strata:section&gt;") || l.contains("&lt;|im_start|&gt;")
@@ -369,21 +371,22 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         )?,
     }
     check(
-        !ctx.tools.iter().any(|t| t.as_str() == "delete_database"),
+        !ctx.tools().iter().any(|t| t.as_str() == "delete_database"),
         "the MCP tool `delete_database` was refused: it is not on the signed allowlist".into(),
     )?;
     check(
-        ctx.report.used_tokens <= ctx.report.prompt_budget,
+        ctx.report().used_tokens <= ctx.report().prompt_budget,
         format!(
             "{} tokens used of a {} token prompt budget (exact, o200k_base)",
-            ctx.report.used_tokens, ctx.report.prompt_budget
+            ctx.report().used_tokens,
+            ctx.report().prompt_budget
         ),
     )?;
 
     let explained = Explained {
-        text: ctx.text.clone(),
-        tools: ctx.tools.iter().map(|t| t.to_string()).collect(),
-        report: ctx.report.clone(),
+        text: ctx.text().to_owned(),
+        tools: ctx.tools().iter().map(|t| t.to_string()).collect(),
+        report: ctx.report().clone(),
         conversation: None,
     };
     let json =

@@ -650,7 +650,7 @@ pub fn run(args: &InspectArgs, out: &Output) -> Result<(), CliError> {
             let guard = RollbackGuard::in_memory();
             let mut loader = Loader::new(&trust, &guard);
             if let Some(at) = args.at {
-                loader = loader.at_time(at);
+                loader = loader.expiry(strata_agentdef::Expiry::TimeTravelDangerously(at));
             }
             let base = match args.envelope.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

@@ -167,7 +167,7 @@ fn make(args: &MakeArgs, out: &Output) -> Result<(), CliError> {
         .assemble_with_receipt(&agent, &req, &params, &key)
         .map_err(|e| CliError::Other(e.to_string()))?;
     if a.report {
-        out.status(&crate::cmd::explain::terminal(&r.context.report, 40));
+        out.status(&crate::cmd::explain::terminal(r.context.report(), 40));
     }
     super::write_atomically(&args.body, &r.sent)?;
     super::write_atomically(&args.receipt, r.receipt.to_json().as_bytes())?;

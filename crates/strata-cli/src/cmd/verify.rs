@@ -5,11 +5,15 @@
 //! sealed `VerifiedAgent` says; on any refusal the command exits with code 3 and prints
 //! `REFUSED <cause>: <message>` with the loader's stable cause name. Nothing here re-implements
 //! a check.
+//!
+//! ADR-0017: the rollback state must exist (`--init-rollback-state` creates it once); the
+//! trust store's digest is printed on the verdict line and can be pinned (`--trust-sha256`);
+//! checking validity at another instant is `--time-travel-dangerously`, logged at `warn`.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use strata_agentdef::{Expiry, Loader, RollbackGuard, VerifiedAgent};
+use strata_agentdef::{Expiry, Loader, RollbackGuard, TrustStore, VerifiedAgent};
 
 use crate::error::CliError;
 use crate::output::Output;
@@ -17,14 +21,18 @@ use crate::output::Output;
 const AFTER_HELP: &str = "\
 Examples:
   strata verify ada.signed.json --trust trust.toml --rollback-state /var/lib/strata/rollback.json
-  strata verify ada.signed.json --trust trust.toml --at 2026-06-01T00:00:00Z
+  strata verify ada.signed.json --trust trust.toml --trust-sha256 sha256:<hex> --rollback-state s.json
+  strata verify ada.signed.json --trust trust.toml --rollback-state new.json --init-rollback-state
+  strata verify old.signed.json --trust trust.toml --time-travel-dangerously 2026-06-01T00:00:00Z
 
-On success: exit code 0 and `OK agent=<id> version=<n> digest=blake3:<hex> signers=<n>` on
-stdout. On refusal: exit code 3 and `REFUSED <cause>: <message>` on stderr, where <cause> is one
-of too_large, malformed, no_signatures, unknown_key, bad_signature, revoked_key, key_not_valid,
-threshold_not_met, wrong_payload_type, expired, not_yet_valid, rolled_back, version_reused,
-digest_mismatch, invalid_definition, io. Other errors (unreadable trust store or rollback
-state) exit with code 1.";
+On success: exit code 0 and
+`OK agent=<id> version=<n> digest=blake3:<hex> signers=<n> trust=sha256:<hex>` on stdout; pin
+the `trust=` value with --trust-sha256 (or STRATA_TRUST_SHA256). On refusal: exit code 3 and
+`REFUSED <cause>: <message>` on stderr, where <cause> is one of too_large, malformed,
+no_signatures, unknown_key, bad_signature, revoked_key, key_not_valid, threshold_not_met,
+wrong_payload_type, expired, not_yet_valid, rolled_back, version_reused, digest_mismatch,
+invalid_definition, rollback_state_damaged, rollback_state_missing, io. Other errors
+(unreadable, unpinned or invalid trust store, unopenable rollback state) exit with code 1.";
 
 /// Arguments of `strata verify`.
 #[derive(Debug, Args)]
@@ -38,52 +46,90 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "TRUST.toml")]
     trust: PathBuf,
 
-    /// The rollback state file (JSON; created on first accept, its directory must exist).
-    /// Without it, rollbacks across runs are not detected.
+    /// Refuse the trust store unless the SHA-256 of its bytes is this (`sha256:<hex>`, as the
+    /// verdict line's `trust=` field prints it).
+    #[arg(long, value_name = "SHA256", env = "STRATA_TRUST_SHA256")]
+    trust_sha256: Option<String>,
+
+    /// The rollback state file. It must exist (a missing file is refused, never taken as
+    /// empty); create it once with --init-rollback-state. Without this option, rollbacks
+    /// across runs are not detected.
     #[arg(long, value_name = "FILE")]
     rollback_state: Option<PathBuf>,
 
+    /// Create the --rollback-state file (empty) before verifying; refused if it exists.
+    #[arg(long, requires = "rollback_state")]
+    init_rollback_state: bool,
+
     /// Accept definitions outside their validity window. For forensics on old definitions only.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "time_travel_dangerously")]
     ignore_expiry_dangerously: bool,
 
-    /// Check validity windows at this instant (RFC 3339 with an offset) instead of now.
+    /// Check every validity window (definition and keys) at this instant (RFC 3339 with an
+    /// offset) instead of now: an expired definition signed by an expired key is accepted if
+    /// both were valid then. For audits only; logged as a warning.
     #[arg(long, value_name = "RFC3339", value_parser = super::parse_at)]
-    at: Option<i64>,
+    time_travel_dangerously: Option<i64>,
 }
 
 /// The verdict line of an accepted definition.
 pub fn ok_line(agent: &VerifiedAgent) -> String {
     format!(
-        "OK agent={} version={} digest={} signers={}",
+        "OK agent={} version={} digest={} signers={} trust={}",
         agent.agent_id(),
         agent.version(),
         agent.identity_digest(),
-        agent.signers().len()
+        agent.signers().len(),
+        agent.trust_digest()
     )
 }
 
-/// The expiry policy chosen on the command line; the weak one is logged loudly.
-pub fn expiry_policy(ignore_dangerously: bool) -> Expiry {
+/// The time policy chosen on the command line; the weak ones are logged loudly.
+pub fn expiry_policy(ignore_dangerously: bool, time_travel: Option<i64>) -> Expiry {
     if ignore_dangerously {
         tracing::warn!(
             "--ignore-expiry-dangerously: expired and not-yet-valid definitions are accepted; \
              never do this for a runtime that serves users"
         );
         Expiry::IgnoreDangerously
+    } else if let Some(at) = time_travel {
+        tracing::warn!(
+            "--time-travel-dangerously: validity is checked at another instant than now, so \
+             expired definitions and keys may be accepted; never do this for a runtime that \
+             serves users"
+        );
+        Expiry::TimeTravelDangerously(at)
     } else {
         Expiry::Enforce
+    }
+}
+
+/// Read the trust store, checking its pin when one is given.
+pub fn read_trust_pinned(
+    path: &std::path::Path,
+    pin: Option<&str>,
+) -> Result<TrustStore, CliError> {
+    match pin {
+        None => super::read_trust(path),
+        Some(pin) => TrustStore::read_pinned(path, pin).map_err(|e| {
+            CliError::agentdef(format!("reading pinned trust store {}", path.display()), e)
+        }),
     }
 }
 
 /// Run `strata verify`.
 pub fn run(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
     super::require_file(&args.envelope, "envelope")?;
-    let trust = super::read_trust(&args.trust)?;
+    let trust = read_trust_pinned(&args.trust, args.trust_sha256.as_deref())?;
     let guard = match &args.rollback_state {
         Some(path) => {
             super::require_parent_dir(path, "the rollback state")?;
-            RollbackGuard::open(path).map_err(|e| {
+            let opened = if args.init_rollback_state {
+                RollbackGuard::init(path)
+            } else {
+                RollbackGuard::open(path)
+            };
+            opened.map_err(|e| {
                 CliError::agentdef(format!("opening rollback state {}", path.display()), e)
             })?
         }
@@ -95,11 +141,10 @@ pub fn run(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
             RollbackGuard::in_memory()
         }
     };
-    let mut loader =
-        Loader::new(&trust, &guard).expiry(expiry_policy(args.ignore_expiry_dangerously));
-    if let Some(at) = args.at {
-        loader = loader.at_time(at);
-    }
+    let loader = Loader::new(&trust, &guard).expiry(expiry_policy(
+        args.ignore_expiry_dangerously,
+        args.time_travel_dangerously,
+    ));
     let agent = loader
         .load_file(&args.envelope)
         .map_err(CliError::Refused)?;

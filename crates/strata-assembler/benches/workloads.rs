@@ -1,0 +1,200 @@
+//! Assembly of the three shared benchmark workloads (30, 1,000 and 10,000 sections, a
+//! 16,384-token budget), the same files other prompt assemblers are measured on: cold (a new
+//! assembler, nothing cached), warm (the same request again) and warm with three turns changed
+//! (three sections of the session log have new text on every call), next to the two baselines
+//! the targets are stated against: tokenizing the output once, and copying and hashing it.
+//!
+//! The workloads live in `shared/bench/` beside the repository (`<repo>/../shared/bench`), or
+//! in the directory named by `STRATA_BENCH_WORKLOADS`. Without them the benchmark says so and
+//! measures nothing. Only the public API is used: identity sections (layers 1-2) go into a signed
+//! agent definition, verified as in production; layers 3-6 become sections.
+#![allow(missing_docs, reason = "criterion generates the bench entry points")]
+#![allow(clippy::unwrap_used, reason = "benchmarks fail loudly")]
+#![allow(
+    clippy::print_stderr,
+    reason = "a skipped benchmark says why on stderr"
+)]
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use serde_json::Value;
+use strata_agentdef::{sign_definition, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent};
+use strata_assembler::*;
+
+/// The workload files, smallest first.
+const FILES: [&str; 3] = ["n30.json", "n1000.json", "n10000.json"];
+
+fn workload_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("STRATA_BENCH_WORKLOADS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench"));
+    FILES.iter().all(|f| dir.join(f).is_file()).then_some(dir)
+}
+
+/// One workload: the identity text of layers 1 and 2, the runtime sections and the budget.
+struct Workload {
+    name: String,
+    core: String,
+    characteristics: String,
+    sections: Vec<Section>,
+    budget: u32,
+}
+
+fn load(path: &std::path::Path) -> Workload {
+    let json: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let budget = u32::try_from(json["budget_tokens"].as_u64().unwrap()).unwrap();
+    let (mut core, mut characteristics, mut sections) = (Vec::new(), Vec::new(), Vec::new());
+    for s in json["sections"].as_array().unwrap() {
+        let content = s["content"].as_str().unwrap().to_owned();
+        let layer = match s["layer"].as_u64().unwrap() {
+            1 => {
+                core.push(content);
+                continue;
+            }
+            2 => {
+                characteristics.push(content);
+                continue;
+            }
+            3 => RuntimeLayer::Shared,
+            4 => RuntimeLayer::Delegated,
+            5 => RuntimeLayer::WorkingMemory,
+            6 => RuntimeLayer::LongTermMemory,
+            n => panic!("layer {n} in {}", path.display()),
+        };
+        let priority = u32::try_from(s["priority"].as_u64().unwrap()).unwrap();
+        let section = Section::builder(layer, s["id"].as_str().unwrap(), content)
+            .unwrap()
+            .priority(priority)
+            .sticky(s["sticky"].as_bool().unwrap_or(false))
+            .build();
+        sections.push(section);
+    }
+    Workload {
+        name: path.file_stem().unwrap().to_string_lossy().into_owned(),
+        core: core.join("\n\n"),
+        characteristics: characteristics.join("\n\n"),
+        sections,
+        budget,
+    }
+}
+
+/// A TOML basic multi-line string holding `text`.
+fn toml_text(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("\"\"\"{escaped}\"\"\"")
+}
+
+/// The workload's identity layers as an agent definition, signed with a fixed benchmark key
+/// and verified against a trust store holding only that key.
+fn agent(w: &Workload) -> VerifiedAgent {
+    let definition = format!(
+        "id = \"bench\"\nname = \"Bench\"\nversion = 1\n\n[budget]\ntotal_tokens = {}\n\n\
+         [core]\nidentity = {}\n\n[characteristics]\npersonality = {}\n",
+        w.budget,
+        toml_text(&w.core),
+        toml_text(&w.characteristics),
+    );
+    let key = KeyPair::from_seed(&[0x42; 32]);
+    let envelope = sign_definition(&definition, None, &[&key]).unwrap();
+    let trust = TrustStore::from_toml(&TrustStore::toml_for(&[("bench", &key.public())])).unwrap();
+    let guard = RollbackGuard::in_memory();
+    Loader::new(&trust, &guard)
+        .load_bytes(envelope.to_json().as_bytes(), None)
+        .unwrap()
+}
+
+fn request(w: &Workload, sections: Vec<Section>) -> AssemblyRequest {
+    AssemblyRequest {
+        sections,
+        budget: Some(BudgetSpec::Explicit(Budget::with_total(w.budget))),
+        ..Default::default()
+    }
+}
+
+/// Indices of the three sections that change between turns: the last three of the session
+/// log, or the last three sections when the log has fewer.
+fn changing(sections: &[Section]) -> Vec<usize> {
+    let log: Vec<usize> = (0..sections.len())
+        .filter(|&i| sections[i].layer() == RuntimeLayer::WorkingMemory)
+        .collect();
+    let pool = if log.len() >= 3 {
+        log
+    } else {
+        (0..sections.len()).collect()
+    };
+    pool[pool.len().saturating_sub(3)..].to_vec()
+}
+
+fn workloads(c: &mut Criterion) {
+    let Some(dir) = workload_dir() else {
+        eprintln!(
+            "workloads: skipped; no {} in <repo>/../shared/bench (set STRATA_BENCH_WORKLOADS to \
+             the directory that holds them)",
+            FILES.join(", ")
+        );
+        return;
+    };
+    let tok = Arc::new(TiktokenTokenizer::o200k());
+    tok.warm_up();
+    static TURN: AtomicU64 = AtomicU64::new(0);
+    for file in FILES {
+        let w = load(&dir.join(file));
+        let agent = agent(&w);
+        let req = request(&w, w.sections.clone());
+        let warm = Assembler::new(tok.clone());
+        let out = warm.assemble(&agent, &req).unwrap();
+        let big = w.sections.len() >= 10_000;
+
+        let mut g = c.benchmark_group(format!("workload_{}", w.name));
+        g.throughput(Throughput::Elements(w.sections.len() as u64));
+        g.sample_size(if big { 10 } else { 30 });
+        g.measurement_time(Duration::from_secs(if big { 20 } else { 8 }));
+        g.bench_function("baseline_copy_and_hash_output", |b| {
+            b.iter(|| {
+                let copy = black_box(out.text()).to_owned();
+                black_box(blake3::hash(copy.as_bytes()))
+            })
+        });
+        g.bench_function("baseline_tokenize_output_once", |b| {
+            b.iter(|| black_box(tok.count(black_box(out.text()))))
+        });
+        g.bench_function("cold", |b| {
+            b.iter(|| {
+                let a = Assembler::new(tok.clone());
+                black_box(a.assemble(&agent, &req).unwrap())
+            })
+        });
+        g.bench_function("warm", |b| {
+            b.iter(|| black_box(warm.assemble(&agent, &req).unwrap()))
+        });
+        let changed = changing(&w.sections);
+        g.bench_function("warm_3_turns_changed", |b| {
+            b.iter_batched(
+                || {
+                    // New text in three turns, unseen by the assembler (not timed).
+                    let turn = TURN.fetch_add(1, Ordering::Relaxed);
+                    let mut sections = w.sections.clone();
+                    for (k, &i) in changed.iter().enumerate() {
+                        let text = format!(
+                            "{} (revised in turn {turn}.{k})",
+                            sections[i].content().as_str()
+                        );
+                        sections[i] = sections[i].with_content(text);
+                    }
+                    request(&w, sections)
+                },
+                |req| black_box(warm.assemble(&agent, &req).unwrap()),
+                BatchSize::PerIteration,
+            )
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, workloads);
+criterion_main!(benches);

@@ -1,0 +1,729 @@
+//! The session API: from a user message to the request a provider takes (ADR-0016).
+//!
+//! A [`Runtime`] is built once from a verified agent, an optional `strata.toml`, a memory store
+//! (a SQLite file by default, PostgreSQL by URL), a tokenizer and a registry with its section
+//! cache, the built-in contributors and the memory contributors. Per conversation a [`Session`]
+//! then runs the loop every runtime needs:
+//!
+//! 1. [`Session::prepare`] appends the user's message to working memory, gathers layers 3-6 for
+//!    the turn's mode, path and tier (chosen once, used by gathering and assembly alike),
+//!    assembles, and returns a [`PreparedTurn`]: the request body, the report and the identity
+//!    digest;
+//! 2. [`Session::record_reply`] stores the model's reply (text and tool calls) and applies its
+//!    goal markers;
+//! 3. [`Session::record_tool_result`] stores a tool's output; [`Session::continue_turn`]
+//!    prepares the next request without a new user message.
+//!
+//! Working memory lives in the store, so a session survives a restart of the process.
+//!
+//! Architecture invariant: the session does I/O (the store, contributors); assembly itself
+//! stays the pure function of [`crate::Assembler`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use strata_agentdef::VerifiedAgent;
+use strata_core::{
+    AnnouncedTool, AssemblyPath, ContentHash, PromptMode, Role, RuntimeLayer, Section, Tier,
+    Tokenizer, ToolName, Turn,
+};
+use strata_memory::{
+    LongTermMemory, LongTermMemoryContributor, MemoryIndexContributor, NewEntry, SearchOptions,
+    SharedContext, SharedContextReader, SharedFactsContributor, SqliteStore, WorkingMemory,
+    WorkingMemoryContributor,
+};
+use strata_registry::{
+    AssistantOutput, Builtins, Config, ContributionContext, Contributor, ContributorMeta,
+    GoalManager, MarkerReport, Registry, RequestInputs, StandardSection, SystemClock,
+};
+
+use crate::assemble::Assembler;
+use crate::error::AssembleError;
+use crate::output::AssembledContext;
+use crate::provider::{Provider, ProviderOptions, RequestError, RequestParams};
+use crate::report::{Omission, Report};
+use crate::request::{AssemblyRequest, BudgetSpec};
+
+/// Why a session step failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The memory store failed or refused the operation.
+    #[error("memory store: {0}")]
+    Store(#[from] strata_memory::MemoryError),
+    /// `strata.toml` could not be read.
+    #[error("configuration: {0}")]
+    Config(#[from] strata_registry::ConfigError),
+    /// Registering or running contributors failed.
+    #[error("contributors: {0}")]
+    Registry(String),
+    /// Assembly failed (budget, history).
+    #[error(transparent)]
+    Assemble(#[from] AssembleError),
+    /// The request body could not be written.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// Goal markers could not be applied.
+    #[error("goals: {0}")]
+    Goals(#[from] strata_registry::GoalError),
+    /// A caller's input is invalid.
+    #[error("invalid input: {0}")]
+    Invalid(String),
+}
+
+/// Where working and long-term memory live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// An embedded SQLite file (created if missing): the default.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server shared by many runtimes (a libpq connection string or URL).
+    #[cfg(feature = "postgres")]
+    Postgres(String),
+}
+
+/// A store of working memory, long-term memory and shared facts.
+trait Store: WorkingMemory + LongTermMemory + SharedContext + 'static {}
+impl<T: WorkingMemory + LongTermMemory + SharedContext + 'static> Store for T {}
+
+/// Builds a [`Runtime`].
+#[must_use]
+pub struct RuntimeBuilder {
+    agent: VerifiedAgent,
+    config: Option<Config>,
+    store: StoreSpec,
+    tokenizer: Option<Arc<dyn Tokenizer>>,
+    provider: Provider,
+    params: RequestParams,
+    options: ProviderOptions,
+    tools: Vec<AnnouncedTool>,
+    workspace: Option<PathBuf>,
+    history_tokens: usize,
+    memories: usize,
+}
+
+impl RuntimeBuilder {
+    /// Read `strata.toml` (budgets, default mode, protected priorities, caching, MEMORY.md).
+    pub fn config_file(mut self, path: impl AsRef<Path>) -> Result<RuntimeBuilder, SessionError> {
+        self.config = Some(Config::load(path)?);
+        Ok(self)
+    }
+
+    /// Use this configuration.
+    pub fn config(mut self, config: Config) -> RuntimeBuilder {
+        self.config = Some(config);
+        self
+    }
+
+    /// Keep memory in this SQLite file (the default is `./.strata/memory.db`).
+    pub fn sqlite(mut self, path: impl Into<PathBuf>) -> RuntimeBuilder {
+        self.store = StoreSpec::Sqlite(path.into());
+        self
+    }
+
+    /// Keep memory in a PostgreSQL database shared by many runtimes.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(mut self, url: impl Into<String>) -> RuntimeBuilder {
+        self.store = StoreSpec::Postgres(url.into());
+        self
+    }
+
+    /// Count with this tokenizer (default: exact o200k_base).
+    pub fn tokenizer(mut self, tokenizer: Arc<dyn Tokenizer>) -> RuntimeBuilder {
+        self.tokenizer = Some(tokenizer);
+        self
+    }
+
+    /// The provider and model every prepared turn is written for.
+    pub fn provider(mut self, provider: Provider, model: impl Into<String>) -> RuntimeBuilder {
+        self.provider = provider;
+        self.params.model = model.into();
+        self.options.model = Some(self.params.model.clone());
+        self
+    }
+
+    /// Maximum output tokens written into every request (required by Anthropic).
+    pub fn max_tokens(mut self, max_tokens: u32) -> RuntimeBuilder {
+        self.params.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Other request parameters passed through unchanged.
+    pub fn request_param(mut self, key: impl Into<String>, value: Value) -> RuntimeBuilder {
+        self.params.extra.insert(key.into(), value);
+        self
+    }
+
+    /// Settings of the provider request (system role, tool descriptions, pair policy, margin).
+    pub fn provider_options(mut self, options: ProviderOptions) -> RuntimeBuilder {
+        let model = self.options.model.take();
+        self.options = options;
+        if self.options.model.is_none() {
+            self.options.model = model;
+        }
+        self
+    }
+
+    /// Tools the runtime offers (narrowed to the signed allowlist on every turn).
+    pub fn tools(mut self, tools: Vec<AnnouncedTool>) -> RuntimeBuilder {
+        self.tools = tools;
+        self
+    }
+
+    /// The workspace directory (bootstrap files, MEMORY.md); default: the configuration's, else
+    /// none.
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> RuntimeBuilder {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// Tokens of recent conversation offered to the assembler (default 8,000).
+    pub fn history_tokens(mut self, tokens: usize) -> RuntimeBuilder {
+        self.history_tokens = tokens;
+        self
+    }
+
+    /// Memories retrieved per turn (default 5).
+    pub fn memories_per_turn(mut self, n: usize) -> RuntimeBuilder {
+        self.memories = n;
+        self
+    }
+
+    /// Open the store and register the contributors.
+    pub fn build(self) -> Result<Runtime, SessionError> {
+        let config = self.config.unwrap_or_default();
+        let store: Arc<dyn StoreHandle> = match &self.store {
+            StoreSpec::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        SessionError::Invalid(format!("creating {}: {e}", dir.display()))
+                    })?;
+                }
+                Arc::new(Handle(Arc::new(SqliteStore::open(path)?)))
+            }
+            #[cfg(feature = "postgres")]
+            StoreSpec::Postgres(url) => {
+                Arc::new(Handle(Arc::new(strata_memory::PgStore::connect(url)?)))
+            }
+        };
+        let tokenizer = match self.tokenizer {
+            Some(t) => t,
+            None => default_tokenizer()?,
+        };
+        let registry = Registry::from_config(&config, Arc::new(SystemClock::new()));
+        let reg = |r: Result<(), strata_registry::RegistryError>| {
+            r.map_err(|e| SessionError::Registry(e.to_string()))
+        };
+        reg(Builtins::detect().register(&registry))?;
+        // Memory contributors take part in the modes and paths the seeds give their kind of
+        // section: conversation history, memory and business context (ADR-0016).
+        reg(registry.register(Arc::new(
+            SharedFactsContributor::new(store.shared()).with_meta(seeded(
+                SharedFactsContributor::new(store.shared()).meta(),
+                StandardSection::WorkspaceProfile,
+            )),
+        )))?;
+        let history =
+            WorkingMemoryContributor::new(store.working(), tokenizer.clone(), self.history_tokens);
+        let history_meta = seeded(history.meta(), StandardSection::ConversationHistory);
+        reg(registry.register(Arc::new(history.with_meta(history_meta))))?;
+        let memories =
+            LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
+        let memories_meta = seeded(memories.meta(), StandardSection::Memory);
+        reg(registry.register(Arc::new(memories.with_meta(memories_meta))))?;
+        let workspace = self.workspace.or_else(|| config.workspace.dir.clone());
+        if let Some(ws) = &workspace {
+            let index = ws.join(&config.memory.file);
+            if index.is_file() {
+                let c = MemoryIndexContributor::new(index, index_limits(&config));
+                let meta = seeded(c.meta(), StandardSection::Memory);
+                reg(registry.register(Arc::new(Restricted { inner: c, meta })))?;
+            }
+        }
+        let goals = Arc::new(GoalManager::in_memory());
+        reg(registry.register(goals.clone()))?;
+        Ok(Runtime {
+            agent: Arc::new(self.agent),
+            assembler: Assembler::new(tokenizer),
+            registry,
+            store,
+            goals,
+            config,
+            provider: self.provider,
+            params: self.params,
+            options: self.options,
+            tools: self.tools,
+        })
+    }
+}
+
+/// A contributor taking part under another meta (modes and paths), for contributors that do not
+/// let their meta be set.
+struct Restricted<C> {
+    inner: C,
+    meta: ContributorMeta,
+}
+
+impl<C: Contributor> Contributor for Restricted<C> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn layer(&self) -> RuntimeLayer {
+        self.inner.layer()
+    }
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+    fn cache_policy(&self) -> strata_registry::CachePolicy {
+        self.inner.cache_policy()
+    }
+    fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        self.inner.cache_fingerprint(ctx)
+    }
+    fn contribute(
+        &self,
+        ctx: &ContributionContext,
+    ) -> Result<Vec<Section>, strata_registry::ContributorError> {
+        self.inner.contribute(ctx)
+    }
+}
+
+/// `meta` with the modes and paths of the seeds' `kind` of section.
+fn seeded(mut meta: ContributorMeta, kind: StandardSection) -> ContributorMeta {
+    meta.modes = kind.modes();
+    meta.paths = kind.paths();
+    meta
+}
+
+fn index_limits(config: &Config) -> strata_memory::IndexLimits {
+    let mut limits = strata_memory::IndexLimits::default();
+    limits.max_lines = config.memory.max_lines;
+    limits.max_chars = config.memory.max_chars;
+    limits
+}
+
+#[cfg(feature = "tiktoken")]
+fn default_tokenizer() -> Result<Arc<dyn Tokenizer>, SessionError> {
+    Ok(Arc::new(strata_core::TiktokenTokenizer::o200k()))
+}
+
+#[cfg(not(feature = "tiktoken"))]
+fn default_tokenizer() -> Result<Arc<dyn Tokenizer>, SessionError> {
+    Err(SessionError::Invalid(
+        "no tokenizer: build with the `tiktoken` feature or pass one to `tokenizer`".into(),
+    ))
+}
+
+/// The store seen through the three interfaces the contributors take.
+trait StoreHandle: Send + Sync {
+    fn working(&self) -> Arc<dyn WorkingMemory>;
+    fn long_term(&self) -> Arc<dyn LongTermMemory>;
+    fn shared(&self) -> SharedContextReader;
+}
+
+struct Handle<S: Store>(Arc<S>);
+
+impl<S: Store> StoreHandle for Handle<S> {
+    fn working(&self) -> Arc<dyn WorkingMemory> {
+        self.0.clone()
+    }
+    fn long_term(&self) -> Arc<dyn LongTermMemory> {
+        self.0.clone()
+    }
+    fn shared(&self) -> SharedContextReader {
+        SharedContextReader::new(self.0.clone())
+    }
+}
+
+/// A runtime: one verified agent with its store, registry and assembler, shared by sessions.
+pub struct Runtime {
+    agent: Arc<VerifiedAgent>,
+    assembler: Assembler,
+    registry: Registry,
+    store: Arc<dyn StoreHandle>,
+    goals: Arc<GoalManager>,
+    config: Config,
+    provider: Provider,
+    params: RequestParams,
+    options: ProviderOptions,
+    tools: Vec<AnnouncedTool>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("agent", &self.agent.agent_id())
+            .field("provider", &self.provider)
+            .field("model", &self.params.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Start building a runtime for `agent` (the only way to obtain one is to verify a signed
+    /// definition). Defaults: memory in `./.strata/memory.db`, Anthropic requests.
+    pub fn builder(agent: VerifiedAgent) -> RuntimeBuilder {
+        RuntimeBuilder {
+            agent,
+            config: None,
+            store: StoreSpec::Sqlite(PathBuf::from(".strata/memory.db")),
+            tokenizer: None,
+            provider: Provider::Anthropic,
+            params: RequestParams::default(),
+            options: ProviderOptions::default(),
+            tools: Vec::new(),
+            workspace: None,
+            history_tokens: 8_000,
+            memories: 5,
+        }
+    }
+
+    /// The verified agent.
+    pub fn agent(&self) -> &VerifiedAgent {
+        &self.agent
+    }
+
+    /// The registry, to add contributors of your own.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The goal manager (goals are created by the caller; markers in replies update them).
+    pub fn goals(&self) -> &GoalManager {
+        &self.goals
+    }
+
+    /// Long-term memory, to add or search memories.
+    pub fn memory(&self) -> Arc<dyn LongTermMemory> {
+        self.store.long_term()
+    }
+
+    /// A session by id; its history is whatever the store holds for that id.
+    pub fn session(&self, id: impl Into<Arc<str>>) -> Session<'_> {
+        Session {
+            rt: self,
+            id: id.into(),
+        }
+    }
+}
+
+/// Per-turn choices: mode, path, context window and extra sections. One value is used by
+/// gathering and assembly alike.
+#[derive(Debug, Clone, Default)]
+pub struct TurnOptions {
+    /// Prompt mode (default: `strata.toml`'s, else the definition's).
+    pub mode: Option<PromptMode>,
+    /// Assembly path (default: soul).
+    pub path: Option<AssemblyPath>,
+    /// The model's context window; budget, reserve and tier follow from it. Default:
+    /// `strata.toml`'s budget, else the definition's.
+    pub context_window: Option<u32>,
+    /// Extra runtime sections for this turn only (a delegated task, retrieved documents...).
+    pub sections: Vec<Section>,
+    /// Tools announced for this turn (default: the runtime's).
+    pub tools: Option<Vec<AnnouncedTool>>,
+    /// The time of the turn, Unix milliseconds (default: now).
+    pub now_ms: Option<i64>,
+}
+
+/// A tool call in a model's reply.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolCall {
+    /// Call id, as the provider gave it.
+    pub id: String,
+    /// Tool name.
+    pub name: ToolName,
+    /// Arguments (a JSON object).
+    pub arguments: Value,
+}
+
+/// The model's reply: its text and its tool calls.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Reply {
+    /// Text (may be empty when the reply only calls tools).
+    #[serde(default)]
+    pub text: String,
+    /// Tool calls, in order.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl Reply {
+    /// A reply with text only.
+    pub fn text(text: impl Into<String>) -> Reply {
+        Reply {
+            text: text.into(),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    /// A reply calling one tool.
+    pub fn tool_call(id: impl Into<String>, name: ToolName, arguments: Value) -> Reply {
+        Reply {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                id: id.into(),
+                name,
+                arguments,
+            }],
+        }
+    }
+}
+
+/// A prepared turn: what to send, and what was decided.
+#[derive(Debug, Clone)]
+pub struct PreparedTurn {
+    /// The request body for the runtime's provider.
+    pub body: Value,
+    /// The assembly (report, conversation, identity digest).
+    pub context: AssembledContext,
+}
+
+impl PreparedTurn {
+    /// The report.
+    pub fn report(&self) -> &Report {
+        &self.context.report
+    }
+
+    /// The identity digest the request was built from.
+    pub fn identity_digest(&self) -> ContentHash {
+        self.context.identity_digest
+    }
+}
+
+/// One conversation of a [`Runtime`].
+#[derive(Debug)]
+pub struct Session<'a> {
+    rt: &'a Runtime,
+    id: Arc<str>,
+}
+
+impl Session<'_> {
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Record the user's message and prepare the request for it.
+    pub fn prepare(
+        &self,
+        user_message: &str,
+        opts: &TurnOptions,
+    ) -> Result<PreparedTurn, SessionError> {
+        if user_message.trim().is_empty() {
+            return Err(SessionError::Invalid(
+                "the user message is empty; use continue_turn to prepare a request without one"
+                    .into(),
+            ));
+        }
+        self.rt
+            .store
+            .working()
+            .append(&self.id, NewEntry::user(user_message))?;
+        self.assemble(Some(user_message), opts)
+    }
+
+    /// Prepare the next request without a new user message (after tool results).
+    pub fn continue_turn(&self, opts: &TurnOptions) -> Result<PreparedTurn, SessionError> {
+        let query = self
+            .rt
+            .store
+            .working()
+            .entries(&self.id)?
+            .into_iter()
+            .rev()
+            .find(|e| e.role == Role::User)
+            .map(|e| e.content);
+        self.assemble(query.as_ref().map(|c| c.as_str()), opts)
+    }
+
+    /// Record the model's reply: its text, then its tool calls; goal markers in the text are
+    /// applied (the goal manager decides what the model's own words may change).
+    pub fn record_reply(&self, reply: &Reply) -> Result<MarkerReport, SessionError> {
+        let wm = self.rt.store.working();
+        if !reply.text.trim().is_empty() {
+            wm.append(&self.id, NewEntry::assistant(reply.text.clone()))?;
+        }
+        for c in &reply.tool_calls {
+            if !c.arguments.is_object() {
+                return Err(SessionError::Invalid(format!(
+                    "tool call `{}`: arguments must be a JSON object",
+                    c.id
+                )));
+            }
+            // Working memory keeps the tool's name with its arguments (ADR-0016).
+            let stored = serde_json::json!({ "name": c.name, "arguments": c.arguments });
+            wm.append(
+                &self.id,
+                NewEntry::tool_call(c.id.clone(), stored.to_string()),
+            )?;
+        }
+        Ok(self
+            .rt
+            .goals
+            .apply(&AssistantOutput::new(reply.text.as_str()))?)
+    }
+
+    /// Record a tool's output for the call `call_id`.
+    pub fn record_tool_result(&self, call_id: &str, output: &str) -> Result<(), SessionError> {
+        self.rt
+            .store
+            .working()
+            .append(&self.id, NewEntry::tool_result(call_id, output))?;
+        Ok(())
+    }
+
+    /// Forget this session's conversation; returns the entries removed.
+    pub fn reset(&self) -> Result<usize, SessionError> {
+        Ok(self.rt.store.working().clear(&self.id)?)
+    }
+
+    fn assemble(
+        &self,
+        query: Option<&str>,
+        opts: &TurnOptions,
+    ) -> Result<PreparedTurn, SessionError> {
+        let rt = self.rt;
+        let agent = &rt.agent;
+        let mode = opts.mode.unwrap_or(rt.config.prompt.default_mode);
+        let path = opts.path.unwrap_or_default();
+        // One budget, one tier: used by gathering and assembly alike.
+        let budget = match opts.context_window {
+            Some(w) => BudgetSpec::ContextWindow(w),
+            None => BudgetSpec::Explicit(rt.config.to_budget()),
+        };
+        let tier = match &budget {
+            BudgetSpec::ContextWindow(w) => Tier::for_context_window(*w),
+            BudgetSpec::Explicit(b) => Tier::for_context_window(b.total_tokens),
+            BudgetSpec::AgentDefault => Tier::for_context_window(agent.budget().total_tokens),
+        };
+        let tools = opts.tools.clone().unwrap_or_else(|| rt.tools.clone());
+        let now_ms = opts.now_ms.unwrap_or_else(now_ms);
+        let mut ctx = ContributionContext::new(
+            agent.agent_id_arc(),
+            agent.identity_digest(),
+            &*self.id,
+            now_ms,
+        );
+        ctx.mode = mode;
+        ctx.path = path;
+        ctx.tier = tier;
+        ctx.query = query.map(Arc::from);
+        ctx.inputs = Arc::new(RequestInputs {
+            tools: tools.clone(),
+            ..RequestInputs::default()
+        });
+        let gathered = rt
+            .registry
+            .gather(&ctx)
+            .map_err(|e| SessionError::Registry(e.to_string()))?;
+        let mut sections: Vec<Section> = gathered
+            .sections
+            .into_iter()
+            .map(native_tool_call)
+            .collect::<Result<_, _>>()?;
+        // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
+        // cached paths), the request still carries the current exchange: the newest user
+        // message and what followed it (ADR-0016).
+        let history = StandardSection::ConversationHistory;
+        if !history.in_mode(mode) || !history.on_path(path) {
+            sections.extend(self.current_exchange()?);
+        }
+        sections.extend(opts.sections.iter().cloned());
+        let req = AssemblyRequest {
+            sections,
+            tools,
+            mode,
+            path,
+            budget: Some(budget),
+            protected_priorities: rt
+                .config
+                .prompt
+                .protected_priorities
+                .iter()
+                .copied()
+                .collect(),
+            omissions: gathered
+                .omissions
+                .iter()
+                .map(|o| Omission {
+                    id: o.contributor.to_string(),
+                    layer: o.layer.into(),
+                    reason: format!("{:?}", o.reason),
+                })
+                .collect(),
+            provider: Some(rt.provider),
+            provider_options: rt.options.clone(),
+            now_ms: Some(now_ms),
+            ..AssemblyRequest::default()
+        };
+        let context = rt.assembler.assemble(agent, &req)?;
+        let body = context.request_body(rt.provider, &rt.params)?;
+        tracing::debug!(
+            session = &*self.id,
+            tokens = context.report.used_tokens,
+            "prepared a turn"
+        );
+        Ok(PreparedTurn { body, context })
+    }
+}
+
+impl Session<'_> {
+    /// The newest user entry and every entry after it, as sticky working-memory sections.
+    fn current_exchange(&self) -> Result<Vec<Section>, SessionError> {
+        let entries = self.rt.store.working().entries(&self.id)?;
+        let start = entries.iter().rposition(|e| e.role == Role::User);
+        let mut out = Vec::new();
+        for e in start.map_or(&[][..], |i| &entries[i..]) {
+            let s = Section::builder(
+                RuntimeLayer::WorkingMemory,
+                format!("turn/{}", e.seq),
+                e.content.as_str(),
+            )
+            .map_err(|err| SessionError::Invalid(err.to_string()))?
+            .phase(strata_core::Phase::History)
+            .sticky(true)
+            .turn(e.turn())
+            .source(strata_core::SourceKind::Store, "session")
+            .build();
+            out.push(native_tool_call(s)?);
+        }
+        Ok(out)
+    }
+}
+
+/// A stored tool call keeps `{"name", "arguments"}` as its content; the assembler wants the
+/// arguments as content and the name on the turn.
+fn native_tool_call(s: Section) -> Result<Section, SessionError> {
+    let Some(turn) = s
+        .turn()
+        .filter(|t| t.role == Role::ToolCall && s.layer() == RuntimeLayer::WorkingMemory)
+        .cloned()
+    else {
+        return Ok(s);
+    };
+    let stored: Value = serde_json::from_str(s.content().as_str()).map_err(|e| {
+        SessionError::Invalid(format!(
+            "stored tool call `{}` is not the JSON the session writes: {e}",
+            s.id()
+        ))
+    })?;
+    let name = stored["name"]
+        .as_str()
+        .and_then(|n| ToolName::new(n).ok())
+        .ok_or_else(|| {
+            SessionError::Invalid(format!("stored tool call `{}` has no tool name", s.id()))
+        })?;
+    let args = stored["arguments"].to_string();
+    Ok(s.with_content(args).with_turn(Turn {
+        name: Some(name),
+        ..turn
+    }))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

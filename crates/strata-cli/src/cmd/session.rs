@@ -1,0 +1,253 @@
+//! `strata session`: run a conversation from the shell on the session API (ADR-0016). Each
+//! subcommand opens the runtime on the store, does one step and exits; the conversation lives in
+//! the store, so the next call continues it.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use strata_assembler::{
+    AnnouncedTool, Provider, Reply, Runtime, RuntimeInput, ToolCall, ToolName, TurnOptions,
+};
+
+use crate::cmd::assemble::load_agent;
+use crate::error::CliError;
+use crate::output::Output;
+
+/// Arguments of `strata session`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples (a tool-using conversation, one step per call):
+  strata session --agent ada.signed.json --trust trust.toml --id s1 \\
+      prepare 'What does notes.txt say?' --format anthropic --model claude-sonnet-4-5
+  strata session --agent ada.signed.json --trust trust.toml --id s1 \\
+      reply --tool-call 'call_1:file_read:{\"path\":\"notes.txt\"}'
+  strata session --agent ada.signed.json --trust trust.toml --id s1 \\
+      tool-result call_1 'Deploys freeze on Fridays.'
+  strata session --agent ada.signed.json --trust trust.toml --id s1 \\
+      prepare --continue --format anthropic --model claude-sonnet-4-5
+  strata session --agent ada.signed.json --trust trust.toml --id s1 reply 'They freeze on Fridays.'
+  strata session --agent ada.signed.json --trust trust.toml --id s1 reset")]
+pub struct SessionArgs {
+    /// The signed agent definition (DSSE envelope).
+    #[arg(long, value_name = "FILE")]
+    pub agent: PathBuf,
+    /// The trust store.
+    #[arg(long, value_name = "FILE")]
+    pub trust: PathBuf,
+    /// Rollback state file; without it, rollback is checked in memory only.
+    #[arg(long, value_name = "FILE")]
+    pub rollback_state: Option<PathBuf>,
+    /// The session id.
+    #[arg(long, value_name = "ID")]
+    pub id: String,
+    /// The SQLite memory file (created if missing).
+    #[arg(long, value_name = "FILE", default_value = ".strata/memory.db")]
+    pub store: PathBuf,
+    /// A PostgreSQL connection string instead of the SQLite file.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "STRATA_POSTGRES",
+        conflicts_with = "store"
+    )]
+    pub postgres: Option<String>,
+    /// A strata.toml (budgets, default mode, protected priorities, caching, MEMORY.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub step: Step,
+}
+
+/// One step of a session.
+#[derive(Debug, Subcommand)]
+pub enum Step {
+    /// Record the user's message and print the request body for it.
+    Prepare {
+        /// The user's message (`-` reads standard input).
+        message: Option<String>,
+        /// Prepare without a new user message (after tool results).
+        #[arg(long = "continue", conflicts_with = "message")]
+        continue_turn: bool,
+        /// Provider: openai-chat, openai-responses or anthropic.
+        #[arg(long, default_value = "anthropic")]
+        format: Provider,
+        /// Model name written into the body.
+        #[arg(long)]
+        model: String,
+        /// Maximum output tokens (required by Anthropic).
+        #[arg(long, default_value_t = 1024)]
+        max_tokens: u32,
+        /// The model's context window (sets budget and tier).
+        #[arg(long)]
+        context_window: Option<u32>,
+        /// Runtime input JSON with tools and extra sections for this turn (see `strata assemble
+        /// --help`); its turns are not used, the session has its own.
+        #[arg(long, value_name = "FILE")]
+        input: Option<PathBuf>,
+    },
+    /// Record the model's reply: its text and its tool calls.
+    Reply {
+        /// The reply's text.
+        text: Option<String>,
+        /// A tool call, `ID:NAME:JSON-ARGUMENTS`; repeatable.
+        #[arg(long, value_name = "ID:NAME:JSON")]
+        tool_call: Vec<String>,
+    },
+    /// Record a tool's output.
+    ToolResult {
+        /// The call id.
+        call_id: String,
+        /// The output (`-` reads standard input).
+        output: String,
+    },
+    /// Forget the conversation.
+    Reset,
+}
+
+fn stdin_or(text: &str) -> Result<String, CliError> {
+    if text != "-" {
+        return Ok(text.to_owned());
+    }
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| CliError::io(std::path::Path::new("-"), e, "pipe the text"))?;
+    Ok(s)
+}
+
+fn parse_call(spec: &str) -> Result<ToolCall, CliError> {
+    let usage = || {
+        CliError::Usage(format!(
+            "--tool-call `{spec}`: expected ID:NAME:JSON, e.g. 'call_1:file_read:{{\"path\":\"a.txt\"}}'"
+        ))
+    };
+    let (id, rest) = spec.split_once(':').ok_or_else(usage)?;
+    let (name, args) = rest.split_once(':').ok_or_else(usage)?;
+    let name = ToolName::new(name).map_err(|e| CliError::Usage(format!("--tool-call: {e}")))?;
+    let arguments: serde_json::Value = serde_json::from_str(args)
+        .map_err(|e| CliError::Usage(format!("--tool-call `{spec}`: arguments: {e}")))?;
+    Ok(ToolCall {
+        id: id.to_owned(),
+        name,
+        arguments,
+    })
+}
+
+/// Run `strata session`.
+pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
+    let agent = load_agent(
+        &args.agent,
+        &args.trust,
+        args.rollback_state.as_deref(),
+        false,
+    )?;
+    let mut builder = Runtime::builder(agent);
+    if let Some(c) = &args.config {
+        builder = builder
+            .config_file(c)
+            .map_err(|e| CliError::Other(e.to_string()))?;
+    }
+    builder = match &args.postgres {
+        Some(url) => builder.postgres(url),
+        None => builder.sqlite(&args.store),
+    };
+    let fail = |e: strata_assembler::SessionError| CliError::Other(e.to_string());
+    match &args.step {
+        Step::Prepare {
+            message,
+            continue_turn,
+            format,
+            model,
+            max_tokens,
+            context_window,
+            input,
+        } => {
+            let mut opts = TurnOptions {
+                context_window: *context_window,
+                ..TurnOptions::default()
+            };
+            let mut tools: Vec<AnnouncedTool> = Vec::new();
+            if let Some(path) = input {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| CliError::io(path, e, "give a runtime input JSON file"))?;
+                let input = RuntimeInput::from_json(&text).map_err(|e| {
+                    CliError::Other(format!("{}: not valid runtime input: {e}", path.display()))
+                })?;
+                tools = input.tools.clone();
+                for s in input.sections {
+                    opts.sections.push(
+                        s.into_section()
+                            .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?,
+                    );
+                }
+            }
+            let rt = builder
+                .provider(*format, model.clone())
+                .max_tokens(*max_tokens)
+                .tools(tools)
+                .build()
+                .map_err(fail)?;
+            let session = rt.session(args.id.as_str());
+            let turn = match (message, continue_turn) {
+                (Some(m), false) => session.prepare(&stdin_or(m)?, &opts),
+                (None, true) => session.continue_turn(&opts),
+                _ => {
+                    return Err(CliError::Usage(
+                        "prepare: give the user's message, or --continue after tool results".into(),
+                    ))
+                }
+            }
+            .map_err(fail)?;
+            let body = serde_json::to_string_pretty(&turn.body)
+                .map_err(|e| CliError::Other(e.to_string()))?;
+            out.result(&(body + "\n"))
+        }
+        Step::Reply { text, tool_call } => {
+            let rt = builder.build().map_err(fail)?;
+            let reply = Reply {
+                text: text
+                    .as_deref()
+                    .map(stdin_or)
+                    .transpose()?
+                    .unwrap_or_default(),
+                tool_calls: tool_call
+                    .iter()
+                    .map(|c| parse_call(c))
+                    .collect::<Result<_, _>>()?,
+            };
+            if reply.text.trim().is_empty() && reply.tool_calls.is_empty() {
+                return Err(CliError::Usage(
+                    "reply: give the reply's text, or at least one --tool-call".into(),
+                ));
+            }
+            rt.session(args.id.as_str())
+                .record_reply(&reply)
+                .map_err(fail)?;
+            out.status(&format!(
+                "recorded the reply in session {} ({} tool call(s))",
+                args.id,
+                reply.tool_calls.len()
+            ));
+            Ok(())
+        }
+        Step::ToolResult { call_id, output } => {
+            let rt = builder.build().map_err(fail)?;
+            rt.session(args.id.as_str())
+                .record_tool_result(call_id, &stdin_or(output)?)
+                .map_err(fail)?;
+            out.status(&format!(
+                "recorded the result of {call_id} in session {}",
+                args.id
+            ));
+            Ok(())
+        }
+        Step::Reset => {
+            let rt = builder.build().map_err(fail)?;
+            let n = rt.session(args.id.as_str()).reset().map_err(fail)?;
+            out.status(&format!("session {}: {n} entries forgotten", args.id));
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Exact counts of the tiktoken encodings (`o200k_base`, `cl100k_base`) in linear time, through
+//! GitHub's `bpe-openai`, and the exact longest prefix within a budget (ADR-0020).
+//!
+//! `bpe-openai` splits text with the same pre-tokenizer as tiktoken and encodes each piece with
+//! a BPE algorithm whose cost is linear in the piece, so no input (a megabyte of one letter, of
+//! spaces, of base64) can stall or crash a count, and no input is cut before counting.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use bpe_openai::appendable_encoder::AppendableEncoder;
+
+use super::{Prefix, Tokenizer};
+
+/// Extra tokens granted to `bpe-openai`'s count-till-limit before its answer is compared with
+/// the real limit. Its backtracking encoder may hold a few more tokens than the final encoding
+/// while it searches; with this margin an early stop can only mean the text is over the limit.
+const LIMIT_MARGIN: usize = 32;
+
+/// How far above the remaining budget the cheap per-position estimate of a cut may lie and the
+/// position still be checked exactly. The estimate differs from the exact count only where a
+/// prefix of one pre-tokenizer piece is split differently (a cut inside a contraction such as
+/// `'re`, or whitespace that joins the run before it); there it is off by a token or two.
+const CUT_MARGIN: usize = 3;
+
+/// Exact BPE counts with the encodings OpenAI models use, embedded (no network), linear in the
+/// length of the text for every input. The encoders are process-wide singletons built on first
+/// use, so constructing this type is free.
+///
+/// Implements the exact counting of ADR-0020: ordinary encoding only, so special-token text is
+/// counted as the characters it is; no segmenting; the exact longest prefix within a budget.
+#[derive(Clone, Copy)]
+pub struct TiktokenTokenizer {
+    tok: &'static bpe_openai::Tokenizer,
+    name: &'static str,
+    longest_token: &'static OnceLock<usize>,
+}
+
+static O200K_LONGEST: OnceLock<usize> = OnceLock::new();
+static CL100K_LONGEST: OnceLock<usize> = OnceLock::new();
+
+impl fmt::Debug for TiktokenTokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TiktokenTokenizer")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl TiktokenTokenizer {
+    /// `o200k_base` (GPT-4o and later).
+    pub fn o200k() -> TiktokenTokenizer {
+        TiktokenTokenizer {
+            tok: bpe_openai::o200k_base(),
+            name: "o200k_base",
+            longest_token: &O200K_LONGEST,
+        }
+    }
+
+    /// `cl100k_base` (GPT-4, GPT-3.5).
+    pub fn cl100k() -> TiktokenTokenizer {
+        TiktokenTokenizer {
+            tok: bpe_openai::cl100k_base(),
+            name: "cl100k_base",
+            longest_token: &CL100K_LONGEST,
+        }
+    }
+
+    /// By encoding name.
+    pub fn by_name(name: &str) -> Option<TiktokenTokenizer> {
+        match name {
+            "o200k_base" | "o200k" => Some(Self::o200k()),
+            "cl100k_base" | "cl100k" => Some(Self::cl100k()),
+            _ => None,
+        }
+    }
+
+    /// The token ids of `text`, encoded as ordinary text. Counting never needs them; they are
+    /// exposed so that tests can compare encodings, not only counts, with a reference.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.tok.encode(text)
+    }
+
+    /// Builds the encoder now rather than on the first count (about 60 ms in a release build),
+    /// for processes that want that cost outside their first assembly.
+    pub fn warm_up(&self) {
+        self.count("");
+    }
+
+    /// Bytes in the longest token of the vocabulary: no token covers more, so a text of `n`
+    /// bytes has at least `n / longest` tokens.
+    fn longest_token(&self) -> usize {
+        *self.longest_token.get_or_init(|| {
+            let bpe = &self.tok.bpe;
+            (0..bpe.num_tokens())
+                .filter_map(|id| u32::try_from(id).ok())
+                .map(|id| bpe.token_len(id))
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        })
+    }
+
+    /// The count of one pre-tokenizer piece if it is at most `room`.
+    fn piece_up_to(&self, piece: &str, room: usize) -> Option<usize> {
+        self.tok
+            .bpe
+            .count_till_limit(piece.as_bytes(), room.saturating_add(LIMIT_MARGIN))
+            .filter(|&n| n <= room)
+    }
+
+    /// The longest fitting prefix of `text` that ends inside `text[start..end]`, given that
+    /// `text[..start]` holds `before` tokens and that every longer prefix is over the budget.
+    ///
+    /// A cheap estimate of the count of every prefix of the region comes from appending its
+    /// bytes, piece by piece, to an incremental BPE encoder (amortised constant time a byte).
+    /// Positions are then tried from the longest down; each one whose estimate is within
+    /// [`CUT_MARGIN`] of the budget is counted exactly, and the first that fits is the answer.
+    fn prefix_in_region(
+        &self,
+        text: &str,
+        start: usize,
+        end: usize,
+        before: usize,
+        max: usize,
+    ) -> Prefix {
+        let room = max - before;
+        let region = &text[start..end];
+        // A prefix of more than (room + margin) * longest bytes cannot fit: skip estimating it.
+        let window = region
+            .len()
+            .min((room + CUT_MARGIN + 1).saturating_mul(self.longest_token()));
+        let mut estimate: Vec<usize> = Vec::with_capacity(window + 1);
+        estimate.push(0);
+        // The pieces of the region as (end, whether a cut inside may split it differently).
+        let mut pieces: Vec<(usize, bool)> = Vec::new();
+        let mut base = 0usize;
+        for piece in self.tok.split(region) {
+            let mut enc = AppendableEncoder::new(&self.tok.bpe);
+            for &b in piece.as_bytes() {
+                if estimate.len() > window {
+                    break;
+                }
+                enc.push(b);
+                estimate.push(base + enc.token_count());
+            }
+            pieces.push((estimate.len() - 1, may_split(piece)));
+            if estimate.len() > window {
+                break;
+            }
+            base += enc.token_count();
+        }
+        while let Some((piece_end, split)) = pieces.pop() {
+            let piece_start = pieces.last().map_or(0, |&(end, _)| end);
+            for i in (piece_start + 1..=piece_end).rev() {
+                // An estimate over the budget is exact, unless a cut here can split the piece
+                // or join its first character to whitespace before it.
+                let risky = split || i - piece_start <= 4;
+                let over = estimate[i] > room;
+                if (over && (!risky || estimate[i] > room + CUT_MARGIN))
+                    || !region.is_char_boundary(i)
+                {
+                    continue;
+                }
+                if let Some(n) = self.count_up_to(&region[..i], room) {
+                    return Prefix {
+                        len: start + i,
+                        tokens: before + n,
+                    };
+                }
+            }
+        }
+        Prefix {
+            len: start,
+            tokens: before,
+        }
+    }
+}
+
+/// Whether a cut inside a pre-tokenizer piece may split the prefix into more than one piece,
+/// so that the count of the prefix is not the BPE count of its bytes. With the tiktoken
+/// patterns this happens only inside an apostrophe contraction (`they'r` is `they`, `'`, `r`)
+/// and inside whitespace that holds a line break (` \n ` is ` \n` and ` `); short pieces are
+/// checked anyway, since checking them costs little.
+fn may_split(piece: &str) -> bool {
+    piece.len() <= 32 || piece.contains('\'') || piece.contains(['\n', '\r']) || is_blank(piece)
+}
+
+/// Whether a pre-tokenizer piece is whitespace only (the regex's `\s`, Unicode White_Space).
+fn is_blank(piece: &str) -> bool {
+    piece.chars().all(char::is_whitespace)
+}
+
+impl Tokenizer for TiktokenTokenizer {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn count(&self, text: &str) -> usize {
+        // ADR-0020: ordinary encoding, so special-token text counts as plain text.
+        self.tok.count(text)
+    }
+
+    fn count_up_to(&self, text: &str, limit: usize) -> Option<usize> {
+        let mut used = 0usize;
+        for piece in self.tok.split(text) {
+            used += self.piece_up_to(piece, limit - used)?;
+        }
+        Some(used)
+    }
+
+    /// The exact longest prefix within `max_tokens` (ADR-0020).
+    ///
+    /// Walks the pre-tokenizer pieces of the whole text, counting each up to what is left of
+    /// the budget, to the first piece that does not fit. The answer ends inside a small region
+    /// around that piece: a prefix that ends after a piece which is not whitespace only is split
+    /// into the same pieces as the whole text up to there, so everything before the region fits
+    /// and every prefix past it is over. The region reaches back over whitespace-only pieces
+    /// (a cut can join them into one run) and, when the piece that does not fit is whitespace,
+    /// forward to the next piece that is not. Inside it, [`TiktokenTokenizer::prefix_in_region`]
+    /// finds the longest fitting cut, which need not be where a growing prefix first stops
+    /// fitting, since BPE counts are not monotone.
+    fn prefix(&self, text: &str, max_tokens: usize) -> Prefix {
+        let (mut used, mut offset) = (0usize, 0usize);
+        // Where the run of whitespace-only pieces just before `offset` starts, and the count
+        // before it.
+        let mut blank_run: Option<(usize, usize)> = None;
+        let mut pieces = self.tok.split(text);
+        while let Some(piece) = pieces.next() {
+            let blank = is_blank(piece);
+            let Some(n) = self.piece_up_to(piece, max_tokens - used) else {
+                let (start, before) = blank_run.unwrap_or((offset, used));
+                let mut end = offset + piece.len();
+                if blank {
+                    for next in pieces.by_ref() {
+                        end += next.len();
+                        if !is_blank(next) {
+                            break;
+                        }
+                    }
+                }
+                return self.prefix_in_region(text, start, end, before, max_tokens);
+            };
+            if blank {
+                blank_run.get_or_insert((offset, used));
+            } else {
+                blank_run = None;
+            }
+            used += n;
+            offset += piece.len();
+        }
+        Prefix {
+            len: text.len(),
+            tokens: used,
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Fuzz target: the exact tokenizer against tiktoken-rs, an independent implementation of the
+//! same encodings (ADR-0020). For any input (raw text, a long run made by repeating it,
+//! datamarked or base64 encoded), counts and token ids equal the reference, counting up to a
+//! limit agrees with the count, and the prefix within a budget holds exactly the tokens it
+//! reports, fits, and is the longest that fits (by brute force on short inputs, over the next
+//! characters on long ones). Inputs stay at a few kilobytes, where tiktoken-rs (quadratic in one
+//! pre-tokenizer piece) finishes quickly.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use strata_core::format::{encode_untrusted, Encoding};
+use strata_core::{TiktokenTokenizer, Tokenizer};
+use tiktoken_rs::CoreBPE;
+
+/// Largest input handed to the reference.
+const MAX_BYTES: usize = 4_096;
+
+fn reference(r: &CoreBPE, text: &str) -> usize {
+    r.encode_ordinary(text).len()
+}
+
+fn floor_boundary(text: &str, mut i: usize) -> usize {
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [mode, budget_seed, rest @ ..] = data else {
+        return;
+    };
+    let body = String::from_utf8_lossy(rest);
+    let mut text = match mode % 4 {
+        0 => body.into_owned(),
+        1 if !body.is_empty() => {
+            // A long run: the input repeated to between 256 bytes and 4 KiB.
+            let want = 256 + usize::from(*mode / 4) * 60;
+            body.repeat(want / body.len() + 1)
+        }
+        1 => String::new(),
+        2 => encode_untrusted(&body, Encoding::Datamark),
+        _ => encode_untrusted(&body, Encoding::Base64),
+    };
+    text.truncate(floor_boundary(&text, text.len().min(MAX_BYTES)));
+
+    for (t, r) in [
+        (TiktokenTokenizer::o200k(), tiktoken_rs::o200k_base_singleton()),
+        (TiktokenTokenizer::cl100k(), tiktoken_rs::cl100k_base_singleton()),
+    ] {
+        let ids = r.encode_ordinary(&text);
+        let n = ids.len();
+        assert_eq!(t.count(&text), n, "{}: count", t.name());
+        assert_eq!(t.encode(&text), ids, "{}: token ids", t.name());
+        assert_eq!(t.count_up_to(&text, n), Some(n));
+        if n > 0 {
+            assert_eq!(t.count_up_to(&text, n - 1), None);
+        }
+
+        let budget = usize::from(*budget_seed) * (n + 1) / 256;
+        let p = t.prefix(&text, budget);
+        assert!(text.is_char_boundary(p.len));
+        assert_eq!(p.tokens, reference(r, &text[..p.len]), "{}: reported count", t.name());
+        assert!(p.tokens <= budget, "{}: {} tokens over {budget}", t.name(), p.tokens);
+        let longer: Vec<usize> = if text.chars().count() <= 64 {
+            text.char_indices().map(|(i, c)| i + c.len_utf8()).filter(|&e| e > p.len).collect()
+        } else {
+            text[p.len..].char_indices().take(16).map(|(i, c)| p.len + i + c.len_utf8()).collect()
+        };
+        for end in longer {
+            assert!(
+                reference(r, &text[..end]) > budget,
+                "{}: the prefix of {end} bytes fits {budget} tokens, longer than the cut at {}",
+                t.name(),
+                p.len
+            );
+        }
+    }
+});
