@@ -25,6 +25,8 @@ pub mod error;
 pub mod input;
 pub mod output;
 pub mod provider;
+pub mod receipt;
+pub mod receipt_log;
 pub mod report;
 pub mod request;
 pub mod session;
@@ -37,6 +39,10 @@ pub use provider::{
     Block, Conversation, Message, MessageKind, MessageRole, PairPolicy, Provider, ProviderOptions,
     RequestError, RequestParams, RequestTool, SystemRole, ToolDescriptions,
 };
+pub use receipt::{
+    body_bytes, ReceiptError, Receipted, ReceiptedError, SignedReceipt, Statement, VerifiedReceipt,
+};
+pub use receipt_log::{Audit, LogError, ReceiptLog};
 pub use report::{Report, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{
@@ -47,7 +53,7 @@ pub use strata_memory::{LongTermMemory, NewMemory, SearchOptions, SqliteStore};
 pub use strata_registry::{Config, GoalManager, Registry};
 
 pub use strata_agentdef::{
-    AgentDefError, Expiry, Loader, RollbackGuard, TrustStore, VerifiedAgent,
+    AgentDefError, Expiry, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent,
 };
 pub use strata_core::format::{parse, Encoding, Parsed};
 #[cfg(feature = "tiktoken")]

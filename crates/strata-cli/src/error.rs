@@ -3,7 +3,8 @@
 //! Exit codes are part of the command's interface (scripts branch on them):
 //! 0 success, 1 an error (missing file, bad key, bad trust store...), 2 a usage error (clap
 //! exits with 2 on its own), 3 a signed definition was refused by verification (ADR-0010: the
-//! loader fails closed, and the command says why with the loader's stable cause name).
+//! loader fails closed, and the command says why with the loader's stable cause name), or an
+//! assembly receipt or receipt log was refused (ADR-0021).
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,12 @@ pub enum CliError {
     /// `REFUSED <cause>: <message>`.
     #[error("REFUSED {cause}: {0}", cause = .0.cause())]
     Refused(#[source] AgentDefError),
+    /// An assembly receipt was refused (exit code 3), ADR-0021.
+    #[error("REFUSED {cause}: {0}", cause = .0.cause())]
+    ReceiptRefused(#[source] strata_assembler::ReceiptError),
+    /// A receipt log failed its audit (exit code 3), ADR-0021.
+    #[error("REFUSED {cause}: {0}", cause = .0.cause())]
+    LogRefused(#[source] strata_assembler::LogError),
     /// A library call failed on some input; `doing` says what the command was doing.
     #[error("{doing}: {source}")]
     AgentDef {
@@ -61,7 +68,10 @@ impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Refused(_) => EXIT_REFUSED,
+            CliError::Refused(_) | CliError::ReceiptRefused(_) => EXIT_REFUSED,
+            // A log that cannot be read is an error; one that fails its audit is a refusal.
+            CliError::LogRefused(strata_assembler::LogError::Io { .. }) => EXIT_ERROR,
+            CliError::LogRefused(_) => EXIT_REFUSED,
             CliError::Usage(_) => EXIT_USAGE,
             CliError::AgentDef { .. }
             | CliError::Io { .. }

@@ -37,8 +37,8 @@ Exit codes:
   0  success
   1  error (a missing or unreadable file, an invalid key, trust store or definition)
   2  usage error (unknown option, missing argument, arguments that do not go together)
-  3  verification refused: a signed agent definition failed a check; the verdict line on
-     stderr reads `REFUSED <cause>: <message>`
+  3  verification refused: a signed agent definition, an assembly receipt or a receipt log
+     failed a check; the verdict line on stderr reads `REFUSED <cause>: <message>`
 
 Logging:
   Logs go to stderr. The default level is `warn`; -v shows info, -vv debug, -vvv trace;
@@ -106,6 +106,8 @@ enum Command {
     Explain(cmd::explain::ExplainArgs),
     /// Run the example agent on an embedded SQLite memory, no setup needed.
     Demo(cmd::demo::DemoArgs),
+    /// Sign, verify, show and audit assembly receipts: what the model was shown and why.
+    Receipt(cmd::receipt::ReceiptArgs),
     /// Print a shell completion script.
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -121,18 +123,19 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
         Command::Session(args) => cmd::session::run(&args, out),
         Command::Explain(args) => cmd::explain::run(&args, out),
         Command::Demo(args) => cmd::demo::run(&args, out),
+        Command::Receipt(args) => cmd::receipt::run(&args, out),
         Command::Completions(args) => cmd::completions::run(&args, &mut Cli::command(), out),
     }
 }
 
 /// The log filter: RUST_LOG when set, otherwise a level from `--quiet` / `-v`.
 ///
-/// At the default level the loader's own "refused" warning is hidden, because the command
-/// prints the verdict itself; `-v` shows it.
+/// At the default level the loader's and the receipt verifier's own "refused" warnings are
+/// hidden, because the command prints the verdict itself; `-v` shows them.
 fn log_filter(quiet: bool, verbose: u8) -> EnvFilter {
     let from_flags = match (quiet, verbose) {
         (true, _) => "error",
-        (false, 0) => "warn,strata_agentdef::loader=error",
+        (false, 0) => "warn,strata_agentdef::loader=error,strata_assembler::receipt=error",
         (false, 1) => "info",
         (false, 2) => "debug",
         (false, _) => "trace",
@@ -166,7 +169,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(e) => {
             match &e {
-                CliError::Refused(_) => out.error(&e.to_string()),
+                CliError::Refused(_) | CliError::ReceiptRefused(_) => out.error(&e.to_string()),
+                CliError::LogRefused(l) if l.cause() != "io" => out.error(&e.to_string()),
                 CliError::Usage(_) => out.error(&format!(
                     "error: {e}\n\nFor more information, try '--help'."
                 )),

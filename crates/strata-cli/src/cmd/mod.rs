@@ -7,6 +7,7 @@ pub mod demo;
 pub mod explain;
 pub mod inspect;
 pub mod keygen;
+pub mod receipt;
 pub mod session;
 pub mod sign;
 pub mod verify;

@@ -1,0 +1,135 @@
+//! Benchmarks of assembly receipts (ADR-0021) next to the warm assembly they describe.
+//!
+//! The workload is the typical agent of the `assemble` bench (30 runtime sections, the default
+//! budget), in the plain-text format and as an Anthropic request. Measured: warm assembly alone;
+//! the receipt alone (statement, canonical bytes, SHA-256 subject, ed25519 signature); the two
+//! together (`Assembler::assemble_with_receipt`); and verifying a receipt.
+#![allow(missing_docs, reason = "criterion generates the bench entry points")]
+#![allow(clippy::unwrap_used, reason = "benchmarks fail loudly")]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use strata_assembler::receipt::{self, Sent};
+use strata_assembler::*;
+
+fn sections(n: usize, words: usize) -> Vec<Section> {
+    (0..n)
+        .map(|i| {
+            let layer = RuntimeLayer::ALL[i % 4];
+            let text = format!("Section {i}: ")
+                + &"the quick brown fox jumps over the lazy dog ".repeat(words);
+            let mut b = Section::builder(layer, format!("s{i}"), text.as_str())
+                .unwrap()
+                .priority((i * 37 % 100) as u32);
+            if layer == RuntimeLayer::WorkingMemory {
+                b = b.phase(Phase::History).turn(Turn {
+                    seq: i as u64,
+                    role: Role::User,
+                    call_id: None,
+                    name: None,
+                });
+            }
+            if i % 3 == 0 {
+                b = b.stability(Stability::Stable);
+            }
+            b.build()
+        })
+        .collect()
+}
+
+fn receipts(c: &mut Criterion) {
+    let agent = support::agent_with(
+        16_384,
+        "You are Bench, an agent used to measure the assembler.",
+    );
+    let key = KeyPair::from_seed(&[0x72; 32]);
+    let trust =
+        TrustStore::from_toml(&TrustStore::toml_for(&[("runtime", &key.public())])).unwrap();
+    let tok = Arc::new(TiktokenTokenizer::o200k());
+    let params = RequestParams {
+        model: "claude-sonnet-4-5".into(),
+        max_tokens: Some(1024),
+        ..RequestParams::default()
+    };
+    for (name, provider) in [("text", None), ("anthropic", Some(Provider::Anthropic))] {
+        let req = AssemblyRequest {
+            sections: sections(30, 5),
+            budget: Some(BudgetSpec::Explicit(Budget::with_total(16_384))),
+            provider,
+            ..Default::default()
+        };
+        let warm = Assembler::new(tok.clone());
+        let r = warm
+            .assemble_with_receipt(&agent, &req, &params, &key)
+            .unwrap();
+        let envelope = r.receipt.to_json();
+        let mut g = c.benchmark_group(format!("receipt_30_sections_{name}"));
+        g.bench_function("assemble_warm", |b| {
+            b.iter(|| black_box(warm.assemble(&agent, &req).unwrap()))
+        });
+        g.bench_function("assemble_warm_and_write_body", |b| {
+            b.iter(|| {
+                let ctx = warm.assemble(&agent, &req).unwrap();
+                let sent = match provider {
+                    Some(p) => body_bytes(&ctx.request_body(p, &params).unwrap()),
+                    None => ctx.text().to_owned().into_bytes(),
+                };
+                black_box((ctx, sent))
+            })
+        });
+        g.bench_function("receipt_only_build_and_sign", |b| {
+            let sent = r.sent.clone();
+            b.iter(|| {
+                let s = match provider {
+                    Some(_) => Sent::Body(&sent),
+                    None => Sent::Text(r.context.text()),
+                };
+                let st = receipt::statement(&agent, &req, &r.context, s, key.key_id().as_str());
+                black_box(SignedReceipt::sign(st, &key).unwrap())
+            })
+        });
+        // The parts of building and signing, to see where the time goes.
+        let sent_for_parts = r.sent.clone();
+        let sent_of = || match provider {
+            Some(_) => Sent::Body(&sent_for_parts),
+            None => Sent::Text(r.context.text()),
+        };
+        let id = key.key_id().to_string();
+        g.bench_function("part_statement", |b| {
+            b.iter(|| black_box(receipt::statement(&agent, &req, &r.context, sent_of(), &id)))
+        });
+        let st = receipt::statement(&agent, &req, &r.context, sent_of(), &id);
+        g.bench_function("part_canonical_bytes", |b| {
+            b.iter(|| black_box(st.canonical_bytes()))
+        });
+        let payload = st.canonical_bytes();
+        g.bench_function("part_dsse_sign", |b| {
+            b.iter(|| {
+                let mut e =
+                    strata_agentdef::Envelope::with_type(receipt::PAYLOAD_TYPE, payload.clone());
+                e.sign(&key);
+                black_box(e)
+            })
+        });
+        g.bench_function("assemble_warm_with_receipt", |b| {
+            b.iter(|| {
+                black_box(
+                    warm.assemble_with_receipt(&agent, &req, &params, &key)
+                        .unwrap(),
+                )
+            })
+        });
+        g.bench_function("verify_receipt", |b| {
+            b.iter(|| black_box(receipt::verify(envelope.as_bytes(), &trust).unwrap()))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, receipts);
+criterion_main!(benches);
