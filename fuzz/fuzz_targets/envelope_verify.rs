@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha256};
-use strata_agentdef::{Envelope, Loader, RollbackGuard, TrustStore};
+use strata_agentdef::{Envelope, Expiry, Loader, RollbackGuard, TrustStore};
 
 struct Fixed {
     trust: TrustStore,
@@ -37,7 +37,7 @@ fn fixed() -> &'static Fixed {
 fuzz_target!(|data: &[u8]| {
     let f = fixed();
     let guard = RollbackGuard::in_memory();
-    let loader = Loader::new(&f.trust, &guard).at_time(1_780_272_000);
+    let loader = Loader::new(&f.trust, &guard).expiry(Expiry::TimeTravelDangerously(1_780_272_000));
     if let Ok(agent) = loader.load_bytes(data, Some(&f.base)) {
         let env = Envelope::parse(data).expect("accepted input must parse");
         let digest: [u8; 32] = Sha256::digest(&env.payload).into();
