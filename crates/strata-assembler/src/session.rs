@@ -65,6 +65,9 @@ pub enum SessionError {
     /// The request body could not be written.
     #[error(transparent)]
     Request(#[from] RequestError),
+    /// The receipt could not be signed.
+    #[error("receipt: {0}")]
+    Receipt(#[from] crate::receipt::ReceiptedError),
     /// Goal markers could not be applied.
     #[error("goals: {0}")]
     Goals(#[from] strata_registry::GoalError),
@@ -101,9 +104,17 @@ pub struct RuntimeBuilder {
     workspace: Option<PathBuf>,
     history_tokens: usize,
     memories: usize,
+    receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
 }
 
 impl RuntimeBuilder {
+    /// Sign a receipt of every prepared turn with this runtime key (ADR-0021); the turn then
+    /// carries it, naming the exact bytes to send.
+    pub fn receipt_key(mut self, key: strata_agentdef::KeyPair) -> RuntimeBuilder {
+        self.receipt_key = Some(Arc::new(key));
+        self
+    }
+
     /// Read `strata.toml` (budgets, default mode, protected priorities, caching, MEMORY.md).
     pub fn config_file(mut self, path: impl AsRef<Path>) -> Result<RuntimeBuilder, SessionError> {
         self.config = Some(Config::load(path)?);
@@ -255,6 +266,7 @@ impl RuntimeBuilder {
             options: self.options,
             tools: self.tools,
             prompts: std::sync::Mutex::new(std::collections::HashMap::new()),
+            receipt_key: self.receipt_key,
         })
     }
 }
@@ -352,6 +364,7 @@ pub struct Runtime {
     /// Per session, the digest of the system prompt (system channel and tool definitions)
     /// last prepared, to tell subscribers when it changes.
     prompts: std::sync::Mutex<std::collections::HashMap<Arc<str>, ContentHash>>,
+    receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -380,6 +393,7 @@ impl Runtime {
             workspace: None,
             history_tokens: 8_000,
             memories: 5,
+            receipt_key: None,
         }
     }
 
@@ -480,8 +494,12 @@ impl Reply {
 pub struct PreparedTurn {
     /// The request body for the runtime's provider.
     pub body: Value,
+    /// The exact bytes to send (compact JSON, keys sorted): what a receipt names.
+    pub sent: Vec<u8>,
     /// The assembly (report, conversation, identity digest).
     pub context: AssembledContext,
+    /// The signed receipt of this turn, when the runtime has a receipt key (ADR-0021).
+    pub receipt: Option<crate::receipt::SignedReceipt>,
 }
 
 impl PreparedTurn {
@@ -670,8 +688,22 @@ impl Session<'_> {
             now_ms: Some(now_ms),
             ..AssemblyRequest::default()
         };
-        let context = rt.assembler.assemble(agent, &req)?;
-        let body = context.request_body(rt.provider, &rt.params)?;
+        let (context, sent, receipt) = match &rt.receipt_key {
+            Some(key) => {
+                let r = rt
+                    .assembler
+                    .assemble_with_receipt(agent, &req, &rt.params, key)?;
+                (r.context, r.sent, Some(r.receipt))
+            }
+            None => {
+                let context = rt.assembler.assemble(agent, &req)?;
+                let sent =
+                    crate::receipt::body_bytes(&context.request_body(rt.provider, &rt.params)?);
+                (context, sent, None)
+            }
+        };
+        let body: Value = serde_json::from_slice(&sent)
+            .map_err(|e| SessionError::Invalid(format!("request body: {e}")))?;
         if let Some(conv) = context.conversation() {
             let tools = serde_json::to_string(&conv.tools).unwrap_or_default();
             let digest = ContentHash::of(&format!("{}\u{0}{tools}", conv.system));
@@ -690,7 +722,12 @@ impl Session<'_> {
             tokens = context.report.used_tokens,
             "prepared a turn"
         );
-        Ok(PreparedTurn { body, context })
+        Ok(PreparedTurn {
+            body,
+            sent,
+            context,
+            receipt,
+        })
     }
 }
 

@@ -362,3 +362,39 @@ fn system_prompt_changes_and_resets_are_announced() {
     assert_ne!(got[0], got[1]);
     assert!(matches!(&got[2], RegistryEvent::SessionReset { session } if &**session == "s1"));
 }
+
+/// Verifies ADR-0016 and ADR-0021: with a runtime key, every prepared turn carries a signed
+/// receipt naming exactly the bytes to send and the agent it was built from; a changed byte of
+/// the body does not match it.
+#[test]
+fn prepared_turns_carry_receipts() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = KeyPair::from_seed(&[0x42; 32]);
+    let trust =
+        TrustStore::from_toml(&TrustStore::toml_for(&[("runtime", &key.public())])).unwrap();
+    let rt = Runtime::builder(agent())
+        .sqlite(dir.path().join("m.db"))
+        .provider(Provider::OpenAiChat, "m")
+        .receipt_key(key)
+        .build()
+        .unwrap();
+    let t = rt
+        .session("s1")
+        .prepare("Hello", &TurnOptions::default())
+        .unwrap();
+    let receipt = t.receipt.as_ref().unwrap();
+    let verified = strata_assembler::receipt::verify(receipt.to_json().as_bytes(), &trust).unwrap();
+    verified.check_sent(&t.sent).unwrap();
+    verified.check_agent(rt.agent()).unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&t.sent).unwrap(), t.body);
+    let mut changed = t.sent.clone();
+    let last = changed.len() - 2;
+    changed[last] ^= 1;
+    assert!(verified.check_sent(&changed).is_err());
+    // Without a key, no receipt.
+    let plain = runtime(&dir.path().join("m2.db"), Provider::OpenAiChat)
+        .session("s1")
+        .prepare("Hello", &TurnOptions::default())
+        .unwrap();
+    assert!(plain.receipt.is_none());
+}
