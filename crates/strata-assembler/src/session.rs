@@ -688,22 +688,24 @@ impl Session<'_> {
             now_ms: Some(now_ms),
             ..AssemblyRequest::default()
         };
-        let (context, sent, receipt) = match &rt.receipt_key {
+        // Without a receipt the body is written once and serialised once; with one, the
+        // receipted bytes are what is sent, and the body is read back from exactly them.
+        let (context, body, sent, receipt) = match &rt.receipt_key {
             Some(key) => {
                 let r = rt
                     .assembler
                     .assemble_with_receipt(agent, &req, &rt.params, key)?;
-                (r.context, r.sent, Some(r.receipt))
+                let body: Value = serde_json::from_slice(&r.sent)
+                    .map_err(|e| SessionError::Invalid(format!("request body: {e}")))?;
+                (r.context, body, r.sent, Some(r.receipt))
             }
             None => {
                 let context = rt.assembler.assemble(agent, &req)?;
-                let sent =
-                    crate::receipt::body_bytes(&context.request_body(rt.provider, &rt.params)?);
-                (context, sent, None)
+                let body = context.request_body(rt.provider, &rt.params)?;
+                let sent = crate::receipt::body_bytes(&body);
+                (context, body, sent, None)
             }
         };
-        let body: Value = serde_json::from_slice(&sent)
-            .map_err(|e| SessionError::Invalid(format!("request body: {e}")))?;
         if let Some(conv) = context.conversation() {
             let tools = serde_json::to_string(&conv.tools).unwrap_or_default();
             let digest = ContentHash::of(&format!("{}\u{0}{tools}", conv.system));
