@@ -217,6 +217,14 @@ impl TrustStore {
                 "threshold must be at least 1".into(),
             ));
         }
+        if keys.is_empty() {
+            return Err(AgentDefError::InvalidTrustStore(
+                "the trust store lists no keys, so no signature can be trusted; add one with \
+                 `strata keygen --out release.key --trust-entry release-2026 >> trust.toml` \
+                 (or `--public KEY --trust-entry NAME` for an existing key)"
+                    .into(),
+            ));
+        }
         let usable = keys.keys().filter(|k| !revoked.contains_key(*k)).count();
         if raw.threshold > usable {
             return Err(AgentDefError::InvalidTrustStore(format!(

@@ -188,3 +188,16 @@ fn envelope_key_ids_must_be_canonical() {
         .unwrap_err();
     assert_eq!(e.cause(), "unknown_key", "{e}");
 }
+
+/// An empty trust store (the example agent's `trust.toml` before a key is appended) is refused
+/// with a message that says how to add a key, not with the threshold arithmetic it used to show
+/// ("threshold 1 is more than the 0 usable keys").
+#[test]
+fn an_empty_store_says_how_to_add_a_key() {
+    for text in ["", "threshold = 1\n", "threshold = 2\n"] {
+        let err = TrustStore::from_toml(text).unwrap_err().to_string();
+        assert!(err.contains("lists no keys"), "{err}");
+        assert!(err.contains("strata keygen"), "{err}");
+        assert!(!err.contains("usable"), "{err}");
+    }
+}

@@ -9,6 +9,7 @@ mod cmd;
 mod error;
 mod memory_cmd;
 mod output;
+mod report_view;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;

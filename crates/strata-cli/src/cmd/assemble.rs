@@ -4,17 +4,20 @@
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use strata_assembler::{
     AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, Expiry, Loader,
     PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard, RuntimeInput,
-    RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
+    RuntimeLayer, Section, SourceKind, SystemRole, TiktokenTokenizer, Tokenizer, ToolDescriptions,
+    VerifiedAgent,
 };
 
-use crate::cmd::explain::{terminal, Explained};
+use crate::cmd::explain::{terminal_with, Explained};
 use crate::error::CliError;
 use crate::output::Output;
+use crate::report_view::{describe_inputs, SectionInput};
 
 /// Output formats of `strata assemble`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -299,6 +302,7 @@ pub fn render(
     ctx: &AssembledContext,
     format: Format,
     args: &AssembleArgs,
+    inputs: &[SectionInput],
 ) -> Result<String, CliError> {
     let json = |v: &serde_json::Value| {
         serde_json::to_string_pretty(v).map_err(|e| CliError::Other(e.to_string()))
@@ -311,6 +315,7 @@ pub fn render(
                 tools: ctx.tools().iter().map(|t| t.to_string()).collect(),
                 report: ctx.report().clone(),
                 conversation: ctx.conversation().cloned(),
+                inputs: inputs.to_vec(),
             };
             serde_json::to_string_pretty(&e).map_err(|e| CliError::Other(e.to_string()))? + "\n"
         }
@@ -350,11 +355,18 @@ pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
         args.ignore_expiry_dangerously,
     )?;
     let req = build_request(args, &agent)?;
-    let ctx = Assembler::o200k()
+    let tokenizer: Arc<dyn Tokenizer> = Arc::new(TiktokenTokenizer::o200k());
+    let ctx = Assembler::new(tokenizer.clone())
         .assemble(&agent, &req)
         .map_err(|e| CliError::Other(e.to_string()))?;
+    // Sizes, previews and roles of the sections handed over, for `strata explain`.
+    let inputs = if args.report || matches!(args.format, Format::Json) {
+        describe_inputs(&req.sections, tokenizer.as_ref())
+    } else {
+        Vec::new()
+    };
     if args.report {
-        out.status(&terminal(ctx.report(), 40));
+        out.status(&terminal_with(ctx.report(), &inputs, 40));
     }
-    out.result(&render(&ctx, args.format, args)?)
+    out.result(&render(&ctx, args.format, args, &inputs)?)
 }

@@ -388,11 +388,12 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         tools: ctx.tools().iter().map(|t| t.to_string()).collect(),
         report: ctx.report().clone(),
         conversation: None,
+        inputs: Vec::new(),
     };
     let json =
         serde_json::to_string_pretty(&explained).map_err(|e| CliError::Other(e.to_string()))?;
     super::write_atomically(&dir.join("last-turn.json"), json.as_bytes())?;
-    super::write_atomically(&dir.join("explain.html"), html(&explained).as_bytes())?;
+    super::write_atomically(&dir.join("explain.html"), html(&explained)?.as_bytes())?;
     out.line(&format!(
         "\n7. wrote {} and {} (open it offline in a browser; or run `strata explain {}`)",
         dir.join("last-turn.json").display(),

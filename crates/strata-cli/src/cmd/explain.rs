@@ -1,9 +1,12 @@
 //! `strata explain`: the assembly report as a picture.
 //!
 //! Two renderings of the same report: a self-contained HTML page (no scripts, no network, no
-//! external resources; written as well-formed XHTML so any XML parser can check it) showing the
-//! six layers as bands with tokens against the budget, every section with its outcome, the
-//! fences, the stable prefix and the cache breakpoints; and a compact terminal table with bars.
+//! external resources; well-formed XHTML so any XML parser can check it) showing the six layers
+//! as bands against the budget with what was left out on the same scale, a legend, every
+//! section with its outcome and the reason in words, previews of what was cut or dropped, the
+//! idle-budget warning, the fences, the stable prefix and the cache breakpoints; and a compact
+//! terminal table with bars. The page is rendered from a minijinja template with HTML
+//! auto-escaping, so no text from the report can reach the page unescaped.
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -16,6 +19,7 @@ use strata_assembler::{Block, Conversation, Layer, MessageKind, MessageRole};
 
 use crate::error::CliError;
 use crate::output::Output;
+use crate::report_view::{self, num, SectionInput};
 
 /// What `strata assemble --format json` writes and `strata explain` reads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -29,6 +33,9 @@ pub struct Explained {
     /// The conversation placed into a provider's channels, if the assembly named a provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<Conversation>,
+    /// The runtime sections as handed to the assembler: sizes before fitting, previews, roles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<SectionInput>,
 }
 
 /// Arguments of `strata explain`.
@@ -36,9 +43,15 @@ pub struct Explained {
 #[command(after_help = "\
 Examples:
   strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json > out.json
-  strata explain out.json                   # a table with bars in the terminal
-  strata explain out.json --html out.html   # a page that opens offline in any browser
-  strata assemble ... --format json | strata explain -")]
+  strata explain out.json
+  strata explain out.json --html out.html
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json | strata explain -
+
+The first form prints a table with bars; --html writes a page that opens offline in any browser.
+Reading the report: sections are kept, cut (shortened to fit) or dropped (left out to fit a
+budget); \"not in this mode\" and \"overridden\" are left out by design. Lower layers yield to
+higher ones: layer 6 is trimmed first. A WARNING line means content was dropped while part of
+the prompt budget stayed unused.")]
 pub struct ExplainArgs {
     /// The JSON written by `strata assemble --format json` (`-` reads standard input).
     pub file: PathBuf,
@@ -78,7 +91,7 @@ pub fn run(args: &ExplainArgs, out: &Output) -> Result<(), CliError> {
     })?;
     match &args.html {
         Some(path) => {
-            super::write_atomically(path, html(&explained).as_bytes())?;
+            super::write_atomically(path, html(&explained)?.as_bytes())?;
             out.status(&format!(
                 "wrote {} (self-contained; open it in any browser)",
                 path.display()
@@ -86,7 +99,7 @@ pub fn run(args: &ExplainArgs, out: &Output) -> Result<(), CliError> {
             Ok(())
         }
         None => {
-            let mut t = terminal(&explained.report, args.width);
+            let mut t = terminal_with(&explained.report, &explained.inputs, args.width);
             if let Some(c) = &explained.conversation {
                 t.push_str(&channels(c));
             }
@@ -170,27 +183,14 @@ fn bar(value: u64, of: u64, width: usize) -> String {
     format!("{}{}", "#".repeat(filled), ".".repeat(width - filled))
 }
 
-fn status_word(s: &SectionStatus) -> String {
-    match s {
-        SectionStatus::Kept => "kept".into(),
-        SectionStatus::Cut { full_tokens } => format!("cut (from {full_tokens} tokens)"),
-        SectionStatus::Dropped { reason } => format!("dropped: {reason}"),
-        SectionStatus::Filtered { reason } => format!("not in this {reason}"),
-        SectionStatus::Overridden {
-            by_layer,
-            by_id,
-            on,
-        } => {
-            format!(
-                "overridden on {on} by layer {} `{by_id}`",
-                by_layer.number()
-            )
-        }
-    }
+/// The terminal rendering of a report alone (no previews or sizes of what was dropped).
+pub fn terminal(r: &Report, width: usize) -> String {
+    terminal_with(r, &[], width)
 }
 
-/// The terminal rendering: budget, one bar per layer, then one line per section.
-pub fn terminal(r: &Report, width: usize) -> String {
+/// The terminal rendering: budget, the idle-budget warning, one bar per layer, then one line
+/// per section with the reason in words.
+pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -209,6 +209,9 @@ pub fn terminal(r: &Report, width: usize) -> String {
         r.used_tokens,
         percent(r.used_tokens, r.prompt_budget)
     );
+    if let Some(idle) = report_view::idle_budget(r, inputs) {
+        let _ = writeln!(s, "WARNING: idle budget: {}", idle.text(r));
+    }
     let _ = writeln!(s, "{:<24} {:>7}  of the prompt budget", "layer", "tokens");
     let _ = writeln!(
         s,
@@ -219,10 +222,17 @@ pub fn terminal(r: &Report, width: usize) -> String {
     );
     for l in &r.layers {
         let name = format!("{} {}", l.layer.number(), l.layer.name());
-        let extra = if l.cut + l.dropped > 0 {
-            format!("  {} kept, {} cut, {} dropped", l.kept, l.cut, l.dropped)
-        } else {
-            String::new()
+        let lost = report_view::dropped_tokens(r, inputs, l.layer);
+        let extra = match (l.cut + l.dropped > 0, lost > 0) {
+            (true, true) => format!(
+                "  {} kept, {} cut, {} dropped (about {} tokens left out)",
+                l.kept,
+                l.cut,
+                l.dropped,
+                num(lost)
+            ),
+            (true, false) => format!("  {} kept, {} cut, {} dropped", l.kept, l.cut, l.dropped),
+            _ => String::new(),
         };
         let _ = writeln!(
             s,
@@ -245,16 +255,24 @@ pub fn terminal(r: &Report, width: usize) -> String {
     );
     let _ = writeln!(s, "sections:");
     for sec in &r.sections {
+        let input = report_view::input_of(inputs, sec);
+        let turn = match input.and_then(|i| i.role.as_deref().zip(i.seq)) {
+            Some((role, seq)) => format!(" [{role} #{seq}]"),
+            None => String::new(),
+        };
+        let (_, word) = report_view::outcome(sec);
         let _ = writeln!(
             s,
-            "  L{} {:<28} {:>6}  {}{}{}",
+            "  L{} {:<28} {:>6}  {word}{turn}{}{}",
             sec.layer.number(),
             truncate(&sec.id, 28),
             sec.tokens,
-            status_word(&sec.status),
             if sec.sticky { "  [sticky]" } else { "" },
             if sec.stable { "  [stable]" } else { "" }
         );
+        if !matches!(sec.status, SectionStatus::Kept) {
+            let _ = writeln!(s, "      why: {}", report_view::reason(sec, r, input));
+        }
     }
     for c in &r.conflicts {
         let _ = writeln!(
@@ -314,26 +332,9 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-/// Escape text for XHTML content and attribute values.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            // Characters XML 1.0 forbids are shown as their code point.
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' && c != '\r' => {
-                let _ = write!(out, "[U+{:04X}]", c as u32);
-            }
-            '\u{FFFE}' | '\u{FFFF}' => out.push_str("[nonchar]"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// The page template (XHTML). Its name ends in `.html`, so minijinja escapes every value
+/// inserted into it.
+const PAGE: &str = include_str!("explain.html");
 
 fn layer_colour(l: Layer) -> &'static str {
     match l.number() {
@@ -346,134 +347,264 @@ fn layer_colour(l: Layer) -> &'static str {
     }
 }
 
-/// The self-contained HTML page.
-pub fn html(e: &Explained) -> String {
-    let r = &e.report;
-    let budget = r.prompt_budget.max(1);
-    let mut h = String::new();
-    h.push_str("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
-    let _ = writeln!(h, "<title>strata explain: {}</title>", esc(&r.agent_id));
-    h.push_str("<style>\nbody{font-family:system-ui,sans-serif;margin:2em;color:#222}\ntable{border-collapse:collapse;margin:1em 0}\ntd,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;font-size:.9em}\n.bands{display:flex;height:2.5em;border:1px solid #444;width:100%}\n.band{color:#fff;font-size:.75em;overflow:hidden;white-space:nowrap;padding:.2em}\n.free{background:repeating-linear-gradient(45deg,#eee,#eee 6px,#fff 6px,#fff 12px);color:#444}\n.dropped{color:#a00}.cut{color:#b60}.kept{color:#060}\npre{background:#f7f7f7;padding:1em;overflow-x:auto;white-space:pre-wrap;font-size:.8em}\n.fence{border-left:4px solid #c00;padding-left:.5em}\n.signed{border-left:4px solid #1f4e79;padding-left:.5em}\n.mark{background:#ffeb3b}\n</style>\n</head>\n<body>\n");
-    let _ = writeln!(
-        h,
-        "<h1>Assembled context of <code>{}</code></h1>",
-        esc(&r.agent_id)
-    );
-    let _ = writeln!(
-        h,
-        "<p>Identity digest <code>{}</code>; tokenizer <code>{}</code>; tier {}. Budget {} tokens: {} for the prompt and {} reserved for the response. <strong>{} used ({}%)</strong>.</p>",
-        esc(&r.identity_digest), esc(&r.tokenizer), tier_number(r), r.total_tokens, r.prompt_budget, r.response_reserve, r.used_tokens, percent(r.used_tokens, r.prompt_budget)
-    );
-    if let Some(c) = &e.conversation {
-        let _ = writeln!(
-            h,
-            "<h2>The {} request, channel by channel</h2>\n<p>In cache order: what never changes first. Only the signed text is in the system channel; tool results and fenced data sit below the user's authority.</p>\n<table id=\"channels\">\n<tr><th>channel</th><th>role</th><th>why here</th><th>holds</th><th>tokens</th></tr>",
-            esc(c.provider.name())
-        );
-        for row in channel_rows(c) {
-            h.push_str("<tr>");
-            for cell in &row {
-                let _ = write!(h, "<td>{}</td>", esc(cell));
+/// Make text safe for XML 1.0 before it is escaped: characters XML forbids are shown as their
+/// code point instead (escaping cannot express them).
+fn xml_visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' && c != '\r' => {
+                let _ = write!(out, "[U+{:04X}]", c as u32);
             }
-            h.push_str("</tr>\n");
+            '\u{FFFE}' | '\u{FFFF}' => out.push_str("[nonchar]"),
+            c => out.push(c),
         }
-        h.push_str("</table>\n");
     }
-    h.push_str("<h2>Layers against the budget</h2>\n<div class=\"bands\" id=\"bands\">\n");
-    let mut bands: Vec<(String, u64, &str)> = vec![(
-        "1-2 identity".into(),
-        r.identity_tokens,
-        layer_colour(Layer::Core),
-    )];
+    out
+}
+
+/// The minijinja environment of the page: HTML auto-escaping for `.html` templates, strict
+/// undefined values, and a formatter that makes text XML-safe before escaping it.
+fn environment() -> Result<minijinja::Environment<'static>, CliError> {
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.set_formatter(|out, state, value| {
+        if let Some(s) = value.as_str() {
+            let safe = minijinja::Value::from(xml_visible(s));
+            minijinja::escape_formatter(out, state, &safe)
+        } else {
+            minijinja::escape_formatter(out, state, value)
+        }
+    });
+    env.add_template("explain.html", PAGE)
+        .map_err(|e| CliError::Other(format!("the explain page template is invalid: {e}")))?;
+    Ok(env)
+}
+
+/// One band of a bar: a share of the scale, with a label and a tooltip.
+#[derive(Serialize)]
+struct Band {
+    label: String,
+    title: String,
+    pct: String,
+    class: &'static str,
+    colour: &'static str,
+}
+
+/// The id attribute of a section element (`<strata:section layer="6" id="m1" ...>`).
+fn element_id(chunk: &str) -> Option<&str> {
+    let first = chunk.lines().next()?;
+    let start = first.find(" id=\"")? + 5;
+    let len = first[start..].find('"')?;
+    Some(&first[start..start + len])
+}
+
+/// The self-contained HTML page.
+pub fn html(e: &Explained) -> Result<String, CliError> {
+    let r = &e.report;
+    let inputs = &e.inputs;
+    let budget = r.prompt_budget.max(1);
+    // Both bars share one scale: the prompt budget, or what was asked for if that is more.
+    let lost_total: u64 = r
+        .layers
+        .iter()
+        .map(|l| report_view::dropped_tokens(r, inputs, l.layer))
+        .sum();
+    let scale = budget.max(r.used_tokens + lost_total) as f64;
+    let pct = |t: u64| format!("{:.2}", t as f64 * 100.0 / scale);
+
+    let mut bands = vec![Band {
+        label: format!("1-2 identity ({})", r.identity_tokens),
+        title: format!("layers 1-2, signed: {} tokens", r.identity_tokens),
+        pct: pct(r.identity_tokens),
+        class: "",
+        colour: layer_colour(Layer::Core),
+    }];
+    let mut lost_bands = Vec::new();
+    let mut layers = Vec::new();
     for l in &r.layers {
-        bands.push((
-            format!("{} {}", l.layer.number(), l.layer.name()),
-            l.tokens,
-            layer_colour(l.layer),
-        ));
-    }
-    for (name, tokens, colour) in &bands {
-        if *tokens == 0 {
-            continue;
+        let name = format!("{} {}", l.layer.number(), l.layer.name());
+        if l.tokens > 0 {
+            bands.push(Band {
+                label: format!("{name} ({})", l.tokens),
+                title: format!("{name}: {} tokens", l.tokens),
+                pct: pct(l.tokens),
+                class: "",
+                colour: layer_colour(l.layer),
+            });
         }
-        let pct = (*tokens as f64) * 100.0 / budget as f64;
-        let _ = writeln!(h, "<div class=\"band\" style=\"width:{pct:.2}%;background:{colour}\" title=\"{} : {tokens} tokens\">{} ({tokens})</div>", esc(name), esc(name));
+        let lost = report_view::dropped_tokens(r, inputs, l.layer);
+        if lost > 0 {
+            lost_bands.push(Band {
+                label: format!("{name}: {} left out", num(lost)),
+                title: format!(
+                    "{name}: {} section(s), about {} tokens, dropped",
+                    l.dropped,
+                    num(lost)
+                ),
+                pct: pct(lost),
+                class: "lost",
+                colour: "",
+            });
+        }
+        layers.push(serde_json::json!({
+            "name": name,
+            "tokens": l.tokens,
+            "budget": l.budget.map_or("-".to_owned(), |b| b.to_string()),
+            "kept": l.kept,
+            "cut": l.cut,
+            "dropped": l.dropped,
+            "dropped_tokens": if lost > 0 { format!("about {}", num(lost)) } else if l.dropped > 0 { "?".to_owned() } else { "0".to_owned() },
+        }));
     }
     let free = r.prompt_budget.saturating_sub(r.used_tokens);
-    let _ = writeln!(h, "<div class=\"band free\" style=\"width:{:.2}%\" title=\"unused: {free} tokens\">free ({free})</div>", free as f64 * 100.0 / budget as f64);
-    h.push_str("</div>\n<table id=\"layers\">\n<tr><th>layer</th><th>tokens</th><th>soft budget</th><th>kept</th><th>cut</th><th>dropped</th></tr>\n");
-    let _ = writeln!(h, "<tr><td>1-2 identity (signed, never trimmed)</td><td>{}</td><td>-</td><td>all</td><td>0</td><td>0</td></tr>", r.identity_tokens);
-    for l in &r.layers {
-        let _ = writeln!(
-            h,
-            "<tr><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            l.layer.number(),
-            esc(l.layer.name()),
-            l.tokens,
-            l.budget.map_or("-".into(), |b| b.to_string()),
-            l.kept,
-            l.cut,
-            l.dropped
-        );
+    bands.push(Band {
+        label: format!("free ({free})"),
+        title: format!("unused: {free} tokens"),
+        pct: pct(free),
+        class: "free",
+        colour: "",
+    });
+    if !lost_bands.is_empty() && scale > budget as f64 {
+        // Mark the end of the budget in the lower bar too.
+        let over = r.used_tokens + lost_total - budget;
+        lost_bands.push(Band {
+            label: String::new(),
+            title: format!("{} tokens more than the prompt budget", num(over)),
+            pct: "0".into(),
+            class: "over",
+            colour: "",
+        });
     }
-    h.push_str("</table>\n<h2>Sections</h2>\n<table id=\"sections\">\n<tr><th>layer</th><th>id</th><th>tokens</th><th>outcome</th><th>flags</th><th>source</th></tr>\n");
+
+    let mut sections = Vec::new();
     for s in &r.sections {
-        let class = match s.status {
-            SectionStatus::Kept => "kept",
-            SectionStatus::Cut { .. } => "cut",
-            _ => "dropped",
-        };
+        let input = report_view::input_of(inputs, s);
+        let (kind, word) = report_view::outcome(s);
         let flags = [(s.sticky, "sticky"), (s.stable, "stable")]
             .iter()
             .filter(|(b, _)| *b)
             .map(|(_, n)| *n)
             .collect::<Vec<_>>()
             .join(" ");
-        let _ = writeln!(
-            h,
-            "<tr class=\"{class}\"><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            s.layer.number(), esc(&s.id), s.tokens, esc(&status_word(&s.status)), flags, esc(&format!("{}:{}", s.provenance.source.label(), s.provenance.name))
-        );
+        let source = match (s.provenance.source.label(), &*s.provenance.name) {
+            (kind, name) if kind == name => kind,
+            (kind, name) => format!("{kind}: {name}"),
+        };
+        let turn = match input.and_then(|i| i.role.clone().zip(i.seq)) {
+            Some((role, seq)) => format!("{role} #{seq}"),
+            None => String::new(),
+        };
+        let (preview, preview_title) = match (kind, input) {
+            (report_view::Kind::Kept, _) | (_, None) => (String::new(), String::new()),
+            (_, Some(i)) => {
+                let more = i.chars > i.preview.chars().count() as u64;
+                (
+                    i.preview.clone() + if more { " [...]" } else { "" },
+                    format!(
+                        "what it held: {} characters, about {} tokens{}",
+                        num(i.chars),
+                        num(i.tokens),
+                        if more { " (beginning shown)" } else { "" }
+                    ),
+                )
+            }
+        };
+        sections.push(serde_json::json!({
+            "layer": s.layer.number(),
+            "id": s.id,
+            "turn": turn,
+            "tokens": s.tokens,
+            "class": kind.class(),
+            "outcome": word,
+            "why": report_view::reason(s, r, input),
+            "flags": flags,
+            "source": source,
+            "preview": preview,
+            "preview_title": preview_title,
+        }));
     }
-    h.push_str("</table>\n");
-    if !r.conflicts.is_empty() {
-        h.push_str("<h2>Conflicts resolved for the higher layer</h2>\n<ul>\n");
-        for c in &r.conflicts {
-            let _ = writeln!(h, "<li>on <code>{}</code>: layer {} <code>{}</code> wins over layer {} <code>{}</code></li>", esc(&c.on), c.winner.0.number(), esc(&c.winner.1), c.loser.0.number(), esc(&c.loser.1));
-        }
-        h.push_str("</ul>\n");
-    }
-    h.push_str("<h2>Tools</h2>\n<ul>\n");
-    let _ = writeln!(h, "<li>offered: {}</li>", esc(&e.tools.join(", ")));
-    for (t, why) in &r.tools.refused {
-        let _ = writeln!(h, "<li>refused <code>{}</code>: {}</li>", esc(t), esc(why));
-    }
-    h.push_str("</ul>\n<h2>Stable prefix and cache breakpoints</h2>\n");
-    let _ = writeln!(h, "<p>The stable prefix ends at byte {} (token {}); it is byte-identical across requests that change only dynamic content.</p>\n<ul>", r.stable_prefix.byte, r.stable_prefix.token);
-    for b in &r.breakpoints {
-        let _ = writeln!(
-            h,
-            "<li>after layer {}: byte {}, token {}</li>",
-            b.after_layer.number(),
-            b.byte,
-            b.token
-        );
-    }
-    h.push_str("</ul>\n<h2>The assembled text, with its fences</h2>\n<pre id=\"text\">");
-    // Signed sections and untrusted fences are outlined; the text itself is shown exactly.
+
+    // The text, element by element, with a visible mark where a cut section was shortened.
+    let mut chunks = Vec::new();
+    let mut cut_count = 0;
     for chunk in split_elements(&e.text) {
-        let class =
-            if chunk.starts_with("<strata:section") && chunk.contains("authority=\"signed\"") {
-                "signed"
-            } else if chunk.starts_with("<strata:section") {
-                "fence"
-            } else {
-                "mark"
-            };
-        let _ = write!(h, "<span class=\"{class}\">{}</span>", esc(chunk));
+        let class = if chunk.starts_with("<strata:section")
+            && chunk
+                .lines()
+                .next()
+                .unwrap_or("")
+                .contains("authority=\"signed\"")
+        {
+            "signed"
+        } else if chunk.starts_with("<strata:section") {
+            "fence"
+        } else {
+            "mark"
+        };
+        let first = chunk.lines().next().unwrap_or("");
+        let close = chunk.rfind("</strata:section>");
+        match close {
+            Some(at) if first.contains(" cut=\"true\"") => {
+                cut_count += 1;
+                let id = element_id(chunk).unwrap_or("");
+                let label = r
+                    .sections
+                    .iter()
+                    .find(|s| s.id == id)
+                    .and_then(|s| match s.status {
+                        SectionStatus::Cut { full_tokens } => Some(format!(
+                            " [cut here: {} of {} tokens kept] ",
+                            num(s.tokens),
+                            num(full_tokens)
+                        )),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| " [cut here] ".to_owned());
+                chunks
+                    .push(serde_json::json!({"class": class, "text": &chunk[..at], "cut": label}));
+                chunks.push(serde_json::json!({"class": class, "text": &chunk[at..], "cut": ""}));
+            }
+            _ => chunks.push(serde_json::json!({"class": class, "text": chunk, "cut": ""})),
+        }
     }
-    h.push_str("</pre>\n</body>\n</html>\n");
-    h
+
+    let idle = report_view::idle_budget(r, inputs).map(|i| serde_json::json!({"text": i.text(r)}));
+    let channels = e
+        .conversation
+        .as_ref()
+        .map(|c| serde_json::json!({"provider": c.provider.name(), "rows": channel_rows(c)}));
+    let ctx = serde_json::json!({
+        "r": r,
+        "tier": tier_number(r),
+        "used_pct": percent(r.used_tokens, r.prompt_budget),
+        "idle": idle,
+        "channels": channels,
+        "bands": bands,
+        "lost_bands": lost_bands,
+        "layers": layers,
+        "sections": sections,
+        "conflicts": r.conflicts.iter().map(|c| serde_json::json!({
+            "on": c.on, "winner_layer": c.winner.0.number(), "winner": c.winner.1,
+            "loser_layer": c.loser.0.number(), "loser": c.loser.1,
+        })).collect::<Vec<_>>(),
+        "tools_offered": e.tools.join(", "),
+        "tools_refused": r.tools.refused,
+        "omissions": r.omissions.iter().map(|o| serde_json::json!({
+            "id": o.id, "layer": o.layer.number(), "reason": o.reason,
+        })).collect::<Vec<_>>(),
+        "breakpoints": r.breakpoints.iter().map(|b| serde_json::json!({
+            "layer": b.after_layer.number(), "byte": b.byte, "token": b.token,
+        })).collect::<Vec<_>>(),
+        "chunks": chunks,
+        "cut_count": cut_count,
+    });
+    let env = environment()?;
+    let tmpl = env
+        .get_template("explain.html")
+        .map_err(|e| CliError::Other(format!("the explain page template is missing: {e}")))?;
+    tmpl.render(minijinja::Value::from_serialize(&ctx))
+        .map_err(|e| CliError::Other(format!("cannot render the explain page: {e}")))
 }
 
 /// Split the text into its elements (each ends with a blank line).
