@@ -243,12 +243,13 @@ pub struct Idle {
     pub dropped: usize,
     /// Tokens of the dropped sections, where known.
     pub dropped_tokens: u64,
-    /// Dropped sections that are, each on its own, no larger than the idle budget.
+    /// Dropped sections whose text alone (without its fence) is no larger than the idle budget.
     pub would_fit: usize,
 }
 
 /// The idle-budget warning: content was dropped while part of the prompt budget stayed
-/// unused. `None` when nothing was dropped or the budget is used to the last token.
+/// unused. `None` when nothing was dropped, or when the unused rest is too small to matter:
+/// under a tenth of the prompt budget and smaller than every dropped section.
 pub fn idle_budget(r: &Report, inputs: &[SectionInput]) -> Option<Idle> {
     let idle = idle_tokens(r);
     let dropped: Vec<&SectionReport> = r
@@ -263,11 +264,15 @@ pub fn idle_budget(r: &Report, inputs: &[SectionInput]) -> Option<Idle> {
         .iter()
         .filter_map(|s| input_of(inputs, s).map(|i| i.tokens))
         .collect();
+    let would_fit = sizes.iter().filter(|&&t| t <= idle).count();
+    if would_fit == 0 && idle.saturating_mul(10) < r.prompt_budget {
+        return None;
+    }
     Some(Idle {
         idle,
         dropped: dropped.len(),
         dropped_tokens: sizes.iter().sum(),
-        would_fit: sizes.iter().filter(|&&t| t <= idle).count(),
+        would_fit,
     })
 }
 
@@ -291,7 +296,8 @@ impl Idle {
         );
         if self.would_fit > 0 {
             t.push_str(&format!(
-                " {} of them would fit in the unused budget on their own.",
+                " {} of them (counting their text, without the fence around it) would fit in \
+                 the unused budget on its own.",
                 self.would_fit
             ));
         }

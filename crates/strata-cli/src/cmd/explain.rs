@@ -410,8 +410,19 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         .iter()
         .map(|l| report_view::dropped_tokens(r, inputs, l.layer))
         .sum();
-    let scale = budget.max(r.used_tokens + lost_total) as f64;
-    let pct = |t: u64| format!("{:.2}", t as f64 * 100.0 / scale);
+    let cut_total: u64 = r
+        .sections
+        .iter()
+        .map(|s| match s.status {
+            SectionStatus::Cut { full_tokens } => full_tokens.saturating_sub(s.tokens),
+            _ => 0,
+        })
+        .sum();
+    let scale = budget.max(r.used_tokens + lost_total + cut_total) as f64;
+    // The upper bar is the prompt budget, drawn to the shared scale; its bands are shares of it.
+    let budget_pct = format!("{:.2}", budget as f64 * 100.0 / scale);
+    let pct = |t: u64| format!("{:.2}", t as f64 * 100.0 / budget as f64);
+    let lost_pct = |t: u64| format!("{:.2}", t as f64 * 100.0 / scale);
 
     let mut bands = vec![Band {
         label: format!("1-2 identity ({})", r.identity_tokens),
@@ -434,15 +445,33 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
             });
         }
         let lost = report_view::dropped_tokens(r, inputs, l.layer);
+        let cut: u64 = r
+            .sections
+            .iter()
+            .filter(|s| s.layer == l.layer)
+            .map(|s| match s.status {
+                SectionStatus::Cut { full_tokens } => full_tokens.saturating_sub(s.tokens),
+                _ => 0,
+            })
+            .sum();
+        if cut > 0 {
+            lost_bands.push(Band {
+                label: format!("{name}: {} cut off", num(cut)),
+                title: format!("{name}: {} tokens cut off shortened sections", num(cut)),
+                pct: lost_pct(cut),
+                class: "lostcut",
+                colour: "",
+            });
+        }
         if lost > 0 {
             lost_bands.push(Band {
-                label: format!("{name}: {} left out", num(lost)),
+                label: format!("{name}: {} dropped", num(lost)),
                 title: format!(
                     "{name}: {} section(s), about {} tokens, dropped",
                     l.dropped,
                     num(lost)
                 ),
-                pct: pct(lost),
+                pct: lost_pct(lost),
                 class: "lost",
                 colour: "",
             });
@@ -465,18 +494,6 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         class: "free",
         colour: "",
     });
-    if !lost_bands.is_empty() && scale > budget as f64 {
-        // Mark the end of the budget in the lower bar too.
-        let over = r.used_tokens + lost_total - budget;
-        lost_bands.push(Band {
-            label: String::new(),
-            title: format!("{} tokens more than the prompt budget", num(over)),
-            pct: "0".into(),
-            class: "over",
-            colour: "",
-        });
-    }
-
     let mut sections = Vec::new();
     for s in &r.sections {
         let input = report_view::input_of(inputs, s);
@@ -581,6 +598,7 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         "idle": idle,
         "channels": channels,
         "bands": bands,
+        "budget_pct": budget_pct,
         "lost_bands": lost_bands,
         "layers": layers,
         "sections": sections,
