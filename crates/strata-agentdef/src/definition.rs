@@ -59,6 +59,7 @@ use crate::time::parse_rfc3339;
 pub const MAX_REFERENCED_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Text given inline or by a file reference with its digest.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Text {
@@ -69,6 +70,7 @@ pub enum Text {
 }
 
 /// A referenced file, pinned by digest.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileRef {
@@ -79,6 +81,7 @@ pub struct FileRef {
 }
 
 /// A tool on the allowlist, as written.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolDef {
@@ -100,6 +103,7 @@ pub struct ToolDef {
 }
 
 /// Layer 1, as written.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CoreDef {
@@ -132,6 +136,7 @@ impl Default for Text {
 }
 
 /// Layer 2, as written.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CharacteristicsDef {
@@ -150,6 +155,7 @@ pub struct CharacteristicsDef {
 }
 
 /// Templates of one operational mode, per tier.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierTemplates {
@@ -183,6 +189,7 @@ impl TierTemplates {
 }
 
 /// Operational-mode templates, as written.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TemplatesDef {
@@ -207,6 +214,7 @@ pub struct TemplatesDef {
 }
 
 /// The agent definition, as written in the signed payload.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentDefinition {

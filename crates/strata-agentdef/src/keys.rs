@@ -189,9 +189,17 @@ impl KeyPair {
             opts.mode(0o600);
         }
         let mut f = opts.open(path).map_err(|e| AgentDefError::io(path, e))?;
-        f.write_all(self.to_private_file_text().as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| AgentDefError::io(path, e))
+        let written = f
+            .write_all(self.to_private_file_text().as_bytes())
+            .and_then(|()| f.sync_all());
+        if let Err(e) = written {
+            // A half-written key (a full disk, a quota) must not stay behind: it is no key, and
+            // since key files are never overwritten it would block the retry.
+            drop(f);
+            let _ = std::fs::remove_file(path);
+            return Err(AgentDefError::io(path, e));
+        }
+        Ok(())
     }
 }
 

@@ -36,6 +36,8 @@ pub use error::AgentDefError;
 pub use keys::{format_public_key, parse_public_key, KeyId, KeyPair};
 pub use loader::{now_unix, Expiry, Loader};
 pub use rollback::RollbackGuard;
+#[cfg(feature = "schema")]
+pub use trust::trust_store_schema;
 pub use trust::{trust_store_digest, TrustStore};
 pub use verified::{render_identity, VerifiedAgent};
 

@@ -116,6 +116,14 @@ pub(crate) fn decide(
     Ok(Decision::Record)
 }
 
+/// The kind of an I/O error without the temporary file's path that `tempfile` adds to it.
+fn without_path(e: std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::from(e.kind()),
+    }
+}
+
 impl RollbackGuard {
     /// A guard persisted in `path`, which must have been created with [`RollbackGuard::init`].
     ///
@@ -323,15 +331,17 @@ impl FileGuard {
     fn write(&self, state: &State) -> Result<(), AgentDefError> {
         let dir = self.dir();
         let prefix = self.temp_prefix();
+        // Errors name the state file, never the temporary one beside it: that is the file the
+        // operator knows and can act on (its folder must be writable).
         let mut tmp = tempfile::Builder::new()
             .prefix(&prefix)
             .suffix(".tmp")
             .tempfile_in(&dir)
-            .map_err(|e| AgentDefError::io(&dir, e))?;
+            .map_err(|e| AgentDefError::io(&self.path, without_path(e)))?;
         let bytes = encode_state(state);
         tmp.write_all(&bytes)
             .and_then(|()| tmp.as_file().sync_all())
-            .map_err(|e| AgentDefError::io(tmp.path(), e))?;
+            .map_err(|e| AgentDefError::io(&self.path, without_path(e)))?;
         tmp.persist(&self.path)
             .map_err(|e| AgentDefError::io(&self.path, e.error))?;
         File::open(&dir)

@@ -38,37 +38,58 @@ use crate::time::{format_rfc3339, parse_rfc3339};
 /// Largest trust store file accepted.
 pub const MAX_TRUST_STORE_BYTES: usize = 256 * 1024;
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStore {
+    /// Distinct trusted signatures a definition needs (k of n); at least 1, at most the
+    /// number of listed, unrevoked keys.
     #[serde(default = "one")]
     threshold: usize,
+    /// The trusted public keys (`strata keygen --trust-entry NAME` prints one).
     #[serde(default)]
     keys: Vec<RawKey>,
+    /// Revoked keys: each must name a listed key; signatures by it no longer count.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     revoked: Vec<RawRevoked>,
+}
+
+/// The JSON Schema of a trust store file (the format reference is generated from it).
+#[cfg(feature = "schema")]
+pub fn trust_store_schema() -> schemars::Schema {
+    schemars::schema_for!(RawStore)
 }
 
 fn one() -> usize {
     1
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawKey {
+    /// The key id: hex SHA-256 of the public key (checked against it; `sha256:` prefix and
+    /// upper case accepted).
     id: String,
+    /// A name for people (shown by `strata inspect` and in logs).
     name: String,
+    /// `ed25519:` and the base64 public key.
     public_key: String,
+    /// Signatures by this key count from this instant on (RFC 3339, with an offset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     not_before: Option<String>,
+    /// Signatures by this key count until this instant (RFC 3339, with an offset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     not_after: Option<String>,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRevoked {
+    /// The id of a listed key.
     id: String,
+    /// Why it was revoked, for people.
     #[serde(default)]
     reason: String,
 }

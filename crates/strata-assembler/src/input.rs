@@ -15,6 +15,7 @@ use strata_core::{
 use crate::request::AssemblyRequest;
 
 /// One runtime section as written by a caller.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SectionSpec {
@@ -81,6 +82,7 @@ impl SectionSpec {
 
 /// One conversation turn as written by a caller: a working-memory (layer 5) section in the
 /// conversation's order.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TurnSpec {
@@ -143,6 +145,7 @@ impl TurnSpec {
 }
 
 /// The runtime input of one assembly.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeInput {

@@ -7,6 +7,8 @@
 
 mod cmd;
 mod error;
+#[cfg(test)]
+mod formats;
 mod memory_cmd;
 mod output;
 mod report_view;
@@ -21,18 +23,26 @@ use crate::error::{CliError, EXIT_OK};
 use crate::output::Output;
 
 const EXAMPLES: &str = "\
-Examples:
+Examples (the example agent in examples/ada; formats in docs/reference/formats.md):
   strata keygen --out release.key --trust-entry release-2026 >> trust.toml
   strata sign ada.toml --key release.key
-  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json
-  strata inspect ada.signed.json --trust trust.toml";
+  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json --init-rollback-state
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json > out.json
+  strata explain out.json --html explain.html
+  strata memory add \"The staging deploy needs the VPN\" --agent ada --tag ops
+  strata demo";
 
 const LONG_AFTER_HELP: &str = "\
-Examples:
+Examples (the example agent in examples/ada; formats in docs/reference/formats.md):
   strata keygen --out release.key --trust-entry release-2026 >> trust.toml
   strata sign ada.toml --key release.key
-  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json
-  strata inspect ada.signed.json --trust trust.toml
+  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json --init-rollback-state
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json > out.json
+  strata explain out.json --html explain.html
+  strata memory add \"The staging deploy needs the VPN\" --agent ada --tag ops
+  strata demo
 
 Exit codes:
   0  success
@@ -50,14 +60,26 @@ const MEMORY_EXAMPLES: &str = "\
 Examples:
   strata memory add \"The staging deploy needs the VPN\" --agent ada --tag ops
   strata memory search \"how do I deploy to staging\" --agent ada --top 5
-  strata memory import ./notes
-  strata memory stats --json";
+  strata memory import ./notes --agent ada
+  strata memory import memories.jsonl --agent ada
+  strata memory stats --json
 
-/// Sign, verify and inspect strata agent definitions.
+The store is ./.strata/memory.db unless --store (or STRATA_MEMORY_STORE) names another; `add`
+and `import` create it. A JSONL import reads one memory per line, for example:
+  {\"content\": \"Deploys freeze on Fridays.\", \"agent_id\": \"ada\", \"tags\": [\"ops\"], \"id\": \"m-17\"}
+(only content is required; agent_id defaults to --agent). Formats: docs/reference/formats.md.";
+
+/// Signed agent definitions and six-layer context assembly for LLM agents.
 ///
 /// An agent definition (TOML) holds layers 1-2 of an agent: who it is, its rules, its tools and
-/// its characteristics. Operators sign it into a DSSE envelope with ed25519 keys; runtimes load
-/// only envelopes that verify against their trust store.
+/// its characteristics. Operators sign it into a DSSE envelope with ed25519 keys (`keygen`,
+/// `sign`); runtimes load only envelopes that verify against their trust store (`verify`,
+/// `inspect`). `assemble` builds the context a model is sent from the signed layers and runtime
+/// layers 3-6 (shared, delegated, working memory, long-term memory), `explain` shows what was
+/// kept, cut or dropped and why, `session` runs a conversation turn by turn, `memory` manages
+/// the embedded long-term memory, `receipt` signs and audits what the model was shown, and
+/// `demo` runs it all with no setup. Start with the example agent in examples/ada (README,
+/// "Getting started"); every file format is described in docs/reference/formats.md.
 #[derive(Debug, Parser)]
 #[command(
     name = "strata",
@@ -189,5 +211,71 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Every `strata ...` command in every help text's examples, one command per line (or
+    /// continued with a trailing backslash), with comments, pipes and redirections removed.
+    fn help_examples(cmd: &clap::Command, out: &mut Vec<(String, String)>) {
+        let mut cmd = cmd.clone();
+        cmd.build();
+        for text in [cmd.get_after_help(), cmd.get_after_long_help()]
+            .into_iter()
+            .flatten()
+        {
+            let text = text.to_string();
+            let mut pending = String::new();
+            for line in text.lines() {
+                let line = line.trim();
+                if !pending.is_empty() {
+                    pending.push(' ');
+                    pending.push_str(line.trim_end_matches('\\').trim());
+                    if !line.ends_with('\\') {
+                        out.push((cmd.get_name().to_owned(), std::mem::take(&mut pending)));
+                    }
+                    continue;
+                }
+                for part in line.split(" | ") {
+                    let part = part.trim();
+                    if !part.starts_with("strata ") && part != "strata" {
+                        continue;
+                    }
+                    let part = part.split("  #").next().unwrap_or(part).trim();
+                    let part = part.split(" >").next().unwrap_or(part).trim();
+                    if let Some(head) = part.strip_suffix('\\') {
+                        pending = head.trim().to_owned();
+                    } else {
+                        out.push((cmd.get_name().to_owned(), part.to_owned()));
+                    }
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            help_examples(sub, out);
+        }
+    }
+
+    /// The examples in `--help` can be pasted: each is one complete command that parses, with
+    /// no command wrapped in the middle without a continuation backslash.
+    #[test]
+    fn every_help_example_is_a_complete_command() {
+        let mut examples = Vec::new();
+        help_examples(&Cli::command(), &mut examples);
+        assert!(examples.len() > 30, "{examples:?}");
+        for (at, example) in examples {
+            // Placeholders stand for values the reader fills in.
+            let filled = example.replace("<hex>", &"0".repeat(64));
+            let words = shlex::split(&filled)
+                .unwrap_or_else(|| panic!("{at}: `{example}` is not valid shell"));
+            if let Err(e) = Cli::try_parse_from(&words) {
+                assert!(
+                    matches!(
+                        e.kind(),
+                        clap::error::ErrorKind::DisplayHelp
+                            | clap::error::ErrorKind::DisplayVersion
+                    ),
+                    "{at}: `{example}` does not parse: {e}"
+                );
+            }
+        }
     }
 }

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_memory::{
-    HashEmbedder, LongTermMemory, MemoryError, MemoryId, NewMemory, NoteGraph, SearchMode,
-    SearchOptions, SqliteStore, StoreOptions,
+    check_tag, HashEmbedder, LongTermMemory, MemoryError, MemoryId, NewMemory, NoteGraph,
+    SearchMode, SearchOptions, SqliteStore, StoreOptions,
 };
 
 /// The default store path.
@@ -64,12 +64,35 @@ pub struct MemoryArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum MemoryCommand {
     /// Store one memory (`-` reads the text from stdin).
+    #[command(after_help = "\
+Examples:
+  strata memory add \"The staging deploy needs the VPN\" --agent ada --tag ops
+  echo \"Deploys freeze on Fridays\" | strata memory add - --agent ada
+  strata memory add \"On call this week: Sam\" --agent ada --id oncall --tag rota")]
     Add(AddArgs),
     /// Hybrid search: BM25 and vector similarity fused by reciprocal rank.
+    #[command(after_help = "\
+Examples:
+  strata memory search \"how do I deploy to staging\" --agent ada --top 5
+  strata memory search \"deploy\" --tag ops --mode lexical
+  strata memory search \"deploy\" --json")]
     Search(SearchArgs),
     /// Import a folder of Markdown notes, or a JSONL file of memories.
+    #[command(after_help = "\
+Examples:
+  strata memory import ./notes --agent ada
+  strata memory import memories.jsonl --agent ada --tag imported
+
+A folder is read for *.md notes (one memory per note, [[wikilinks]] kept). A .jsonl file holds
+one memory per line; only content is required, agent_id defaults to --agent:
+  {\"content\": \"Deploys freeze on Fridays.\", \"agent_id\": \"ada\", \"tags\": [\"ops\"], \"id\": \"m-17\"}
+Running the same import again skips what is already stored. Format: docs/reference/formats.md.")]
     Import(ImportArgs),
     /// Show what the store holds.
+    #[command(after_help = "\
+Examples:
+  strata memory stats
+  strata memory stats --store team.db --json")]
     Stats,
 }
 
@@ -139,15 +162,21 @@ pub struct ImportArgs {
 }
 
 /// One line of a JSONL import.
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct JsonlMemory {
+pub(crate) struct JsonlMemory {
+    /// The memory's text (`text` is read too).
     #[serde(alias = "text")]
     content: String,
+    /// The agent it belongs to (`agent` is read too); default: the `--agent` of the import.
     #[serde(default, alias = "agent")]
     agent_id: Option<String>,
+    /// Tags: letters, digits and `. _ : / -`.
     #[serde(default)]
     tags: Vec<String>,
+    /// A stable id; without one, the id is derived from the agent and the text, so importing
+    /// the same line again changes nothing.
     #[serde(default)]
     id: Option<String>,
 }
@@ -174,6 +203,16 @@ fn run_with_progress(
     progress: &mut dyn Write,
     terminal: bool,
 ) -> Result<(), Box<dyn Error>> {
+    check_store_file(&args.store)?;
+    let tags = match &args.command {
+        MemoryCommand::Add(a) => a.tags.as_slice(),
+        MemoryCommand::Import(a) => a.tags.as_slice(),
+        MemoryCommand::Search(a) => a.tags.as_slice(),
+        MemoryCommand::Stats => &[],
+    };
+    for t in tags {
+        check_tag(t).map_err(|e| format!("--tag {t:?}: {e}"))?;
+    }
     let res = match args.command {
         MemoryCommand::Add(a) => add(&args.store, args.json, a, out),
         MemoryCommand::Search(a) => search(&args.store, args.json, &a, out),
@@ -182,6 +221,45 @@ fn run_with_progress(
     };
     out.flush()?;
     res
+}
+
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Refuse a store path that names something other than a SQLite database: a folder, an empty
+/// file or a file of other content would otherwise be turned into a new database (an empty
+/// file is a valid empty database to SQLite). A missing path is left to the command.
+fn check_store_file(path: &Path) -> Result<(), Box<dyn Error>> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(_) => return Ok(()),
+    };
+    if meta.is_dir() {
+        return Err(format!(
+            "the memory store {} is a folder; give the path of a store file, e.g. --store {}/memory.db",
+            path.display(),
+            path.display()
+        )
+        .into());
+    }
+    let mut head = [0u8; 16];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .map_err(|e| format!("cannot read the memory store {}: {e}", path.display()))?;
+    if n < head.len() || &head != SQLITE_MAGIC {
+        return Err(format!(
+            "{} exists but is not a strata memory store ({}); strata will not overwrite it: \
+             give --store a new path or the path of an existing store",
+            path.display(),
+            if n == 0 {
+                "it is empty".to_owned()
+            } else {
+                "it is not a SQLite database".to_owned()
+            }
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// Open the store for writing, creating its folder when needed.
@@ -417,10 +495,20 @@ fn import(
     terminal: bool,
 ) -> Result<(), Box<dyn Error>> {
     let markdown = a.source.is_dir();
+    let mut note_paths: Vec<String> = Vec::new();
     let notes = if markdown {
-        Some(NoteGraph::load(&a.source)?.to_memories(&a.agent))
+        let graph = NoteGraph::load(&a.source)?;
+        note_paths = graph.paths().into_iter().map(str::to_owned).collect();
+        Some(graph.to_memories(&a.agent))
     } else {
         None
+    };
+    // Where a refused memory came from: the note's file, or the JSONL line.
+    let place = |n: usize| -> String {
+        match note_paths.get(n.wrapping_sub(1)) {
+            Some(p) if markdown => format!("note {p} (file {})", a.source.join(p).display()),
+            _ => format!("line {n}"),
+        }
     };
     let file = if markdown {
         None
@@ -530,8 +618,8 @@ fn import(
             &serde_json::json!({
                 "imported": t.imported,
                 "already_present": t.present,
-                "not_imported": t.rejected.iter().map(|(l, e)| serde_json::json!({what: l, "error": e})).collect::<Vec<_>>(),
-                "stopped": stopped.as_ref().map(|(l, e)| serde_json::json!({what: l, "error": e})),
+                "not_imported": t.rejected.iter().map(|(l, e)| serde_json::json!({what: l, "at": place(*l), "error": e})).collect::<Vec<_>>(),
+                "stopped": stopped.as_ref().map(|(l, e)| serde_json::json!({what: l, "at": place(*l), "error": e})),
                 "kind": kind,
                 "source": a.source,
                 "store": path,
@@ -552,7 +640,7 @@ fn import(
                 .rejected
                 .iter()
                 .take(SHOWN_REJECTS)
-                .map(|(l, e)| format!("{what} {l}: {e}"))
+                .map(|(l, e)| format!("{}: {e}", place(*l)))
                 .collect();
             line.push_str(&format!(" ({}", shown.join("; ")));
             if t.rejected.len() > SHOWN_REJECTS {
@@ -562,13 +650,14 @@ fn import(
         }
         if let Some((l, e)) = &stopped {
             line.push_str(&format!(
-                "; stopped at {what} {l}: {e}; everything before it is stored, run the same import again to continue"
+                "; stopped at {}: {e}; everything before it is stored, run the same import again to continue",
+                place(*l)
             ));
         }
         writeln!(out, "{line}")?;
     }
     if let Some((l, e)) = stopped {
-        return Err(format!("the import stopped at {what} {l}: {e}").into());
+        return Err(format!("the import stopped at {}: {e}", place(l)).into());
     }
     if !t.rejected.is_empty() {
         return Err(format!(

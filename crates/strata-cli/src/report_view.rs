@@ -1,7 +1,8 @@
 //! An assembly report in words, for readers rather than programs: the reason behind every
 //! outcome ("layer 6 yields to the layers above it; 2,197 tokens short" instead of `budget`),
 //! what was left out and how large it was, and the warning about prompt budget left idle while
-//! content was dropped. The terminal table and the HTML page of `strata explain` both use it.
+//! content was dropped. The terminal table and the HTML page of `strata explain` both use it
+//! (ADR-0026).
 //!
 //! The report itself carries no text of dropped sections; [`SectionInput`] records, for each
 //! runtime section handed to the assembler, its size before fitting, a preview and, for turns,

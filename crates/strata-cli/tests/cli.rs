@@ -68,6 +68,10 @@ name = "file_read"
 description = "Read a file."
 prefer_over = ["shell"]
 
+[[core.tools]]
+name = "shell"
+description = "Run a command."
+
 [characteristics]
 style = "Plain words."
 

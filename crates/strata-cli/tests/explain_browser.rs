@@ -58,10 +58,9 @@ fn page(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("trust.toml"), trust).unwrap();
     strata(dir, &["sign", "ada.toml", "--key", "k.key"]);
 
-    let mut input: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(repo_root().join("examples/ada/turn.json")).unwrap(),
-    )
-    .unwrap();
+    let mut input: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(repo_root().join("examples/ada/turn.json")).unwrap())
+            .unwrap();
     let sections = input["sections"].as_array_mut().unwrap();
     for i in 0..30 {
         sections.push(serde_json::json!({
@@ -77,8 +76,17 @@ fn page(dir: &Path) -> PathBuf {
     let json = strata(
         dir,
         &[
-            "assemble", "--agent", "ada.signed.json", "--trust", "trust.toml", "--input",
-            "big.json", "--budget", "8000", "--format", "json",
+            "assemble",
+            "--agent",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--input",
+            "big.json",
+            "--budget",
+            "8000",
+            "--format",
+            "json",
         ],
     );
     std::fs::write(dir.join("out.json"), json).unwrap();
@@ -86,6 +94,8 @@ fn page(dir: &Path) -> PathBuf {
     dir.join("explain.html")
 }
 
+/// Verifies ADR-0026: the page and the table explain the report in words, and the browser shows
+/// every element a reader needs, with input text escaped.
 #[test]
 fn chromium_renders_the_explain_page_with_its_key_elements() {
     let tmp = tempfile::tempdir().unwrap();
@@ -98,6 +108,27 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
         None => tmp.path().to_path_buf(),
     };
     let html = page(&dir);
+
+    // The terminal table says the same in words, with or without a browser.
+    let table = strata(&dir, &["explain", "out.json"]);
+    for needle in [
+        "WARNING: idle budget:",
+        "why: layer 6 yields to layers 1-5",
+        "tokens short of the",
+        "[tool_result #3]",
+        "cut to ",
+        "about ",
+    ] {
+        assert!(
+            table.contains(needle),
+            "the table lacks {needle:?}:\n{table}"
+        );
+    }
+    // The page, as written: the source column names the producer once, not `caller:caller`.
+    let written = std::fs::read_to_string(&html).unwrap();
+    assert!(!written.contains("caller:caller"), "source shown twice");
+    assert!(written.contains("<td>caller</td>"));
+
     let Some(browser) = browser() else {
         assert!(
             std::env::var_os("STRATA_REQUIRE_BROWSER").is_none_or(|v| v != "1"),
@@ -128,7 +159,11 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
         .arg(&url)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dom = String::from_utf8(out.stdout).unwrap();
     for needle in [
         // The legend, open by default.
@@ -173,7 +208,11 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
         .arg(&url)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let decoder = png::Decoder::new(std::fs::File::open(&png).unwrap());
     let mut reader = decoder.read_info().unwrap();
     let mut buf = vec![0; reader.output_buffer_size()];
@@ -189,7 +228,11 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
             dark += 1;
         }
     }
-    assert!(colours.len() > 50, "only {} colours: blank page?", colours.len());
+    assert!(
+        colours.len() > 50,
+        "only {} colours: blank page?",
+        colours.len()
+    );
     // Text and bars cover a real share of the page (more than 1% of its pixels are dark).
     assert!(dark * 100 > bytes.len() / px, "{dark} dark pixels");
 }

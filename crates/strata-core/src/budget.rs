@@ -6,6 +6,7 @@ use crate::error::CoreError;
 use crate::layer::RuntimeLayer;
 
 /// Soft per-layer budgets for layers 3-6, in tokens; `None` means no per-layer limit.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayerBudgets {
@@ -36,6 +37,7 @@ impl LayerBudgets {
 }
 
 /// The token budget of one assembly (ADR-0008).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {

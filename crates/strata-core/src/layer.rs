@@ -24,7 +24,10 @@ pub enum IdentityLayer {
 /// The four runtime layers, populated per request and always treated as untrusted content.
 ///
 /// This type deliberately has no variant for layer 1 or 2 (ADR-0004, invariant I7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// It is written by name (`working_memory`); it is read from a name or a number 3-6, with the
+/// errors of [`RuntimeLayer::from_str`] (which say where layers 1-2 come from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuntimeLayer {
     /// Layer 3: business/workspace context from the platform's shared store (read-only to agents).
@@ -193,6 +196,30 @@ impl fmt::Display for RuntimeLayer {
     }
 }
 
+impl<'de> Deserialize<'de> for RuntimeLayer {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = RuntimeLayer;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a runtime layer: 3-6, or shared, delegated, working_memory, long_term_memory",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RuntimeLayer, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RuntimeLayer, E> {
+                v.to_string().parse().map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RuntimeLayer, E> {
+                v.to_string().parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
 impl FromStr for RuntimeLayer {
     type Err = CoreError;
 
@@ -258,6 +285,37 @@ mod tests {
             "7".parse::<RuntimeLayer>(),
             Err(CoreError::UnknownLayer { .. })
         ));
+    }
+
+    #[test]
+    fn runtime_layers_are_read_by_name_or_number_with_errors_that_help() {
+        for (json, want) in [
+            ("\"working_memory\"", RuntimeLayer::WorkingMemory),
+            ("5", RuntimeLayer::WorkingMemory),
+            ("\"6\"", RuntimeLayer::LongTermMemory),
+            ("3", RuntimeLayer::Shared),
+        ] {
+            let got: RuntimeLayer = serde_json::from_str(json).unwrap();
+            assert_eq!(got, want, "{json}");
+            // Written back by name.
+            assert_eq!(
+                serde_json::to_string(&got).unwrap(),
+                format!("\"{}\"", want.name())
+            );
+        }
+        let e = serde_json::from_str::<RuntimeLayer>("1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("signed"), "{e}");
+        let e = serde_json::from_str::<RuntimeLayer>("9")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("expected value"), "{e}");
+        assert!(e.contains('9'), "{e}");
+        let e = serde_json::from_str::<RuntimeLayer>("true")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("3-6"), "{e}");
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub mod identity;
 pub mod layer;
 pub mod mode;
 pub mod provenance;
+#[cfg(feature = "schema")]
+mod schema;
 pub mod section;
 pub mod tokenizer;
 pub mod tools;

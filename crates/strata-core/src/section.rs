@@ -103,6 +103,7 @@ str_newtype_impls!(SectionId);
 str_newtype_impls!(SectionKey);
 
 /// The canonical phase order inside a layer (from the seeds): constraints first, user last.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
 )]
@@ -162,6 +163,7 @@ impl FromStr for Phase {
 }
 
 /// Whether a section's content changes between requests.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
 )]
@@ -176,6 +178,7 @@ pub enum Stability {
 
 /// A weight in hundredths (100 = 1.0). Score = priority x weight, in integers, so ordering is
 /// exact and deterministic.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Weight(pub u16);
@@ -187,6 +190,7 @@ impl Default for Weight {
 }
 
 /// Who spoke a working-memory turn.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -225,6 +229,7 @@ impl Role {
 
 /// Turn metadata of a working-memory section: its place in the session and, for tool calls and
 /// results, the id that links them (the assembler never separates the two).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Turn {
     /// Position in the session log; larger is newer.

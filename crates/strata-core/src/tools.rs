@@ -154,6 +154,7 @@ impl<'de> Deserialize<'de> for ToolSchema {
 /// are untrusted: the description is replaced by the signed one unless a loud policy says
 /// otherwise, and a schema that differs from the one pinned by the signed definition makes the
 /// assembler refuse the tool (ADR-0015).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnnouncedTool {

@@ -64,8 +64,8 @@ pub use error::{MemoryError, Result};
 pub use filelog::FileLog;
 pub use inmem::InMemoryStore;
 pub use long_term::{
-    reciprocal_rank_fusion, ListOptions, LongTermMemory, MemoryId, MemoryRecord, NewMemory,
-    SearchHit, SearchMode, SearchOptions, RRF_K,
+    check_tag, reciprocal_rank_fusion, ListOptions, LongTermMemory, MemoryId, MemoryRecord,
+    NewMemory, SearchHit, SearchMode, SearchOptions, RRF_K,
 };
 pub use markdown::{IndexLimits, MemoryIndex, NoteGraph, WalkOptions};
 pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};

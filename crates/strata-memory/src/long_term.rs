@@ -458,6 +458,12 @@ pub(crate) fn check_new_memory(opts: &StoreOptions, m: &NewMemory) -> Result<Vec
     check_tags(&m.tags)
 }
 
+/// Check one tag as a store would (letters, digits and `. _ : / -`, bounded length), so that a
+/// command can refuse a bad tag before it starts an import instead of on every memory.
+pub fn check_tag(tag: &str) -> Result<()> {
+    check_name("tag", tag, MAX_TAG_BYTES)
+}
+
 /// Validate tags and return them sorted and deduplicated.
 pub(crate) fn check_tags(tags: &[String]) -> Result<Vec<Arc<str>>> {
     let mut out: Vec<Arc<str>> = Vec::with_capacity(tags.len());

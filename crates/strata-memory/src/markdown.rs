@@ -291,9 +291,14 @@ impl NoteGraph {
         files.sort();
         let mut notes = Vec::with_capacity(files.len());
         for rel in files {
+            // Read by the path as the file system gave it (a name that is not UTF-8 included);
+            // the note is named by its lossy UTF-8 form.
             let full = dir.join(&rel);
             let bytes = std::fs::read(&full).map_err(|e| MemoryError::io("read", &full, e))?;
-            notes.push((rel, String::from_utf8_lossy(&bytes).into_owned()));
+            notes.push((
+                rel.to_string_lossy().replace('\\', "/"),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
         }
         Ok(NoteGraph::from_notes(notes))
     }
@@ -441,6 +446,12 @@ impl NoteGraph {
         out
     }
 
+    /// The path of every note relative to the folder it was loaded from, in the order of
+    /// [`NoteGraph::to_memories`], so that an import can name the file of a memory it refused.
+    pub fn paths(&self) -> Vec<&str> {
+        self.notes.values().map(|n| &*n.path).collect()
+    }
+
     /// Every note as a long-term memory of `agent_id`, with the id [`note_memory_id`] and the
     /// tag `note`, in key order.
     pub fn to_memories(&self, agent_id: &str) -> Vec<NewMemory> {
@@ -480,7 +491,7 @@ pub fn note_memory_id(name: &str) -> MemoryId {
     MemoryId::new(format!("note:{slug}")).unwrap_or_else(|_| MemoryId::generate(0))
 }
 
-fn collect_md(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+fn collect_md(root: &Path, dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| MemoryError::io("list", dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| MemoryError::io("list", dir, e))?;
@@ -493,7 +504,7 @@ fn collect_md(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
             collect_md(root, &path, out)?;
         } else if kind.is_file() && path.extension().is_some_and(|e| e == "md") {
             if let Ok(rel) = path.strip_prefix(root) {
-                out.push(rel.to_string_lossy().replace('\\', "/"));
+                out.push(rel.to_path_buf());
             }
         }
     }

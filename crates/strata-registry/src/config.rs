@@ -13,10 +13,10 @@
 //! [budget]                         # tokens
 //! total = 16384
 //! response_reserve = 0
-//! system = 16000
-//! memory = 2000
-//! skills = 4000
-//! history = 10000
+//! shared = 16000                  # layer 3 (older name: system)
+//! delegated = 4000                 # layer 4 (older name: skills)
+//! working_memory = 10000           # layer 5 (older name: history)
+//! long_term_memory = 2000          # layer 6 (older name: memory)
 //!
 //! [memory]
 //! file = "MEMORY.md"
@@ -48,6 +48,7 @@ use strata_core::{Budget, LayerBudgets, PromptMode};
 use crate::cache::{Clock, SectionCache};
 
 /// The whole of `strata.toml`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -64,6 +65,7 @@ pub struct Config {
 }
 
 /// `[prompt]`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PromptConfig {
@@ -87,6 +89,7 @@ impl Default for PromptConfig {
 }
 
 /// `[caching]`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CachingConfig {
@@ -106,6 +109,7 @@ impl Default for CachingConfig {
 }
 
 /// `[budget]`, in tokens.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetConfig {
@@ -113,14 +117,18 @@ pub struct BudgetConfig {
     pub total: u32,
     /// Kept free for the model's answer.
     pub response_reserve: u32,
-    /// Layer 3 (shared context: environment, tools, workspace files).
-    pub system: u32,
-    /// Layer 6 (long-term memory).
-    pub memory: u32,
-    /// Layer 4 (delegated: skills, goal, task).
-    pub skills: u32,
-    /// Layer 5 (working memory: conversation history).
-    pub history: u32,
+    /// Layer 3 (shared context: environment, tools, workspace files); `system` is read too.
+    #[serde(alias = "system")]
+    pub shared: u32,
+    /// Layer 4 (delegated: skills, goal, task); `skills` is read too.
+    #[serde(alias = "skills")]
+    pub delegated: u32,
+    /// Layer 5 (working memory: conversation history); `history` is read too.
+    #[serde(alias = "history")]
+    pub working_memory: u32,
+    /// Layer 6 (long-term memory); `memory` is read too.
+    #[serde(alias = "memory")]
+    pub long_term_memory: u32,
 }
 
 impl Default for BudgetConfig {
@@ -128,15 +136,16 @@ impl Default for BudgetConfig {
         BudgetConfig {
             total: Budget::DEFAULT_TOTAL,
             response_reserve: 0,
-            system: 16_000,
-            memory: 2_000,
-            skills: 4_000,
-            history: 10_000,
+            shared: 16_000,
+            delegated: 4_000,
+            working_memory: 10_000,
+            long_term_memory: 2_000,
         }
     }
 }
 
 /// `[memory]`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MemoryConfig {
@@ -159,6 +168,7 @@ impl Default for MemoryConfig {
 }
 
 /// `[workspace]`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkspaceConfig {
@@ -389,10 +399,10 @@ impl Config {
             ));
         }
         for (key, v) in [
-            ("budget.system", self.budget.system),
-            ("budget.memory", self.budget.memory),
-            ("budget.skills", self.budget.skills),
-            ("budget.history", self.budget.history),
+            ("budget.shared", self.budget.shared),
+            ("budget.delegated", self.budget.delegated),
+            ("budget.working_memory", self.budget.working_memory),
+            ("budget.long_term_memory", self.budget.long_term_memory),
         ] {
             if v == 0 {
                 return Err(fail(
@@ -422,16 +432,16 @@ impl Config {
     }
 
     /// The token budget: total, reserve, the character cap, and per-layer soft budgets
-    /// (system for layer 3, skills for layer 4, history for layer 5, memory for layer 6).
+    /// (`shared`, `delegated`, `working_memory` and `long_term_memory` for layers 3-6).
     pub fn to_budget(&self) -> Budget {
         Budget {
             total_tokens: self.budget.total,
             response_reserve: self.budget.response_reserve,
             layers: LayerBudgets {
-                shared: Some(self.budget.system),
-                delegated: Some(self.budget.skills),
-                working_memory: Some(self.budget.history),
-                long_term_memory: Some(self.budget.memory),
+                shared: Some(self.budget.shared),
+                delegated: Some(self.budget.delegated),
+                working_memory: Some(self.budget.working_memory),
+                long_term_memory: Some(self.budget.long_term_memory),
             },
             section_cap: None,
             max_total_chars: Some(self.prompt.max_total_chars),

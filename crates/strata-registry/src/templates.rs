@@ -153,6 +153,16 @@ fn engine() -> Environment<'static> {
     env
 }
 
+/// Check that `text` is a template the engine can compile, without rendering it: what
+/// `strata sign` runs on every template of a definition, so that a syntax error is found by the
+/// operator who signs, not by a runtime at its first turn. The error names the line.
+pub fn check_syntax(text: &str) -> Result<(), String> {
+    engine()
+        .template_from_str(text)
+        .map(|_| ())
+        .map_err(|e| describe(&e))
+}
+
 /// Render `template` with `values` (strict: every name used must be given).
 pub fn render(template: &SignedTemplate, values: &TemplateValues) -> Result<String, TemplateError> {
     let id = template.section_id();

@@ -22,10 +22,10 @@ fn defaults_are_the_seed_numbers() {
     assert_eq!(c.budget.total, 16_384);
     assert_eq!(
         (
-            c.budget.system,
-            c.budget.memory,
-            c.budget.skills,
-            c.budget.history
+            c.budget.shared,
+            c.budget.long_term_memory,
+            c.budget.delegated,
+            c.budget.working_memory
         ),
         (16_000, 2_000, 4_000, 10_000)
     );
@@ -87,6 +87,30 @@ custom_instructions = "Be brief."
     assert_eq!(b.layers.get(RuntimeLayer::WorkingMemory), Some(12_000));
     assert_eq!(b.layers.get(RuntimeLayer::LongTermMemory), Some(3_000));
     assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+}
+
+/// `[budget]` names its per-layer keys after the layers (`shared`, `delegated`,
+/// `working_memory`, `long_term_memory`) like everything else; the older names still read the
+/// same numbers, and giving a layer under both names is refused.
+#[test]
+fn budget_keys_are_the_layer_names_and_the_old_names_still_read() {
+    let new = Config::from_toml_str(
+        "[budget]\nshared = 8000\ndelegated = 2000\nworking_memory = 12000\nlong_term_memory = 3000\n",
+    )
+    .unwrap();
+    let old = Config::from_toml_str(
+        "[budget]\nsystem = 8000\nskills = 2000\nhistory = 12000\nmemory = 3000\n",
+    )
+    .unwrap();
+    assert_eq!(new, old);
+    let b = new.to_budget();
+    assert_eq!(b.layers.get(RuntimeLayer::Shared), Some(8_000));
+    assert_eq!(b.layers.get(RuntimeLayer::LongTermMemory), Some(3_000));
+    // Written back under the layer names.
+    let text = new.to_toml_string();
+    assert!(text.contains("working_memory = 12000"), "{text}");
+    assert!(!text.contains("history"), "{text}");
+    assert!(Config::from_toml_str("[budget]\nshared = 1\nsystem = 2\n").is_err());
 }
 
 #[test]
@@ -187,6 +211,7 @@ proptest! {
         prop_assume!(key != known_key);
         let fields = ["default_mode", "max_total_chars", "protected_priorities", "enabled",
             "ttl_secs", "total", "response_reserve", "system", "memory", "skills", "history",
+            "shared", "delegated", "working_memory", "long_term_memory",
             "file", "max_lines", "max_chars", "dir", "custom_instructions"];
         prop_assume!(!fields.contains(&key.as_str()));
         let text = format!("[{name}]\n{known}\n{}{key} = 1\n", "\n".repeat(blank));

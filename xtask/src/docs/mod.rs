@@ -528,6 +528,28 @@ pub fn run(root: &Path, check: bool) -> std::io::Result<bool> {
         fs::remove_file(root.join(f))?;
         println!("docs: removed {f}");
     }
+    // The file-format reference is generated from the JSON Schema of the library types, which
+    // only a build of the crates can see: a test of strata-cli writes it (and, in `cargo test`,
+    // checks that it is fresh).
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "test",
+                "-q",
+                "-p",
+                "strata-cli",
+                "--bin",
+                "strata",
+                "formats",
+            ])
+            .env("STRATA_UPDATE_DOCS", "1")
+            .current_dir(root)
+            .status()?;
+    if !status.success() {
+        eprintln!("error: could not regenerate docs/reference/formats.md ({status})");
+        return Ok(false);
+    }
+    println!("docs: docs/reference/formats.md regenerated from the schemas");
     println!(
         "docs: {} files up to date ({} changed, {} removed); {}, {}, {}.",
         files.len(),

@@ -91,9 +91,25 @@ Runtime input (--input) is JSON:
    \"tools\": [{\"name\": \"file_read\", \"description\": \"Read a file.\",
               \"parameters\": {\"type\": \"object\", \"properties\": {}}}],
    \"allowed_tools\": [\"file_read\"]}
-Turns are layer 5 in the order given; sections are layers 3-6 (fields: layer, id, content,
-key, priority, phase, stability, sticky, weight, modes, paths, turn, source). Only layers 3-6
-can be given; layers 1-2 come from the signed definition.")]
+Turns (layer 5, in the order given; ids turn.1, turn.2, ... unless `id` is set):
+  role       user, assistant, tool_call or tool_result
+  content    the words of a user or assistant turn, or a tool's result
+  call_id    links a tool_call to its tool_result (both must be present, or use --drop-unpaired)
+  name       the tool a tool_call names (it must be on the signed allowlist)
+  arguments  a tool_call's arguments, a JSON object
+  id, sticky an explicit section id; true to never trim the turn
+Sections (layers 3-6; layers 1-2 come only from the signed definition):
+  layer      3-6 or shared, delegated, working_memory, long_term_memory
+  id         unique within its layer; content: the text (untrusted, fenced as data)
+  key        conflict key: the higher layer's section with the same key wins
+  priority   within a layer, lower priority is trimmed first (default 0)
+  phase      constraint, task, memory, tools, history or user (orders the output)
+  stability  stable (in the cacheable prefix) or dynamic (default)
+  sticky     true: never dropped for budget; weight: share when cutting, in hundredths
+  modes, paths  prompt modes and assembly paths it takes part in (default all)
+  turn       {\"seq\": N, \"role\": ...} for a working-memory turn; source: producer name
+tools: tools announced at run time (narrowed to the signed allowlist); allowed_tools: a
+further narrowing. The full reference, with strata.toml (--config): docs/reference/formats.md.")]
 pub struct AssembleArgs {
     /// The signed agent definition (DSSE envelope).
     #[arg(long, value_name = "FILE")]
@@ -208,7 +224,7 @@ pub fn load_agent(
     Loader::new(&trust, &guard)
         .expiry(expiry)
         .load_file(agent)
-        .map_err(CliError::Refused)
+        .map_err(super::load_error)
 }
 
 /// Build the request from configuration, input files and flags.
@@ -237,6 +253,18 @@ pub fn build_request(
             _ => agent.budget().clone(),
         };
         budget.total_tokens = b;
+        if budget.response_reserve >= b {
+            let from = if args.config.is_some() {
+                "the configuration's [budget] response_reserve"
+            } else {
+                "the signed definition's [budget] response_reserve"
+            };
+            return Err(CliError::Usage(format!(
+                "--budget {b} leaves no room for the prompt: {} tokens are reserved for the \
+                 response ({from}); give a --budget larger than {}",
+                budget.response_reserve, budget.response_reserve
+            )));
+        }
         req.budget = Some(BudgetSpec::Explicit(budget));
     }
     if let Some(w) = args.context_window {
@@ -256,6 +284,20 @@ pub fn build_request(
     }
     for flag in &args.section {
         req.sections.push(parse_section_flag(flag)?);
+    }
+    // Two sections with one id in one layer are a mistake in the input (only one could be
+    // shown); ids shared across layers are conflicts the higher layer wins, and are reported.
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &req.sections {
+        if !seen.insert((s.layer(), s.id().to_string())) {
+            return Err(CliError::Other(format!(
+                "section id `{}` is given twice in layer {} ({}); ids must be unique within a \
+                 layer (turns take the ids turn.1, turn.2, ...): rename one of them",
+                s.id(),
+                s.layer().number(),
+                s.layer().name()
+            )));
+        }
     }
     req.provider = args.format.provider().or(args.provider);
     req.provider_options = ProviderOptions {

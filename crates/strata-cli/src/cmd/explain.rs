@@ -6,7 +6,7 @@
 //! section with its outcome and the reason in words, previews of what was cut or dropped, the
 //! idle-budget warning, the fences, the stable prefix and the cache breakpoints; and a compact
 //! terminal table with bars. The page is rendered from a minijinja template with HTML
-//! auto-escaping, so no text from the report can reach the page unescaped.
+//! auto-escaping, so no text from the report can reach the page unescaped (ADR-0026).
 
 use std::fmt::Write as _;
 use std::io::Read as _;

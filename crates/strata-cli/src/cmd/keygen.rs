@@ -22,7 +22,7 @@ Examples:
 
 Without --trust-entry, stdout holds two lines: `key id: <hex>` and `public key: ed25519:<base64>`.
 With --trust-entry, stdout holds only a `[[keys]]` TOML block (which carries the same id and
-public key), ready to append to a trust store.";
+public key), ready to append to a trust store (format: docs/reference/formats.md).";
 
 /// Arguments of `strata keygen`.
 #[derive(Debug, Args)]
@@ -72,6 +72,13 @@ fn trust_entry(key: &KeyPair, name: &str) -> Result<String, CliError> {
 }
 
 fn write_new_key(path: &Path) -> Result<KeyPair, CliError> {
+    if path.is_dir() {
+        return Err(CliError::Other(format!(
+            "{} is a folder; --out takes the path of the new key file, such as {}",
+            path.display(),
+            path.join("release.key").display()
+        )));
+    }
     if std::fs::symlink_metadata(path).is_ok() {
         return Err(CliError::Other(format!(
             "{} already exists; strata never overwrites a key file: choose another path, or move \

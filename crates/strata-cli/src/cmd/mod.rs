@@ -24,6 +24,19 @@ pub fn parse_at(s: &str) -> Result<i64, String> {
     strata_agentdef::time::parse_rfc3339(s)
 }
 
+/// The error of a failed load: a refusal (exit 3) when a check failed, an error (exit 1) when a
+/// file could not be read or written, such as a rollback state in a read-only folder.
+pub fn load_error(e: strata_agentdef::AgentDefError) -> CliError {
+    match e {
+        strata_agentdef::AgentDefError::Io { .. } => CliError::agentdef(
+            "nothing was refused, but a file could not be read or written (check the path and \
+             that its folder is writable)",
+            e,
+        ),
+        e => CliError::Refused(e),
+    }
+}
+
 /// Read a private key file.
 pub fn read_key(path: &Path) -> Result<KeyPair, CliError> {
     KeyPair::read_private(path).map_err(|e| {

@@ -26,7 +26,10 @@ Examples:
 
 The envelope is written next to the definition by default (DEFINITION's name with
 `.signed.json`), because the loader resolves referenced files next to the envelope.
-With --append and no --out, the appended envelope is rewritten in place.";
+With --append and no --out, the appended envelope is rewritten in place.
+Before signing, the definition is checked as the loader reads it, and more: the version is at
+least 1, every prefer_over names an allowlisted tool, and every template compiles.
+The definition format, with an example: docs/reference/formats.md and examples/ada/ada.toml.";
 
 /// Arguments of `strata sign`.
 #[derive(Debug, Args)]
@@ -142,6 +145,67 @@ fn append_to(path: &Path, text: &str, keys: &[KeyPair]) -> Result<Envelope, CliE
     Ok(env)
 }
 
+/// Checks only the signer can act on, beyond what the loader checks: a version the rollback
+/// guard can grow from, usage hints that name allowlisted tools, and templates that compile.
+fn lint(def: &AgentDefinition) -> Result<(), String> {
+    if def.version == 0 {
+        return Err(
+            "version is 0; versions start at 1 and must grow with every signed change (the \
+             rollback guard refuses a version it has seen exceeded)"
+                .into(),
+        );
+    }
+    let allowed: BTreeSet<&str> = def.core.tools.iter().map(|t| t.name.as_str()).collect();
+    for t in &def.core.tools {
+        for o in &t.prefer_over {
+            if o.as_str() == t.name.as_str() {
+                return Err(format!(
+                    "tool `{}` says prefer_over = [\"{o}\"], itself; remove it",
+                    t.name
+                ));
+            }
+            if !allowed.contains(o.as_str()) {
+                return Err(format!(
+                    "tool `{}` says prefer_over = [\"{o}\"], but `{o}` is not on the allowlist \
+                     ([[core.tools]]), so the model can never use it; add a [[core.tools]] entry \
+                     named `{o}` or remove it from prefer_over",
+                    t.name
+                ));
+            }
+        }
+    }
+    let tpl = &def.templates;
+    let mut texts: Vec<(String, &str)> = Vec::new();
+    if let Some(f) = &tpl.fallback {
+        texts.push(("templates.fallback".into(), f));
+    }
+    for (mode, tiers) in [
+        ("assistant", &tpl.assistant),
+        ("developer", &tpl.developer),
+        ("planning", &tpl.planning),
+        ("debugger", &tpl.debugger),
+        ("user", &tpl.user),
+    ] {
+        for (tier, text) in [
+            ("tier1", &tiers.tier1),
+            ("tier2", &tiers.tier2),
+            ("tier3", &tiers.tier3),
+            ("tier4", &tiers.tier4),
+            ("tier5", &tiers.tier5),
+        ] {
+            if let Some(t) = text {
+                texts.push((format!("templates.{mode}.{tier}"), t));
+            }
+        }
+    }
+    for (at, text) in texts {
+        strata_registry::templates::check_syntax(text).map_err(|e| {
+            format!("{at} is not a valid template: {e}; fix the template syntax (`{{{{ name }}}}`, `{{% if %}}`)")
+        })?;
+    }
+    Ok(())
+}
+
 /// Run `strata sign`.
 pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
     let bytes = read_limited(&args.definition, MAX_PAYLOAD_BYTES, "definition")?;
@@ -170,6 +234,7 @@ pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
     let checking = || format!("checking definition {}", args.definition.display());
     let def =
         check_definition(&text, Some(&base)).map_err(|e| CliError::agentdef(checking(), e))?;
+    lint(&def).map_err(|e| CliError::Other(format!("{}: {e}", checking())))?;
     let env = match &args.append {
         Some(path) => append_to(path, &text, &keys)?,
         None => {

@@ -31,8 +31,9 @@ the `trust=` value with --trust-sha256 (or STRATA_TRUST_SHA256). On refusal: exi
 `REFUSED <cause>: <message>` on stderr, where <cause> is one of too_large, malformed,
 no_signatures, unknown_key, bad_signature, revoked_key, key_not_valid, threshold_not_met,
 wrong_payload_type, expired, not_yet_valid, rolled_back, version_reused, digest_mismatch,
-invalid_definition, rollback_state_damaged, rollback_state_missing, io. Other errors
-(unreadable, unpinned or invalid trust store, unopenable rollback state) exit with code 1.";
+invalid_definition, rollback_state_damaged, rollback_state_missing. Other errors
+(unreadable, unpinned or invalid trust store, a rollback state that cannot be opened or
+written) exit with code 1. The trust store format: docs/reference/formats.md.";
 
 /// Arguments of `strata verify`.
 #[derive(Debug, Args)]
@@ -147,7 +148,7 @@ pub fn run(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
     ));
     let agent = loader
         .load_file(&args.envelope)
-        .map_err(CliError::Refused)?;
+        .map_err(super::load_error)?;
     let signers: Vec<&str> = agent.signers().iter().map(|k| k.as_str()).collect();
     tracing::info!(
         signers = %signers.join(","),
