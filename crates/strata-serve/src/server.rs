@@ -399,6 +399,9 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
             Ok(p) => Some(p),
             Err(_) => {
                 st.metrics.shed();
+                // Read (and discard) the body first, so that the client, still sending it,
+                // receives the 503 instead of a reset connection.
+                let _ = axum::body::to_bytes(req.into_body(), st.limits.max_body_bytes).await;
                 let mut e = ApiError::new(
                     ErrorCode::Overloaded,
                     "the server is at its concurrency limit; retry after the `Retry-After` seconds",
