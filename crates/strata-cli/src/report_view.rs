@@ -297,8 +297,8 @@ impl Idle {
         );
         if self.would_fit > 0 {
             t.push_str(&format!(
-                " {} of them (counting their text, without the fence around it) would fit in \
-                 the unused budget on its own.",
+                " {} of them would each fit in the unused budget on its own (counting its \
+                 text, without the fence around it).",
                 self.would_fit
             ));
         }
