@@ -297,9 +297,10 @@ impl Idle {
         );
         if self.would_fit > 0 {
             t.push_str(&format!(
-                " {} of them would each fit in the unused budget on its own (counting its \
-                 text, without the fence around it).",
-                self.would_fit
+                " {} of them would {}fit in the unused budget on its own (counting its text, \
+                 without the fence around it).",
+                self.would_fit,
+                if self.would_fit == 1 { "" } else { "each " }
             ));
         }
         t.push_str(

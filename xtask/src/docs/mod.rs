@@ -531,8 +531,10 @@ pub fn run(root: &Path, check: bool) -> std::io::Result<bool> {
     // The file-format reference is generated from the JSON Schema of the library types, which
     // only a build of the crates can see: a test of strata-cli writes it (and, in `cargo test`,
     // checks that it is fresh).
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    // Trees without that generator (the tests' own) skip the step.
+    if root.join("crates/strata-cli/src/formats.rs").is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
             .args([
                 "test",
                 "-q",
@@ -545,11 +547,12 @@ pub fn run(root: &Path, check: bool) -> std::io::Result<bool> {
             .env("STRATA_UPDATE_DOCS", "1")
             .current_dir(root)
             .status()?;
-    if !status.success() {
-        eprintln!("error: could not regenerate docs/reference/formats.md ({status})");
-        return Ok(false);
+        if !status.success() {
+            eprintln!("error: could not regenerate docs/reference/formats.md ({status})");
+            return Ok(false);
+        }
+        println!("docs: docs/reference/formats.md regenerated from the schemas");
     }
-    println!("docs: docs/reference/formats.md regenerated from the schemas");
     println!(
         "docs: {} files up to date ({} changed, {} removed); {}, {}, {}.",
         files.len(),
