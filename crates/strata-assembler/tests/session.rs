@@ -257,13 +257,14 @@ fn every_mode_and_path_keeps_what_the_seeds_say() {
             "Deploys freeze on Fridays at noon.",
         ))
         .unwrap();
-    rt.goals()
-        .create_goal("Release 2.0 safely", strata_registry::GoalPriority::High)
-        .unwrap();
     let mut checked = 0;
     for (i, mode) in PromptMode::ALL.iter().enumerate() {
         for (j, path) in AssemblyPath::ALL.iter().enumerate() {
             let s = rt.session(format!("s-{i}-{j}"));
+            s.goals()
+                .unwrap()
+                .create_goal("Release 2.0 safely", GoalPriority::High)
+                .unwrap();
             s.prepare("When do deploys freeze?", &TurnOptions::default())
                 .unwrap();
             s.record_reply(&Reply::text("On Fridays.")).unwrap();
