@@ -778,51 +778,18 @@ impl Session<'_> {
             },
             _ => offered,
         };
-        // Contributors see only what the model may see: the narrowed tools and the signed
-        // usage hints of those tools, so no built-in can name a refused tool (I4, ADR-0007).
         let tools = crate::assemble::narrowed_tools(agent, &announced, &opts.tool_policy);
-        let tool_hints = agent
-            .identity()
-            .tools()
-            .iter()
-            .filter(|a| tools.iter().any(|t| t.name == a.name))
-            .map(|a| (a.name.clone(), a.usage.clone()))
-            .collect();
         let now_ms = opts.now_ms.unwrap_or_else(now_ms);
-        let mut ctx = ContributionContext::new(
-            agent.agent_id_arc(),
-            agent.identity_digest(),
-            &*self.id,
+        let (mut sections, omissions) = rt.gather_turn(&Gathering {
+            session: &self.id,
+            query,
+            mode,
+            path,
+            tier,
+            operational,
+            tools: &tools,
             now_ms,
-        );
-        ctx.mode = mode;
-        ctx.path = path;
-        ctx.tier = tier;
-        ctx.operational_mode = operational;
-        ctx.query = query.map(Arc::from);
-        ctx.inputs = Arc::new(RequestInputs {
-            tools: tools.clone(),
-            tool_hints,
-            ..RequestInputs::default()
-        });
-        let gathered = rt
-            .registry
-            .gather(&ctx)
-            .map_err(|e| SessionError::Registry(e.to_string()))?;
-        let mut omissions: Vec<Omission> = gathered
-            .omissions
-            .iter()
-            .map(|o| Omission {
-                id: o.contributor.to_string(),
-                layer: o.layer.into(),
-                reason: format!("{:?}", o.reason),
-            })
-            .collect();
-        let mut sections: Vec<Section> = Vec::with_capacity(gathered.sections.len() + 4);
-        for s in gathered.sections {
-            let s = native_tool_call(s)?;
-            sections.push(self.within_tier_prompt(s, tier, &mut omissions)?);
-        }
+        })?;
         // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
         // cached paths), the request still carries the current exchange: the newest user
         // message and what followed it (ADR-0016).
@@ -896,6 +863,72 @@ impl Session<'_> {
         })
     }
 
+}
+
+/// What one gathering is for.
+struct Gathering<'a> {
+    session: &'a str,
+    query: Option<&'a str>,
+    mode: PromptMode,
+    path: AssemblyPath,
+    tier: Tier,
+    operational: OperationalMode,
+    /// Already narrowed to what the model may see.
+    tools: &'a [AnnouncedTool],
+    now_ms: i64,
+}
+
+impl Runtime {
+    /// Run the contributors for one turn: sections (tool calls turned native, the template
+    /// within its tier budget) and the omissions to report.
+    fn gather_turn(&self, t: &Gathering<'_>) -> Result<(Vec<Section>, Vec<Omission>), SessionError> {
+        let agent = &self.agent;
+        // Contributors see only what the model may see: the narrowed tools and the signed
+        // usage hints of those tools, so no built-in can name a refused tool (I4, ADR-0007).
+        let tool_hints = agent
+            .identity()
+            .tools()
+            .iter()
+            .filter(|a| t.tools.iter().any(|x| x.name == a.name))
+            .map(|a| (a.name.clone(), a.usage.clone()))
+            .collect();
+        let mut ctx = ContributionContext::new(
+            agent.agent_id_arc(),
+            agent.identity_digest(),
+            t.session,
+            t.now_ms,
+        );
+        ctx.mode = t.mode;
+        ctx.path = t.path;
+        ctx.tier = t.tier;
+        ctx.operational_mode = t.operational;
+        ctx.query = t.query.map(Arc::from);
+        ctx.inputs = Arc::new(RequestInputs {
+            tools: t.tools.to_vec(),
+            tool_hints,
+            ..RequestInputs::default()
+        });
+        let gathered = self
+            .registry
+            .gather(&ctx)
+            .map_err(|e| SessionError::Registry(e.to_string()))?;
+        let mut omissions: Vec<Omission> = gathered
+            .omissions
+            .iter()
+            .map(|o| Omission {
+                id: o.contributor.to_string(),
+                layer: o.layer.into(),
+                reason: format!("{:?}", o.reason),
+            })
+            .collect();
+        let mut sections: Vec<Section> = Vec::with_capacity(gathered.sections.len() + 4);
+        for s in gathered.sections {
+            let s = native_tool_call(s)?;
+            sections.push(self.within_tier_prompt(s, t.tier, &mut omissions)?);
+        }
+        Ok((sections, omissions))
+    }
+
     /// The operational-mode template within the tier's prompt budget (200, 500, 1,000 or 1,500
     /// tokens, from the seeds): a rendering over it is cut to the budget, marked, and the cut
     /// is reported among the omissions (ADR-0016). Other sections pass unchanged.
@@ -910,7 +943,7 @@ impl Session<'_> {
         }
         let budget = tier.prompt_budget() as usize;
         let text = s.content().as_str();
-        let tokens = self.rt.tokenizer.count(text);
+        let tokens = self.tokenizer.count(text);
         if tokens <= budget {
             return Ok(s);
         }
@@ -918,8 +951,8 @@ impl Session<'_> {
             "\n[cut to the tier-{} prompt budget of {budget} tokens]",
             tier.number()
         );
-        let room = budget.saturating_sub(self.rt.tokenizer.count(&marker));
-        let keep = self.rt.tokenizer.prefix_len(text, room);
+        let room = budget.saturating_sub(self.tokenizer.count(&marker));
+        let keep = self.tokenizer.prefix_len(text, room);
         let cut = format!("{}{marker}", &text[..keep]);
         omissions.push(Omission {
             id: s.id().as_str().to_owned(),
@@ -936,6 +969,43 @@ impl Session<'_> {
             "operational template over the tier's prompt budget; cut"
         );
         Ok(s.with_content(cut))
+    }
+
+    /// Assemble one request that keeps no conversation (what `strata assemble` does): the
+    /// runtime's contributors gather for `req`'s mode, path and tier (memory searched with
+    /// `query`, shared facts, the built-ins, the goals and files of `session`), their sections
+    /// join the caller's, and the whole is assembled. Tools are narrowed before contributors
+    /// see them, as in a session.
+    pub fn assemble_request(
+        &self,
+        session: &str,
+        query: Option<&str>,
+        mut req: AssemblyRequest,
+    ) -> Result<AssembledContext, SessionError> {
+        let agent = &self.agent;
+        let budget = req.budget.clone().unwrap_or(BudgetSpec::AgentDefault);
+        let tier = match &budget {
+            BudgetSpec::ContextWindow(w) => Tier::for_context_window(*w),
+            BudgetSpec::Explicit(b) => Tier::for_context_window(b.total_tokens),
+            BudgetSpec::AgentDefault => Tier::for_context_window(agent.budget().total_tokens),
+        };
+        let tools = crate::assemble::narrowed_tools(agent, &req.tools, &req.tool_policy);
+        let now_ms = req.now_ms.unwrap_or_else(now_ms);
+        let (mut sections, omissions) = self.gather_turn(&Gathering {
+            session,
+            query,
+            mode: req.mode,
+            path: req.path,
+            tier,
+            operational: agent.default_mode(),
+            tools: &tools,
+            now_ms,
+        })?;
+        sections.append(&mut req.sections);
+        req.sections = sections;
+        req.omissions.extend(omissions);
+        req.now_ms = Some(now_ms);
+        Ok(self.assembler.assemble(agent, &req)?)
     }
 }
 
@@ -1022,7 +1092,7 @@ fn check_tier_prompts(agent: &VerifiedAgent, tokenizer: &dyn Tokenizer) -> Resul
 fn retrieve_tools(tools: &[AnnouncedTool], query: &str, top: usize) -> Vec<AnnouncedTool> {
     let words = |t: &str| -> std::collections::BTreeSet<String> {
         t.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| w.len() > 2)
+            .filter(|w| w.len() > 3)
             .map(str::to_lowercase)
             .collect()
     };
