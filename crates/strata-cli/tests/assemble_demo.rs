@@ -311,3 +311,56 @@ fn demo_runs_with_no_setup_and_shows_the_fenced_injection() {
     let r = strata(tmp.path(), &["demo", "--dir", "demo-here"], None);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// Verifies ADR-0016: `strata assemble` reads memory from the store strata.toml names: the
+/// memory matching the newest user message reaches the assembly, fenced as data; without a
+/// store nothing is gathered.
+#[test]
+fn assemble_reads_memory_from_the_configured_store() {
+    use strata_memory::{LongTermMemory as _, NewMemory, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    demo_assets(dir.path());
+    let db = dir.path().join("team.db");
+    SqliteStore::open(&db)
+        .unwrap()
+        .put(NewMemory::new("ada-demo", "Deploys freeze every Friday at noon."))
+        .unwrap();
+    std::fs::write(
+        dir.path().join("strata.toml"),
+        "[store]\nsqlite = \"team.db\"\n",
+    )
+    .unwrap();
+    let input = r#"{"turns": [{"role": "user", "content": "When do deploys freeze?"}]}"#;
+    std::fs::write(dir.path().join("turn.json"), input).unwrap();
+    let base = [
+        "assemble",
+        "--agent",
+        "agent.signed.json",
+        "--trust",
+        "trust.toml",
+        "--input",
+        "turn.json",
+        "--format",
+        "json",
+    ];
+    let with: Vec<&str> = base.iter().copied().chain(["--config", "strata.toml"]).collect();
+    let r = strata(dir.path(), &with, None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let text = v["text"].as_str().unwrap();
+    assert!(text.contains("Deploys freeze every Friday at noon."), "{text}");
+    let mem = v["report"]["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"].as_str().unwrap().starts_with("mem/"))
+        .unwrap();
+    assert_eq!(mem["layer"], "long_term_memory");
+    // The same with --store and no configuration; and nothing without a store.
+    let flag: Vec<&str> = base.iter().copied().chain(["--store", "team.db"]).collect();
+    let r = strata(dir.path(), &flag, None);
+    assert!(r.stdout.contains("Deploys freeze every Friday at noon."), "{}", r.stderr);
+    let r = strata(dir.path(), &base, None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("Deploys freeze every Friday"));
+}
