@@ -250,6 +250,7 @@ impl RuntimeBuilder {
 
     /// Open the store and register the contributors.
     pub fn build(self) -> Result<Runtime, SessionError> {
+        let configured = self.config.is_some();
         let config = self.config.unwrap_or_default();
         // The store given to the builder, else `strata.toml`'s, else `./.strata/memory.db`.
         let spec = match self.store {
@@ -340,6 +341,7 @@ impl RuntimeBuilder {
             registry,
             store,
             config,
+            configured,
             hydrated: self.hydrated,
             provider: self.provider,
             params: self.params,
@@ -445,6 +447,8 @@ pub struct Runtime {
     tokenizer: Arc<dyn Tokenizer>,
     store: Arc<dyn StoreHandle>,
     config: Config,
+    /// Whether a `strata.toml` was given: its budget then wins over the definition's.
+    configured: bool,
     hydrated: usize,
     provider: Provider,
     params: RequestParams,
@@ -744,13 +748,19 @@ impl Session<'_> {
     ) -> Result<PreparedTurn, SessionError> {
         let rt = self.rt;
         let agent = &rt.agent;
-        let mode = opts.mode.unwrap_or(rt.config.prompt.default_mode);
+        // Default mode: strata.toml's when one was given, else the signed definition's.
+        let mode = opts.mode.unwrap_or(if rt.configured {
+            rt.config.prompt.default_mode
+        } else {
+            agent.default_prompt_mode()
+        });
         let path = opts.path.unwrap_or_default();
         let operational = opts.operational_mode.unwrap_or_else(|| agent.default_mode());
         // One budget, one tier: used by gathering and assembly alike.
         let budget = match opts.context_window {
             Some(w) => BudgetSpec::ContextWindow(w),
-            None => BudgetSpec::Explicit(rt.config.to_budget()),
+            None if rt.configured => BudgetSpec::Explicit(rt.config.to_budget()),
+            None => BudgetSpec::AgentDefault,
         };
         let tier = match &budget {
             BudgetSpec::ContextWindow(w) => Tier::for_context_window(*w),

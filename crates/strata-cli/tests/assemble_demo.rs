@@ -364,3 +364,45 @@ fn assemble_reads_memory_from_the_configured_store() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stdout.contains("Deploys freeze every Friday"));
 }
+
+/// The demo on the session API: a reader that stops early (`strata demo | head -1`) is not an
+/// error; `--quiet` prints one summary line; the help and the output explain the fixed clock;
+/// the host's program paths stay out of the request.
+#[test]
+fn demo_is_quiet_when_asked_survives_a_closed_pipe_and_keeps_host_paths_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A reader that reads one line and closes the pipe.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["demo", "--dir", "d1"])
+        .current_dir(tmp.path())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+
+    let r = strata(tmp.path(), &["--quiet", "demo", "--dir", "d2"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout.lines().count(), 1, "{}", r.stdout);
+    assert!(r.stdout.contains("6 of 6 checks passed"), "{}", r.stdout);
+
+    let r = strata(tmp.path(), &["demo", "--dir", "d3"], None);
+    assert!(r.stdout.contains("the clock is fixed at 2026-11-21 00:00 UTC"));
+    let request = std::fs::read_to_string(tmp.path().join("d3/last-request.json")).unwrap();
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        let dir = dir.to_string_lossy().into_owned();
+        if dir.len() > 1 {
+            assert!(!request.contains(&format!("{dir}/")), "{dir} in the request");
+        }
+    }
+    let help = strata(tmp.path(), &["demo", "--help"], None);
+    assert!(help.stdout.contains("clock is fixed"), "{}", help.stdout);
+}
