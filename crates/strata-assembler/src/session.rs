@@ -811,7 +811,8 @@ impl Session<'_> {
         sections.extend(resolved_context);
         let req = AssemblyRequest {
             sections,
-            tools,
+            // Everything announced: the assembler narrows it again and reports each refusal.
+            tools: announced,
             tool_policy: opts.tool_policy.clone(),
             mode,
             path,

@@ -718,3 +718,28 @@ fn named_role_blocks_are_signed_sections() {
     let b = system.find("id=\"core.role.handoff\"").unwrap();
     assert!(system.find("id=\"core.role\"").unwrap() < a && a < b);
 }
+
+/// Verifies I4 (ADR-0007) through the session API: a tool outside the signed allowlist is
+/// refused and the report says so, though contributors never saw it.
+#[test]
+fn refused_tools_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::builder(agent())
+        .sqlite(dir.path().join("m.db"))
+        .provider(Provider::Anthropic, "m")
+        .max_tokens(64)
+        .tools(vec![
+            AnnouncedTool::new(ToolName::new("file_read").unwrap(), ""),
+            AnnouncedTool::new(ToolName::new("wire_money").unwrap(), "Send money."),
+        ])
+        .build()
+        .unwrap();
+    let t = rt
+        .session("s1")
+        .prepare("Pay the invoice.", &TurnOptions::default())
+        .unwrap();
+    let r = &t.report().tools;
+    assert_eq!(r.effective, [ToolName::new("file_read").unwrap()]);
+    assert!(r.refused.iter().any(|(n, why)| n == "wire_money" && why.contains("allowlist")));
+    assert!(!t.body.to_string().contains("Send money."));
+}
