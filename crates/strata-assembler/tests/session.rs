@@ -743,3 +743,99 @@ fn refused_tools_are_reported() {
     assert!(r.refused.iter().any(|(n, why)| n == "wire_money" && why.contains("allowlist")));
     assert!(!t.body.to_string().contains("Send money."));
 }
+
+/// Verifies I4 (ADR-0007) and ADR-0016 over generated tool sets and delegated policies: no
+/// layer 3-6 text of a prepared request names a tool outside the narrowed set, the request
+/// announces exactly that set, and the set is announced ∩ allowlisted ∩ permitted. Cases:
+/// `PROPTEST_CASES` (default 24).
+#[test]
+fn no_prompt_text_names_a_tool_outside_the_narrowed_set() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    const POOL: [&str; 5] = ["search_memory", "file_read", "shell", "rm_rf", "net_fetch"];
+    const ALLOWED: [&str; 3] = ["search_memory", "file_read", "shell"];
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(&dir.path().join("m.db"), Provider::OpenAiChat);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(24);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let n = std::sync::atomic::AtomicU32::new(0);
+    runner
+        .run(
+            &(
+                proptest::collection::vec(any::<bool>(), 5),
+                proptest::option::of(proptest::collection::vec(any::<bool>(), 5)),
+            ),
+            |(announce, permit)| {
+                let n = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let pick = |mask: &[bool]| -> Vec<&str> {
+                    POOL.iter()
+                        .zip(mask)
+                        .filter(|(_, on)| **on)
+                        .map(|(t, _)| *t)
+                        .collect()
+                };
+                let announced = pick(&announce);
+                let policy = match &permit {
+                    None => ToolPolicy::AllAllowlisted,
+                    Some(mask) => ToolPolicy::Only(
+                        pick(mask)
+                            .into_iter()
+                            .map(|t| ToolName::new(t).unwrap())
+                            .collect(),
+                    ),
+                };
+                let opts = TurnOptions {
+                    tools: Some(
+                        announced
+                            .iter()
+                            .map(|t| AnnouncedTool::new(ToolName::new(*t).unwrap(), ""))
+                            .collect(),
+                    ),
+                    tool_policy: policy.clone(),
+                    ..TurnOptions::default()
+                };
+                let t = rt
+                    .session(format!("p{n}"))
+                    .prepare("Read notes.txt and recall decisions", &opts)
+                    .unwrap();
+                let expected: Vec<&str> = ALLOWED
+                    .iter()
+                    .copied()
+                    .filter(|t| {
+                        announced.contains(t) && policy.permits(&ToolName::new(*t).unwrap())
+                    })
+                    .collect();
+                let mut effective: Vec<String> =
+                    t.report().tools.effective.iter().map(|t| t.to_string()).collect();
+                effective.sort();
+                let mut want: Vec<String> = expected.iter().map(|t| (*t).to_owned()).collect();
+                want.sort();
+                prop_assert_eq!(&effective, &want);
+                let sent: Vec<String> = t.body["tools"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut sent_sorted = sent.clone();
+                sent_sorted.sort();
+                prop_assert_eq!(&sent_sorted, &want);
+                let text = context_text(&t.body);
+                for name in POOL.iter().filter(|p| !want.iter().any(|w| w == *p)) {
+                    prop_assert!(
+                        !text.contains(&format!("`{name}`")),
+                        "`{}` named in {}",
+                        name,
+                        text
+                    );
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
