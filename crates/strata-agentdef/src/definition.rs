@@ -105,7 +105,7 @@ pub struct ToolDef {
 
 /// A named block of the role: a sub-agent's role header or one of its protocols
 /// (`explore_constraints`, `coder_guidelines`, `researcher_protocol`...). Each becomes its own
-/// signed layer-1 section, `core.role.<name>`, after the base role.
+/// signed layer-1 section, `core.role.<name>`, after the base role (ADR-0025).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleBlock {
@@ -472,6 +472,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             resolve_text(r, base, "core.role")?,
         )?;
     }
+    // Named role blocks, in the order written, each its own layer-1 section (ADR-0025).
     let mut names = std::collections::BTreeSet::new();
     for b in &c.role_blocks {
         let ok = !b.name.is_empty()

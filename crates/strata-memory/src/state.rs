@@ -3,8 +3,9 @@
 //!
 //! A document is read with its version and written only if the stored version is still the one
 //! the writer read ([`SessionState::put_state`]), so two processes sharing one store never lose
-//! each other's updates: the loser is told and reads again. The store never interprets the
-//! text (ADR-0012); whoever reads it treats it as untrusted data like everything else in a store.
+//! each other's updates: the loser is told and reads again. The session API keeps each session's
+//! goals and touched files here (ADR-0016). The store never interprets the text (ADR-0012);
+//! whoever reads it treats it as untrusted data like everything else in a store.
 
 use crate::error::Result;
 
