@@ -477,8 +477,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
     for b in &c.role_blocks {
         let ok = !b.name.is_empty()
             && b.name.len() <= MAX_ROLE_BLOCK_NAME
-            && b
-                .name
+            && b.name
                 .bytes()
                 .all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || matches!(x, b'_' | b'-'));
         if !ok {
@@ -496,7 +495,9 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
         let what = format!("core.role_blocks.{}", b.name);
         let text = resolve_text(&b.text, base, &what)?;
         if text.trim().is_empty() {
-            return Err(invalid(format!("{what} is empty: give it a text or remove it")));
+            return Err(invalid(format!(
+                "{what} is empty: give it a text or remove it"
+            )));
         }
         push(
             L1,

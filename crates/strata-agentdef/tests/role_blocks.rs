@@ -7,7 +7,9 @@
 )]
 
 use sha2::{Digest as _, Sha256};
-use strata_agentdef::{check_definition, sign_definition, KeyPair, Loader, RollbackGuard, TrustStore};
+use strata_agentdef::{
+    check_definition, sign_definition, KeyPair, Loader, RollbackGuard, TrustStore,
+};
 use strata_core::IdentityLayer;
 
 fn definition(blocks: &str) -> String {
@@ -45,7 +47,10 @@ fn role_blocks_are_signed_layer_one_sections_in_order() {
     let at = |id: &str| ids.iter().position(|(i, _)| *i == id).unwrap();
     assert!(at("core.role") < at("core.role.researcher_protocol"));
     assert!(at("core.role.researcher_protocol") < at("core.role.explore_constraints"));
-    for id in ["core.role.researcher_protocol", "core.role.explore_constraints"] {
+    for id in [
+        "core.role.researcher_protocol",
+        "core.role.explore_constraints",
+    ] {
         assert_eq!(ids[at(id)].1, IdentityLayer::Core);
     }
     let text = agent.identity_text();

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use strata_agentdef::{sign_definition, KeyPair};
 use strata_assembler::{
-    AnnouncedTool, GoalPriority, Loader, NewMemory, Provider, RollbackGuard, Runtime,
-    RuntimeLayer, Section, SourceKind, ToolName, TrustStore, TurnOptions,
+    AnnouncedTool, GoalPriority, Loader, NewMemory, Provider, RollbackGuard, Runtime, RuntimeLayer,
+    Section, SourceKind, ToolName, TrustStore, TurnOptions,
 };
 use strata_registry::{ContributionContext, Contributor, ContributorError, ContributorMeta};
 

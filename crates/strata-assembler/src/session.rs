@@ -26,8 +26,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use strata_agentdef::VerifiedAgent;
 use strata_core::{
-    AnnouncedTool, AssemblyPath, ContentHash, OperationalMode, PromptMode, Role,
-    RuntimeLayer, Section, Tier, Tokenizer, ToolName, ToolPolicy, Turn,
+    AnnouncedTool, AssemblyPath, ContentHash, OperationalMode, PromptMode, Role, RuntimeLayer,
+    Section, Tier, Tokenizer, ToolName, ToolPolicy, Turn,
 };
 use strata_memory::{
     EpisodicContributor, FileAction, LongTermMemory, LongTermMemoryContributor,
@@ -36,9 +36,9 @@ use strata_memory::{
     StoredGoals, WorkingMemory, WorkingMemoryContributor,
 };
 use strata_registry::{
-    AssistantOutput, Builtins, Config, ContributionContext, Contributor, ContributorMeta,
-    GoalManager, MarkerReport, Registry, RequestInputs, StandardSection, SystemClock,
-    builtins::WorkspaceHints,
+    builtins::WorkspaceHints, AssistantOutput, Builtins, Config, ContributionContext, Contributor,
+    ContributorMeta, GoalManager, MarkerReport, Registry, RequestInputs, StandardSection,
+    SystemClock,
 };
 
 use crate::assemble::Assembler;
@@ -326,9 +326,11 @@ impl RuntimeBuilder {
         // The operational-mode template of the turn's mode and tier, within the tier's prompt
         // budget (ADR-0016).
         check_tier_prompts(&self.agent, &*tokenizer)?;
-        reg(registry.register(Arc::new(strata_registry::OperationalTemplate::new(
-            self.agent.clone(),
-        ))))?;
+        reg(
+            registry.register(Arc::new(strata_registry::OperationalTemplate::new(
+                self.agent.clone(),
+            ))),
+        )?;
         // Each session's goals, kept in the store (ADR-0016).
         reg(registry.register(Arc::new(SessionGoals {
             state: store.state(),
@@ -702,7 +704,13 @@ impl Session<'_> {
     /// Note that a tool of this session read, changed or deleted the file at `path`; the
     /// session-files section lists what the session touched, newest first.
     pub fn record_file(&self, path: &str, action: FileAction) -> Result<(), SessionError> {
-        strata_memory::record_session_file(&*self.rt.store.state(), &self.id, path, action, now_ms())?;
+        strata_memory::record_session_file(
+            &*self.rt.store.state(),
+            &self.id,
+            path,
+            action,
+            now_ms(),
+        )?;
         Ok(())
     }
 
@@ -714,8 +722,10 @@ impl Session<'_> {
                 "the episode summary is empty; give a few sentences on what the run did".into(),
             ));
         }
-        let memory = NewMemory::new(self.rt.agent.agent_id(), summary)
-            .with_tags([strata_memory::EPISODE_TAG.to_owned(), format!("session:{}", self.id)]);
+        let memory = NewMemory::new(self.rt.agent.agent_id(), summary).with_tags([
+            strata_memory::EPISODE_TAG.to_owned(),
+            format!("session:{}", self.id),
+        ]);
         Ok(self.rt.store.long_term().put(memory)?.id)
     }
 
@@ -755,7 +765,9 @@ impl Session<'_> {
             agent.default_prompt_mode()
         });
         let path = opts.path.unwrap_or_default();
-        let operational = opts.operational_mode.unwrap_or_else(|| agent.default_mode());
+        let operational = opts
+            .operational_mode
+            .unwrap_or_else(|| agent.default_mode());
         // One budget, one tier: used by gathering and assembly alike.
         let budget = match opts.context_window {
             Some(w) => BudgetSpec::ContextWindow(w),
@@ -873,7 +885,6 @@ impl Session<'_> {
             receipt,
         })
     }
-
 }
 
 /// What one gathering is for.
@@ -892,7 +903,10 @@ struct Gathering<'a> {
 impl Runtime {
     /// Run the contributors for one turn: sections (tool calls turned native, the template
     /// within its tier budget) and the omissions to report.
-    fn gather_turn(&self, t: &Gathering<'_>) -> Result<(Vec<Section>, Vec<Omission>), SessionError> {
+    fn gather_turn(
+        &self,
+        t: &Gathering<'_>,
+    ) -> Result<(Vec<Section>, Vec<Omission>), SessionError> {
         let agent = &self.agent;
         // Contributors see only what the model may see: the narrowed tools and the signed
         // usage hints of those tools, so no built-in can name a refused tool (I4, ADR-0007).
@@ -1076,7 +1090,10 @@ fn native_tool_call(s: Section) -> Result<Section, SessionError> {
 /// Refuse a definition whose signed template for a mode and tier is over the tier's prompt
 /// budget (the seeds' 200, 500, 1,000 and 1,500 tokens; ADR-0016). The fallback template, which
 /// serves every tier, is checked at render time instead.
-fn check_tier_prompts(agent: &VerifiedAgent, tokenizer: &dyn Tokenizer) -> Result<(), SessionError> {
+fn check_tier_prompts(
+    agent: &VerifiedAgent,
+    tokenizer: &dyn Tokenizer,
+) -> Result<(), SessionError> {
     for mode in OperationalMode::ALL.iter().copied() {
         for tier in Tier::ALL {
             let Some(text) = agent.templates().get(mode, tier) else {
@@ -1117,7 +1134,11 @@ fn retrieve_tools(tools: &[AnnouncedTool], query: &str, top: usize) -> Vec<Annou
         .filter(|(n, _)| *n > 0)
         .collect();
     scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
-    scored.into_iter().take(top).map(|(_, t)| t.clone()).collect()
+    scored
+        .into_iter()
+        .take(top)
+        .map(|(_, t)| t.clone())
+        .collect()
 }
 
 /// The goal contributor of a runtime: the active goal of the gathering's session, read from
@@ -1141,7 +1162,11 @@ impl Contributor for SessionGoals {
         &self,
         ctx: &ContributionContext,
     ) -> Result<Vec<Section>, strata_registry::ContributorError> {
-        let store = StoredGoals::new(self.state.clone(), self.store.clone(), ctx.session_id.clone());
+        let store = StoredGoals::new(
+            self.state.clone(),
+            self.store.clone(),
+            ctx.session_id.clone(),
+        );
         GoalManager::in_store(Arc::new(store), Arc::new(SystemClock::new()))
             .map_err(|e| strata_registry::ContributorError::Source(e.to_string()))?
             .contribute(ctx)

@@ -249,7 +249,11 @@ fn every_mode_and_path_keeps_what_the_seeds_say() {
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(ws.join("src")).unwrap();
     std::fs::write(ws.join("src/deploy.rs"), "fn main() {}\n").unwrap();
-    std::fs::write(ws.join("MEMORY.md"), "# Memory\n- deploys freeze on Fridays\n").unwrap();
+    std::fs::write(
+        ws.join("MEMORY.md"),
+        "# Memory\n- deploys freeze on Fridays\n",
+    )
+    .unwrap();
     let rt = Runtime::builder(agent())
         .sqlite(dir.path().join("m.db"))
         .workspace(&ws)
@@ -464,7 +468,8 @@ fn goals_survive_a_restart_per_session() {
     {
         let rt = runtime(&db, Provider::OpenAiChat);
         let g = rt.session("s1").goals().unwrap();
-        g.create_goal("Ship release 2.0", GoalPriority::High).unwrap();
+        g.create_goal("Ship release 2.0", GoalPriority::High)
+            .unwrap();
     }
     {
         let rt = runtime(&db, Provider::OpenAiChat);
@@ -512,7 +517,10 @@ fn tier_prompt_budgets_are_enforced() {
         1,
         &format!("[core]\nidentity = \"You are T.\"\n[templates.assistant]\ntier1 = \"{long}\"\n"),
     );
-    match Runtime::builder(over).sqlite(dir.path().join("a.db")).build() {
+    match Runtime::builder(over)
+        .sqlite(dir.path().join("a.db"))
+        .build()
+    {
         Err(SessionError::TierPrompt {
             tier: 1,
             budget: 200,
@@ -553,7 +561,10 @@ fn tier_prompt_budgets_are_enforced() {
             tier.number()
         )));
         let tokens = bpe.encode_ordinary(template).len();
-        assert!(tokens <= budget && tokens > budget - 20, "{tokens} of {budget}");
+        assert!(
+            tokens <= budget && tokens > budget - 20,
+            "{tokens} of {budget}"
+        );
         let cut = t
             .report()
             .omissions
@@ -579,9 +590,14 @@ fn tool_guidance_never_names_a_tool_outside_the_narrowed_set() {
         .unwrap();
     let s = rt.session("s1");
     // Everything the allowlist allows: the hint "prefer file_read over shell" may show.
-    let t = s.prepare("Read notes.txt", &TurnOptions::default()).unwrap();
+    let t = s
+        .prepare("Read notes.txt", &TurnOptions::default())
+        .unwrap();
     let text = context_text(&t.body);
-    assert!(text.contains("Use `file_read` for reading files."), "{text}");
+    assert!(
+        text.contains("Use `file_read` for reading files."),
+        "{text}"
+    );
     assert!(text.contains("Prefer `file_read` over `shell`."), "{text}");
     assert!(!text.contains("rm_rf"), "{text}");
     // The caller permits file_read only: shell is out of the narrowed set, so no guidance
@@ -592,7 +608,10 @@ fn tool_guidance_never_names_a_tool_outside_the_narrowed_set() {
     };
     let t = s.prepare("Read notes.txt", &only).unwrap();
     let text = context_text(&t.body);
-    assert!(text.contains("Use `file_read` for reading files."), "{text}");
+    assert!(
+        text.contains("Use `file_read` for reading files."),
+        "{text}"
+    );
     assert!(!text.contains("shell") && !text.contains("rm_rf"), "{text}");
     let names: Vec<&str> = t.body["tools"]
         .as_array()
@@ -699,7 +718,12 @@ fn session_files_and_episodes_reach_the_prompt() {
         assert!(episodes.contains(id), "{episodes:?}");
     }
     // Another session sees the episodes but not the first session's files.
-    let other = context_text(&rt.session("s2").prepare("Hi", &TurnOptions::default()).unwrap().body);
+    let other = context_text(
+        &rt.session("s2")
+            .prepare("Hi", &TurnOptions::default())
+            .unwrap()
+            .body,
+    );
     assert!(other.contains("Run 3 finished") && !other.contains("README.md"));
 }
 
@@ -740,7 +764,10 @@ fn refused_tools_are_reported() {
         .unwrap();
     let r = &t.report().tools;
     assert_eq!(r.effective, [ToolName::new("file_read").unwrap()]);
-    assert!(r.refused.iter().any(|(n, why)| n == "wire_money" && why.contains("allowlist")));
+    assert!(r
+        .refused
+        .iter()
+        .any(|(n, why)| n == "wire_money" && why.contains("allowlist")));
     assert!(!t.body.to_string().contains("Send money."));
 }
 
@@ -808,8 +835,13 @@ fn no_prompt_text_names_a_tool_outside_the_narrowed_set() {
                         announced.contains(t) && policy.permits(&ToolName::new(*t).unwrap())
                     })
                     .collect();
-                let mut effective: Vec<String> =
-                    t.report().tools.effective.iter().map(|t| t.to_string()).collect();
+                let mut effective: Vec<String> = t
+                    .report()
+                    .tools
+                    .effective
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect();
                 effective.sort();
                 let mut want: Vec<String> = expected.iter().map(|t| (*t).to_owned()).collect();
                 want.sort();

@@ -323,7 +323,10 @@ fn assemble_reads_memory_from_the_configured_store() {
     let db = dir.path().join("team.db");
     SqliteStore::open(&db)
         .unwrap()
-        .put(NewMemory::new("ada-demo", "Deploys freeze every Friday at noon."))
+        .put(NewMemory::new(
+            "ada-demo",
+            "Deploys freeze every Friday at noon.",
+        ))
         .unwrap();
     std::fs::write(
         dir.path().join("strata.toml"),
@@ -343,12 +346,19 @@ fn assemble_reads_memory_from_the_configured_store() {
         "--format",
         "json",
     ];
-    let with: Vec<&str> = base.iter().copied().chain(["--config", "strata.toml"]).collect();
+    let with: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--config", "strata.toml"])
+        .collect();
     let r = strata(dir.path(), &with, None);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let text = v["text"].as_str().unwrap();
-    assert!(text.contains("Deploys freeze every Friday at noon."), "{text}");
+    assert!(
+        text.contains("Deploys freeze every Friday at noon."),
+        "{text}"
+    );
     let mem = v["report"]["sections"]
         .as_array()
         .unwrap()
@@ -359,7 +369,11 @@ fn assemble_reads_memory_from_the_configured_store() {
     // The same with --store and no configuration; and nothing without a store.
     let flag: Vec<&str> = base.iter().copied().chain(["--store", "team.db"]).collect();
     let r = strata(dir.path(), &flag, None);
-    assert!(r.stdout.contains("Deploys freeze every Friday at noon."), "{}", r.stderr);
+    assert!(
+        r.stdout.contains("Deploys freeze every Friday at noon."),
+        "{}",
+        r.stderr
+    );
     let r = strata(dir.path(), &base, None);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stdout.contains("Deploys freeze every Friday"));
@@ -395,12 +409,17 @@ fn demo_is_quiet_when_asked_survives_a_closed_pipe_and_keeps_host_paths_out() {
     assert!(r.stdout.contains("6 of 6 checks passed"), "{}", r.stdout);
 
     let r = strata(tmp.path(), &["demo", "--dir", "d3"], None);
-    assert!(r.stdout.contains("the clock is fixed at 2026-11-21 00:00 UTC"));
+    assert!(r
+        .stdout
+        .contains("the clock is fixed at 2026-11-21 00:00 UTC"));
     let request = std::fs::read_to_string(tmp.path().join("d3/last-request.json")).unwrap();
     for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
         let dir = dir.to_string_lossy().into_owned();
         if dir.len() > 1 {
-            assert!(!request.contains(&format!("{dir}/")), "{dir} in the request");
+            assert!(
+                !request.contains(&format!("{dir}/")),
+                "{dir} in the request"
+            );
         }
     }
     let help = strata(tmp.path(), &["demo", "--help"], None);

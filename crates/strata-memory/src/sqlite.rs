@@ -2214,7 +2214,13 @@ impl crate::state::SessionState for SqliteStore {
         self.writable()?;
         let now = self.options.now_ms();
         let next = expected.map_or(1, |v| crate::state::stored_version(v).saturating_add(1));
-        let sum = state_sum(session.as_bytes(), name.as_bytes(), value.as_bytes(), next, now);
+        let sum = state_sum(
+            session.as_bytes(),
+            name.as_bytes(),
+            value.as_bytes(),
+            next,
+            now,
+        );
         let mut inner = self.lock();
         let tx = inner
             .conn

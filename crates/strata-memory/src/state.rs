@@ -148,9 +148,8 @@ pub fn record_session_file(
         });
         let excess = files.len().saturating_sub(MAX_SESSION_FILES);
         files.drain(..excess);
-        let json = serde_json::to_string(&files).map_err(|e| {
-            crate::error::MemoryError::invalid("session files", e.to_string())
-        })?;
+        let json = serde_json::to_string(&files)
+            .map_err(|e| crate::error::MemoryError::invalid("session files", e.to_string()))?;
         if state
             .put_state(session, FILES_DOC, &json, doc.map(|d| d.version))?
             .is_some()

@@ -338,15 +338,24 @@ fn session_state_conforms_and_is_checked() {
     conformance::session_state(&open(&dir, &clock), &clock);
     {
         let s = open(&dir, &clock);
-        assert_eq!(s.put_state("k", "goals", "{\"a\":1}", None).unwrap(), Some(1));
+        assert_eq!(
+            s.put_state("k", "goals", "{\"a\":1}", None).unwrap(),
+            Some(1)
+        );
     }
     let s = open(&dir, &clock);
     assert_eq!(s.state("k", "goals").unwrap().unwrap().version, 1);
     drop(s);
     let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
-    c.execute("UPDATE session_state SET value = '{\"a\":2}' WHERE session = 'k'", [])
-        .unwrap();
+    c.execute(
+        "UPDATE session_state SET value = '{\"a\":2}' WHERE session = 'k'",
+        [],
+    )
+    .unwrap();
     drop(c);
     let s = open(&dir, &clock);
-    assert!(matches!(s.state("k", "goals"), Err(MemoryError::Corrupt { .. })));
+    assert!(matches!(
+        s.state("k", "goals"),
+        Err(MemoryError::Corrupt { .. })
+    ));
 }

@@ -458,6 +458,9 @@ pub trait GoalStore: Send + Sync {
     fn save(&self, json: &str, expected: Option<u64>) -> Result<Option<u64>, GoalError>;
 }
 
+/// A goal store and the version of the book last read from it.
+type StoreLink = (Arc<dyn GoalStore>, Mutex<Option<u64>>);
+
 /// How many times an update is retried against a [`GoalStore`] that other writers change.
 const STORE_ATTEMPTS: u32 = 16;
 
@@ -668,7 +671,7 @@ pub struct GoalManager {
     book: Mutex<GoalBook>,
     clock: Arc<dyn Clock>,
     /// Where the book lives when it is kept in a shared store, with the version last read.
-    store: Option<(Arc<dyn GoalStore>, Mutex<Option<u64>>)>,
+    store: Option<StoreLink>,
 }
 
 impl std::fmt::Debug for GoalManager {

@@ -327,9 +327,7 @@ impl StandardSection {
             | S::Memory
             | S::BootstrapFiles
             | S::WorkspaceProfile
-            | S::WorkspaceHints => {
-                Phase::Memory
-            }
+            | S::WorkspaceHints => Phase::Memory,
             _ => Phase::Constraint,
         }
     }

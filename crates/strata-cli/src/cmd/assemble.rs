@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use strata_assembler::{
     AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, Expiry, Loader,
-    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard, RuntimeInput,
-    Runtime, RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
+    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard, Runtime,
+    RuntimeInput, RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
 };
 
 use crate::cmd::explain::{terminal, Explained};
@@ -383,9 +383,9 @@ pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
 /// `[store]`); `None` assembles only the given input.
 fn runtime_for(args: &AssembleArgs, agent: &VerifiedAgent) -> Result<Option<Runtime>, CliError> {
     let config = match &args.config {
-        Some(path) => Some(
-            strata_registry::Config::load(path).map_err(|e| CliError::Other(format!("{e}")))?,
-        ),
+        Some(path) => {
+            Some(strata_registry::Config::load(path).map_err(|e| CliError::Other(format!("{e}")))?)
+        }
         None => None,
     };
     let configured = config
@@ -413,7 +413,8 @@ fn newest_user_message(req: &AssemblyRequest) -> Option<String> {
         .iter()
         .filter(|s| {
             s.layer() == RuntimeLayer::WorkingMemory
-                && s.turn().is_some_and(|t| t.role == strata_assembler::Role::User)
+                && s.turn()
+                    .is_some_and(|t| t.role == strata_assembler::Role::User)
         })
         .max_by_key(|s| s.turn().map(|t| t.seq))
         .map(|s| s.content().as_str().to_owned())

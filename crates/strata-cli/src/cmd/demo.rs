@@ -230,7 +230,10 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
     session
         .goals()
         .map_err(fail)?
-        .create_goal("Answer the platform team's deploy questions", GoalPriority::High)
+        .create_goal(
+            "Answer the platform team's deploy questions",
+            GoalPriority::High,
+        )
         .map_err(|e| CliError::Other(e.to_string()))?;
     let mut last = None;
     let mut digests = Vec::new();
@@ -276,7 +279,9 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
     };
 
     if !args.full_context {
-        say("\n4. the request body of the last turn (OpenAI Chat Completions; nothing is sent):\n")?;
+        say(
+            "\n4. the request body of the last turn (OpenAI Chat Completions; nothing is sent):\n",
+        )?;
         say(&pretty(&turn.body)?)?;
     }
     say("5. report of the last turn:")?;
@@ -308,9 +313,10 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
     )?;
     let mut parsed = Vec::new();
     for text in context_messages(&turn) {
-        parsed.extend(parse(&text).map_err(|e| {
-            CliError::Other(format!("a context message does not parse: {e}"))
-        })?);
+        parsed.extend(
+            parse(&text)
+                .map_err(|e| CliError::Other(format!("a context message does not parse: {e}")))?,
+        );
     }
     let forged = parsed
         .iter()
@@ -392,7 +398,10 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         serde_json::to_string_pretty(&explained).map_err(|e| CliError::Other(e.to_string()))?;
     super::write_atomically(&dir.join("last-turn.json"), json.as_bytes())?;
     super::write_atomically(&dir.join("explain.html"), html(&explained).as_bytes())?;
-    super::write_atomically(&dir.join("last-request.json"), pretty(&turn.body)?.as_bytes())?;
+    super::write_atomically(
+        &dir.join("last-request.json"),
+        pretty(&turn.body)?.as_bytes(),
+    )?;
     say(&format!(
         "\n7. wrote {}, {} and {} (open the HTML offline in a browser; or run `strata explain {}`)",
         dir.join("last-request.json").display(),

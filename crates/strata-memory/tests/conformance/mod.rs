@@ -586,7 +586,10 @@ pub fn session_state(st: &dyn strata_memory::SessionState, clock: &ManualClock) 
     assert_eq!(st.put_state("s1", "goals", "one", None).unwrap(), Some(1));
     assert_eq!(st.put_state("s1", "goals", "again", None).unwrap(), None);
     clock.advance(5);
-    assert_eq!(st.put_state("s1", "goals", "two", Some(1)).unwrap(), Some(2));
+    assert_eq!(
+        st.put_state("s1", "goals", "two", Some(1)).unwrap(),
+        Some(2)
+    );
     // A writer that read version 1 lost the race: nothing changes.
     assert_eq!(st.put_state("s1", "goals", "stale", Some(1)).unwrap(), None);
     let doc = st.state("s1", "goals").unwrap().unwrap();
@@ -608,7 +611,10 @@ pub fn session_state(st: &dyn strata_memory::SessionState, clock: &ManualClock) 
     let got: Vec<(&str, FileAction)> = files.iter().map(|f| (f.path.as_str(), f.action)).collect();
     assert_eq!(
         got,
-        [("src/b.rs", FileAction::Modified), ("src/a.rs", FileAction::Modified)]
+        [
+            ("src/b.rs", FileAction::Modified),
+            ("src/a.rs", FileAction::Modified)
+        ]
     );
     assert!(session_files(st, "s4").unwrap().is_empty());
     invalid(record_session_file(st, "s3", "  ", FileAction::Read, T0));

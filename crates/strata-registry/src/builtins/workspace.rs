@@ -78,8 +78,9 @@ impl WorkspaceHints {
             .filter_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let is_dir = e.file_type().ok()?.is_dir();
-                (!name.starts_with('.') && !(is_dir && Self::SKIPPED.contains(&name.as_str())))
-                    .then_some((name, is_dir))
+                let hidden = name.starts_with('.');
+                let skipped = is_dir && Self::SKIPPED.contains(&name.as_str());
+                (!hidden && !skipped).then_some((name, is_dir))
             })
             .collect();
         entries.sort();
