@@ -738,10 +738,15 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Forget this session's conversation; returns the entries removed. The registry's
-    /// section cache is cleared and subscribers are told.
+    /// Forget this session's conversation and the files it touched; returns the conversation
+    /// entries removed. The session's goals stay (the seeds never drop a goal; complete or
+    /// pause it instead). The registry's section cache is cleared and subscribers are told.
     pub fn reset(&self) -> Result<usize, SessionError> {
         let n = self.rt.store.working().clear(&self.id)?;
+        self.rt
+            .store
+            .state()
+            .remove_state(&self.id, strata_memory::state::FILES_DOC)?;
         self.rt.registry.session_reset(&self.id);
         self.rt
             .prompts

@@ -717,6 +717,10 @@ fn session_files_and_episodes_reach_the_prompt() {
     for id in &newest {
         assert!(episodes.contains(id), "{episodes:?}");
     }
+    // A reset forgets the files with the conversation, not the episodes.
+    s.reset().unwrap();
+    let after = context_text(&s.prepare("Hello", &TurnOptions::default()).unwrap().body);
+    assert!(!after.contains("README.md") && after.contains("Run 3 finished"), "{after}");
     // Another session sees the episodes but not the first session's files.
     let other = context_text(
         &rt.session("s2")
@@ -870,4 +874,31 @@ fn no_prompt_text_names_a_tool_outside_the_narrowed_set() {
             },
         )
         .unwrap();
+}
+
+/// Verifies ADR-0016: without a `strata.toml` a turn takes the signed definition's budget (and
+/// so its tier); with one, the file's.
+#[test]
+fn the_budget_is_the_definitions_unless_strata_toml_gives_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(&dir.path().join("a.db"), Provider::OpenAiChat);
+    let t = rt
+        .session("s1")
+        .prepare("Hello", &TurnOptions::default())
+        .unwrap();
+    assert_eq!(t.report().total_tokens, u64::from(rt.agent().budget().total_tokens));
+    assert_eq!(t.report().tier, Tier::for_context_window(rt.agent().budget().total_tokens));
+    let config = Config::from_toml_str("[budget]\ntotal = 32768\n").unwrap();
+    let rt = Runtime::builder(agent())
+        .sqlite(dir.path().join("b.db"))
+        .provider(Provider::OpenAiChat, "m")
+        .config(config)
+        .build()
+        .unwrap();
+    let t = rt
+        .session("s1")
+        .prepare("Hello", &TurnOptions::default())
+        .unwrap();
+    assert_eq!(t.report().total_tokens, 32_768);
+    assert_eq!(t.report().tier, Tier::T4);
 }
