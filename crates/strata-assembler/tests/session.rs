@@ -720,7 +720,10 @@ fn session_files_and_episodes_reach_the_prompt() {
     // A reset forgets the files with the conversation, not the episodes.
     s.reset().unwrap();
     let after = context_text(&s.prepare("Hello", &TurnOptions::default()).unwrap().body);
-    assert!(!after.contains("README.md") && after.contains("Run 3 finished"), "{after}");
+    assert!(
+        !after.contains("README.md") && after.contains("Run 3 finished"),
+        "{after}"
+    );
     // Another session sees the episodes but not the first session's files.
     let other = context_text(
         &rt.session("s2")
@@ -886,8 +889,14 @@ fn the_budget_is_the_definitions_unless_strata_toml_gives_one() {
         .session("s1")
         .prepare("Hello", &TurnOptions::default())
         .unwrap();
-    assert_eq!(t.report().total_tokens, u64::from(rt.agent().budget().total_tokens));
-    assert_eq!(t.report().tier, Tier::for_context_window(rt.agent().budget().total_tokens));
+    assert_eq!(
+        t.report().total_tokens,
+        u64::from(rt.agent().budget().total_tokens)
+    );
+    assert_eq!(
+        t.report().tier,
+        Tier::for_context_window(rt.agent().budget().total_tokens)
+    );
     let config = Config::from_toml_str("[budget]\ntotal = 32768\n").unwrap();
     let rt = Runtime::builder(agent())
         .sqlite(dir.path().join("b.db"))
