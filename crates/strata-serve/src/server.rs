@@ -464,6 +464,34 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
             }
         }
     };
+    // A body declared larger than the limit is refused before any handler runs; it is read
+    // (up to a bound) and discarded first, so the client, still sending, receives the 413
+    // instead of a reset connection.
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(len) = declared.filter(|l| *l > st.limits.max_body_bytes) {
+        if len <= st.limits.max_body_bytes.saturating_mul(16) {
+            let _ = axum::body::to_bytes(req.into_body(), len).await;
+        }
+        let resp = ApiError::new(
+            ErrorCode::BodyTooLarge,
+            format!(
+                "the request body is {len} bytes, over the server's limit of {} (--max-body-bytes); send less, or raise the limit",
+                st.limits.max_body_bytes
+            ),
+        )
+        .into_response();
+        st.metrics.request(
+            &route,
+            method.as_str(),
+            resp.status().as_u16(),
+            started.elapsed().as_secs_f64(),
+        );
+        return resp;
+    }
     st.metrics.in_flight(1);
     let resp = match tokio::time::timeout(st.limits.request_timeout, next.run(req)).await {
         Ok(r) => r,
