@@ -271,6 +271,47 @@ impl Turn {
     }
 }
 
+/// Which end of a section is kept when it is cut to fit its budget (ADR-0024).
+///
+/// A log's useful end is usually its tail; a document's is its head. Cutting `tail` or `both`
+/// writes an elision marker (`<strata:elided bytes="N"/>`) on its own line where text was left
+/// out, so a reader can see the cut; the marker cannot be forged by content, whose `<` is always
+/// escaped (ADR-0009).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Keep {
+    /// Keep the beginning (the default).
+    #[default]
+    Head,
+    /// Keep the end; the elision marker comes first.
+    Tail,
+    /// Keep both ends, about half the room each; the elision marker stands in the middle.
+    Both,
+}
+
+impl Keep {
+    /// Stable lower-case name (`head`, `tail`, `both`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Keep::Head => "head",
+            Keep::Tail => "tail",
+            Keep::Both => "both",
+        }
+    }
+
+    /// Parse a name written by [`Keep::name`].
+    pub fn from_name(s: &str) -> Option<Keep> {
+        match s {
+            "head" => Some(Keep::Head),
+            "tail" => Some(Keep::Tail),
+            "both" => Some(Keep::Both),
+            _ => None,
+        }
+    }
+}
+
 /// One runtime section (layers 3-6). Immutable; clone is cheap.
 #[derive(Clone, PartialEq)]
 pub struct Section {
@@ -285,6 +326,7 @@ pub struct Section {
     modes: ModeSet,
     paths: PathSet,
     turn: Option<Turn>,
+    keep: Keep,
     provenance: Provenance,
     content: Content,
 }
@@ -299,6 +341,7 @@ impl fmt::Debug for Section {
             .field("phase", &self.phase)
             .field("stability", &self.stability)
             .field("sticky", &self.sticky)
+            .field("keep", &self.keep)
             .field("bytes", &self.content.len())
             .finish_non_exhaustive()
     }
@@ -337,6 +380,7 @@ impl Section {
                 modes: ModeSet::all(),
                 paths: PathSet::all(),
                 turn: None,
+                keep: Keep::Head,
                 provenance,
                 content,
             },
@@ -390,6 +434,10 @@ impl Section {
     /// Working-memory turn metadata.
     pub fn turn(&self) -> Option<&Turn> {
         self.turn.as_ref()
+    }
+    /// Which end is kept when the section is cut (ADR-0024).
+    pub fn keep(&self) -> Keep {
+        self.keep
     }
     /// Provenance.
     pub fn provenance(&self) -> &Provenance {
@@ -471,6 +519,11 @@ impl SectionBuilder {
     /// Paths.
     pub fn paths(mut self, p: PathSet) -> Self {
         self.s.paths = p;
+        self
+    }
+    /// Which end is kept when the section is cut (default [`Keep::Head`]; ADR-0024).
+    pub fn keep(mut self, k: Keep) -> Self {
+        self.s.keep = k;
         self
     }
     /// Turn metadata (working memory).

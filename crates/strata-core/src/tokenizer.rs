@@ -79,6 +79,53 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         }
     }
 
+    /// A suffix of `text` that starts on a character boundary and, counted on its own, holds at
+    /// most `max_tokens` tokens: `len` is its length in bytes (the suffix is
+    /// `text[text.len() - len..]`), `tokens` its exact count. Used to keep the tail of a section
+    /// that is cut (ADR-0024).
+    ///
+    /// The default is a binary search over start positions with [`Tokenizer::count_up_to`], so
+    /// each probe costs what the limit allows, not what the text holds. It finds the longest
+    /// suffix where counts shrink as the start moves right; BPE counts can break that order at a
+    /// few boundaries, so the answer may be a little shorter than the longest suffix that fits,
+    /// but it always fits.
+    fn suffix(&self, text: &str, max_tokens: usize) -> Prefix {
+        if let Some(tokens) = self.count_up_to(text, max_tokens) {
+            return Prefix {
+                len: text.len(),
+                tokens,
+            };
+        }
+        // `lo` is a start that does not fit, `hi` one that does (the empty suffix always fits).
+        let (mut lo, mut hi, mut hi_tokens) = (0usize, text.len(), 0usize);
+        loop {
+            let mut mid = lo + (hi - lo) / 2;
+            while mid < hi && !text.is_char_boundary(mid) {
+                mid += 1;
+            }
+            if mid >= hi {
+                mid = lo + (hi - lo) / 2;
+                while mid > lo && !text.is_char_boundary(mid) {
+                    mid -= 1;
+                }
+            }
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            match self.count_up_to(&text[mid..], max_tokens) {
+                Some(n) => {
+                    hi = mid;
+                    hi_tokens = n;
+                }
+                None => lo = mid,
+            }
+        }
+        Prefix {
+            len: text.len() - hi,
+            tokens: hi_tokens,
+        }
+    }
+
     /// Byte length of [`Tokenizer::prefix`]: the longest prefix of `text` that ends on a
     /// character boundary and holds at most `max_tokens` tokens.
     fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {
@@ -151,5 +198,25 @@ mod tests {
         }
         assert_eq!(t.count_up_to(s, 100), Some(t.count(s)));
         assert_eq!(t.count_up_to(s, 1), None);
+    }
+
+    #[test]
+    fn estimator_suffix_is_the_longest_that_fits() {
+        // The estimator's count is monotone, so the binary search must find the longest suffix:
+        // checked against every character boundary.
+        let t = EstimateTokenizer::new();
+        let s = "héllo wörld, ünïcode and more text";
+        for max in 0..12 {
+            let p = t.suffix(s, max);
+            let start = s.len() - p.len;
+            assert!(s.is_char_boundary(start));
+            assert_eq!(p.tokens, t.count(&s[start..]));
+            assert!(p.tokens <= max);
+            let best = (0..=s.len())
+                .filter(|i| s.is_char_boundary(*i) && t.count(&s[*i..]) <= max)
+                .min()
+                .unwrap_or(s.len());
+            assert_eq!(start, best, "max {max}");
+        }
     }
 }

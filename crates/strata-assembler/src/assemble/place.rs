@@ -33,7 +33,7 @@ impl Assembler {
         kept: &[usize],
         units: &mut [Unit],
         dropped_reason: &mut HashMap<usize, &'static str>,
-        (drops, dropped_tokens): ([u64; 4], [u64; 4]),
+        (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Result<Placed, AssembleError> {
         let is_turn = |c: &Cand| {
             c.section.layer() == RuntimeLayer::WorkingMemory && c.section.turn().is_some()
@@ -198,7 +198,7 @@ impl Assembler {
                 pos += 1;
             }
             if drops[i] > 0 {
-                let m = marker_text(l, drops[i], dropped_tokens[i]);
+                let m = marker_text(l, drops[i], dropped_bytes[i]);
                 let (mt, mc) = self.text_cost(&m);
                 text.push_str(&m);
                 tokens += mt;
@@ -288,7 +288,7 @@ impl Assembler {
         (id_tokens, id_chars): (u64, u64),
         cands: &[Cand],
         kept: &[usize],
-        (drops, dropped_tokens): ([u64; 4], [u64; 4]),
+        (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Laid {
         let mut text = String::with_capacity(
             identity_text.len() + cands.iter().map(|c| c.rendered.text.len()).sum::<usize>() + 256,
@@ -335,7 +335,7 @@ impl Assembler {
             }
             if drops[i] > 0 {
                 stable_run = false;
-                let m = marker_text(l, drops[i], dropped_tokens[i]);
+                let m = marker_text(l, drops[i], dropped_bytes[i]);
                 let (mt, mc) = self.text_cost(&m);
                 text.push_str(&m);
                 tokens_so_far += mt;
