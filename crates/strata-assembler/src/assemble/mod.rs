@@ -83,6 +83,8 @@ struct ElementKey {
     layer: RuntimeLayer,
     encoding: Encoding,
     cut: Option<CutAt>,
+    /// Which end a cut keeps: part of the key of cut results.
+    keep: Keep,
     native: bool,
     /// Role, call id and tool name of a working-memory turn: all rendered.
     turn: Option<(Role, Option<Arc<str>>, Option<ToolName>)>,
@@ -260,6 +262,7 @@ impl Assembler {
             layer: s.layer(),
             encoding: enc,
             cut,
+            keep: s.keep(),
         }
     }
 
