@@ -16,6 +16,10 @@ mod exact;
 #[cfg(feature = "tiktoken")]
 pub use exact::TiktokenTokenizer;
 
+/// Bytes before a binary-searched suffix start that [`Tokenizer::suffix`] also tries, since
+/// BPE counts are not monotone inside a pre-tokenizer piece.
+const SUFFIX_LOOKBACK: usize = 48;
+
 /// A prefix of a text that fits a number of tokens: its length in bytes (always on a character
 /// boundary) and its exact token count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -85,10 +89,10 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     /// that is cut (ADR-0024).
     ///
     /// The default is a binary search over start positions with [`Tokenizer::count_up_to`], so
-    /// each probe costs what the limit allows, not what the text holds. It finds the longest
-    /// suffix where counts shrink as the start moves right; BPE counts can break that order at a
-    /// few boundaries, so the answer may be a little shorter than the longest suffix that fits,
-    /// but it always fits.
+    /// each probe costs what the limit allows, not what the text holds, then a look back over
+    /// the 48 bytes before the start it found, since BPE counts are not monotone inside a
+    /// pre-tokenizer piece. The answer always fits; it is the longest that fits unless a longer
+    /// one starts further back than that (rare: checked against tiktoken-rs in the tests).
     fn suffix(&self, text: &str, max_tokens: usize) -> Prefix {
         if let Some(tokens) = self.count_up_to(text, max_tokens) {
             return Prefix {
@@ -118,6 +122,19 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
                     hi_tokens = n;
                 }
                 None => lo = mid,
+            }
+        }
+        // Counts are not monotone where the start cuts into a pre-tokenizer piece (a word cut
+        // in two can take fewer tokens than a shorter tail of it), so look back a little
+        // further, one character at a time, for a longer suffix that still fits.
+        let mut i = hi;
+        while i > 0 && hi - i < SUFFIX_LOOKBACK {
+            i -= 1;
+            while i > 0 && !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            if let Some(n) = self.count_up_to(&text[i..], max_tokens) {
+                (hi, hi_tokens) = (i, n);
             }
         }
         Prefix {
