@@ -9,7 +9,6 @@
 //! [`Measured`] are marked dropped or filled, and kept candidates carry their rendered element.
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
 
 use strata_core::{Budget, RuntimeLayer};
 
@@ -24,8 +23,8 @@ pub(super) struct Fitted {
     pub drops: [u64; 4],
     /// Bytes of content dropped per layer (for the omission markers).
     pub dropped_bytes: [u64; 4],
-    /// Why each dropped unit was dropped.
-    pub dropped_reason: HashMap<usize, &'static str>,
+    /// Why each dropped unit was dropped, by unit index.
+    pub dropped_reason: Vec<Option<&'static str>>,
 }
 
 /// The limits of one fit.
@@ -95,7 +94,7 @@ impl Assembler {
         let (base_tokens, id_chars) = limits.base;
         let cap = budget.section_cap.map(u64::from);
         let Measured { cands, units } = m;
-        let mut dropped_reason: HashMap<usize, &'static str> = HashMap::new();
+        let mut dropped_reason: Vec<Option<&'static str>> = vec![None; units.len()];
 
         // Sticky units are measured in full: they must fit. Their members that are not sticky
         // themselves still obey the section cap.
@@ -320,7 +319,7 @@ impl Assembler {
                     dropped_any = true;
                     drops[i] += 1;
                     dropped_bytes[i] += units[u].bytes;
-                    dropped_reason.insert(u, reason);
+                    dropped_reason[u] = Some(reason);
                 }
             }
             if last_in_layer && drops[i] == 0 && reserved[i] {

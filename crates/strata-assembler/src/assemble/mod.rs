@@ -728,11 +728,13 @@ impl Assembler {
             conversation: placed,
         } = laid;
         // Finish the report.
-        for (u, why) in &dropped_reason {
-            for &m in &units[*u].members {
-                reports[cands[m].report_idx].status = SectionStatus::Dropped {
-                    reason: (*why).into(),
-                };
+        for (u, why) in dropped_reason
+            .iter()
+            .enumerate()
+            .filter_map(|(u, w)| w.map(|w| (u, w)))
+        {
+            for &m in &units[u].members {
+                reports[cands[m].report_idx].status = SectionStatus::Dropped { reason: why.into() };
             }
         }
         for c in &cands {

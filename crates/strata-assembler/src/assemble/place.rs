@@ -4,8 +4,6 @@
 //!
 //! Hand-off: [`Laid`], the output with its exact counts.
 
-use std::collections::HashMap;
-
 use strata_core::{Layer, Role, RuntimeLayer, Stability, ToolName};
 
 use super::{marker_text, Assembler, Cand, Unit};
@@ -32,7 +30,7 @@ impl Assembler {
         cands: &[Cand],
         kept: &[usize],
         units: &mut [Unit],
-        dropped_reason: &mut HashMap<usize, &'static str>,
+        dropped_reason: &mut [Option<&'static str>],
         (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Result<Placed, AssembleError> {
         let is_turn = |c: &Cand| {
@@ -57,7 +55,7 @@ impl Assembler {
                 }
                 let u = cands[first].unit;
                 units[u].dropped = true;
-                dropped_reason.insert(u, "history_start");
+                dropped_reason[u] = Some("history_start");
                 turns.retain(|c| cands[*c].unit != u);
             }
         }

@@ -4,7 +4,7 @@
 //! Hand-off: [`Selected`], the winning sections with the reports and conflicts of the losers.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use strata_agentdef::VerifiedAgent;
@@ -71,21 +71,22 @@ pub(super) fn select(
         ))
     });
 
-    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007).
+    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps of
+    // reference-counted ids: no string is copied or compared in order per section.
     let identity = agent.identity();
-    let mut by_key: BTreeMap<SectionKey, (Layer, String)> = BTreeMap::new();
-    let mut by_id: BTreeMap<SectionId, (Layer, String)> = BTreeMap::new();
+    let mut by_key: HashMap<SectionKey, (Layer, SectionId)> = HashMap::with_capacity(live.len());
+    let mut by_id: HashMap<SectionId, Layer> = HashMap::with_capacity(live.len());
     for s in identity.sections() {
         if let Some(k) = s.key() {
-            by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+            by_key.insert(k.clone(), (s.layer().into(), s.id().clone()));
         }
-        by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+        by_id.insert(s.id().clone(), s.layer().into());
     }
-    let mut winners = Vec::new();
+    let mut winners = Vec::with_capacity(live.len());
     for s in live {
         let lost = by_id
             .get(s.id())
-            .map(|w| (w.clone(), format!("id:{}", s.id())))
+            .map(|l| ((*l, s.id().clone()), format!("id:{}", s.id())))
             .or_else(|| {
                 s.key()
                     .and_then(|k| by_key.get(k).map(|w| (w.clone(), k.to_string())))
@@ -93,7 +94,7 @@ pub(super) fn select(
         if let Some(((wl, wid), on)) = lost {
             conflicts.push(Conflict {
                 on: on.clone(),
-                winner: (wl, wid.clone()),
+                winner: (wl, wid.to_string()),
                 loser: (s.layer().into(), s.id().to_string()),
             });
             reports.push(report_of(
@@ -101,15 +102,15 @@ pub(super) fn select(
                 false,
                 SectionStatus::Overridden {
                     by_layer: wl,
-                    by_id: wid,
+                    by_id: wid.to_string(),
                     on,
                 },
             ));
             continue;
         }
-        by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+        by_id.insert(s.id().clone(), s.layer().into());
         if let Some(k) = s.key() {
-            by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+            by_key.insert(k.clone(), (s.layer().into(), s.id().clone()));
         }
         winners.push(s);
     }
