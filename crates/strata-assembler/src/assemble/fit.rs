@@ -3,7 +3,8 @@
 //! turns, then the highest score) and each is kept if it fits the room left, counted only up to
 //! that room; the first that does not fit may be kept in cut form, and smaller units after it
 //! that still fit are kept too (filling the budget). Each layer's omission marker is reserved
-//! while it may drop anything (ADR-0008, ADR-0024).
+//! while it may drop anything; reservations given back by layers that dropped nothing are
+//! offered, in a second pass, to the units dropped meanwhile (ADR-0008, ADR-0024).
 //!
 //! Hand-off: [`Fitted`], the drops per layer and the reason of each dropped unit; the units of
 //! [`Measured`] are marked dropped or filled, and kept candidates carry their rendered element.
@@ -218,7 +219,7 @@ impl Assembler {
         let mut drops = [0u64; 4];
         let mut dropped_bytes = [0u64; 4];
         let mut cut_tried = false;
-        let mut dropped_any = false;
+        let mut released = false;
         let native_b = native.is_some();
         // The smallest element of each layer: below this much room, nothing of it can fit.
         let mut floors = [0u64; 4];
@@ -312,11 +313,9 @@ impl Assembler {
                     layer_used[i] += cost.0;
                     units[u].tokens = cost.0;
                     units[u].chars = cost.1;
-                    units[u].filled = dropped_any;
                 }
                 Err(reason) => {
                     units[u].dropped = true;
-                    dropped_any = true;
                     drops[i] += 1;
                     dropped_bytes[i] += units[u].bytes;
                     dropped_reason[u] = Some(reason);
@@ -325,8 +324,67 @@ impl Assembler {
             if last_in_layer && drops[i] == 0 && reserved[i] {
                 // Nothing dropped here: no marker, so its reservation is given back.
                 reserved[i] = false;
+                released = true;
                 used.0 -= marker[i].0;
                 used.1 -= marker[i].1;
+            }
+        }
+        // Reservations given back were held while the layers before them were fitted: offer
+        // that room, in keep order, to the units dropped for the budget meanwhile.
+        if released {
+            for &u in &order {
+                if dropped_reason[u] != Some("budget") {
+                    continue;
+                }
+                let i = units[u].layer.index();
+                let held = if reserved[i] { marker[i].0 } else { 0 };
+                let room_layer = budget.layers.get(units[u].layer).map_or(u64::MAX, |lb| {
+                    u64::from(lb).saturating_sub(layer_used[i] + held)
+                });
+                let room = fit_budget.saturating_sub(used.0).min(room_layer);
+                if room < min_floor || floors[i] * units[u].members.len() as u64 > room {
+                    continue;
+                }
+                let mut left = room;
+                let mut fits = true;
+                for &c in &units[u].members {
+                    match self.measure_member(&mut cands[c], req, cap, left) {
+                        Member::Fits => left -= cands[c].rendered.tokens.min(left),
+                        Member::Over | Member::Capped => {
+                            fits = false;
+                            break;
+                        }
+                    }
+                }
+                let cost = units[u].members.iter().fold((0, 0), |(t, ch), c| {
+                    (t + cands[*c].rendered.tokens, ch + cands[*c].rendered.chars)
+                });
+                if !fits || max_chars.is_some_and(|mc| used.1 + cost.1 > mc) {
+                    continue;
+                }
+                units[u].dropped = false;
+                units[u].tokens = cost.0;
+                units[u].chars = cost.1;
+                dropped_reason[u] = None;
+                drops[i] -= 1;
+                dropped_bytes[i] -= units[u].bytes;
+                used.0 += cost.0;
+                used.1 += cost.1;
+                layer_used[i] += cost.0;
+                if drops[i] == 0 && reserved[i] {
+                    reserved[i] = false;
+                    used.0 -= marker[i].0;
+                    used.1 -= marker[i].1;
+                }
+            }
+        }
+        // A unit is filled when a more important one was dropped before it (ADR-0024).
+        let mut dropped_before = false;
+        for &u in &order {
+            if units[u].dropped {
+                dropped_before = true;
+            } else {
+                units[u].filled = dropped_before;
             }
         }
         for l in RuntimeLayer::ALL {
