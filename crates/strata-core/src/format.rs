@@ -358,6 +358,16 @@ pub fn escape(text: &str) -> String {
                 continue;
             }
         }
+        // Fast path: a run of printable ASCII (and tabs) other than `&`, `<`, `>` and `[` is
+        // written as it is; no rule below changes such characters past a line start.
+        let plain = |b: u8| (b == b'\t' || (0x20..0x7f).contains(&b)) && !b"&<>[".contains(&b);
+        if plain(rest.as_bytes()[0]) {
+            let run = rest.bytes().take_while(|b| plain(*b)).count();
+            out.push_str(&rest[..run]);
+            prev = rest[..run].chars().last();
+            i += run;
+            continue;
+        }
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),

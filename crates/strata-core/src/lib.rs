@@ -37,5 +37,5 @@ pub use section::{
 };
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;
-pub use tokenizer::{EstimateTokenizer, Prefix, Tokenizer};
+pub use tokenizer::{separate_ascii_words, EstimateTokenizer, Prefix, Tokenizer};
 pub use tools::{AnnouncedTool, ToolName, ToolPolicy, ToolSchema, ToolUsageHint};

@@ -327,6 +327,8 @@ pub struct Section {
     paths: PathSet,
     turn: Option<Turn>,
     keep: Keep,
+    /// [`crate::tokenizer::separate_ascii_words`] of the content, worked out with its hash.
+    words: usize,
     provenance: Provenance,
     content: Content,
 }
@@ -381,6 +383,7 @@ impl Section {
                 paths: PathSet::all(),
                 turn: None,
                 keep: Keep::Head,
+                words: crate::tokenizer::separate_ascii_words(content.as_str()),
                 provenance,
                 content,
             },
@@ -439,6 +442,11 @@ impl Section {
     pub fn keep(&self) -> Keep {
         self.keep
     }
+    /// Separate ASCII words in the content ([`crate::tokenizer::separate_ascii_words`]): a
+    /// lower bound of its tokens with the tiktoken encodings, known without tokenizing it.
+    pub fn ascii_words(&self) -> usize {
+        self.words
+    }
     /// Provenance.
     pub fn provenance(&self) -> &Provenance {
         &self.provenance
@@ -464,6 +472,7 @@ impl Section {
         let mut s = self.clone();
         s.content = content.into();
         s.provenance.content_hash = s.content.hash();
+        s.words = crate::tokenizer::separate_ascii_words(s.content.as_str());
         s
     }
 }

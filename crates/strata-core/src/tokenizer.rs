@@ -143,11 +143,51 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         }
     }
 
+    /// Whether every word counted by [`separate_ascii_words`] takes at least one token of its
+    /// own, so that function is a lower bound of the count of any text (ADR-0024). True for the
+    /// tiktoken encodings, whose pre-tokenizer never puts two such words into one piece; false
+    /// by default (the estimator counts bytes).
+    fn splits_ascii_words(&self) -> bool {
+        false
+    }
+
     /// Byte length of [`Tokenizer::prefix`]: the longest prefix of `text` that ends on a
     /// character boundary and holds at most `max_tokens` tokens.
     fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {
         self.prefix(text, max_tokens).len
     }
+}
+
+/// The number of separate ASCII words in `text`: maximal runs of ASCII letters with, on each
+/// side, the edge of the text or an ASCII character that is not a letter, and not an apostrophe
+/// just before (a contraction such as `'s` joins the word before it).
+///
+/// With the tiktoken pre-tokenizers (cl100k_base, o200k_base) each such word lies in a piece of
+/// its own: a piece holds letters in one contiguous run, plus at most one leading character
+/// that is not a letter or digit and a contraction after an apostrophe; numbers, punctuation and
+/// whitespace pieces hold no letters. Tokens never span pieces, so this is a lower bound of the
+/// token count, found in one pass over the bytes with no tokenizer (ADR-0024). Letters next to
+/// non-ASCII characters are not counted, since those can join them into one piece.
+pub fn separate_ascii_words(text: &str) -> usize {
+    let b = text.as_bytes();
+    let mut words = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let before_ok = start == 0 || (b[start - 1].is_ascii() && b[start - 1] != b'\'');
+        let after_ok = i == b.len() || b[i].is_ascii();
+        if before_ok && after_ok {
+            words += 1;
+        }
+    }
+    words
 }
 
 /// A cheap, deterministic estimate: one token per `bytes_per_token` bytes, rounded up.

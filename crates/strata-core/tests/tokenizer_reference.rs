@@ -445,6 +445,41 @@ proptest! {
             check_prefix_exhaustively(&t, r, &text, cut.min(total));
         }
     }
+
+    /// Verifies ADR-0024: separate ASCII words are a lower bound of the reference count, for
+    /// generated strings heavy in letters, apostrophes, digits, marks and non-ASCII neighbours,
+    /// and for their escaped form.
+    #[test]
+    fn separate_ascii_words_never_exceed_the_reference_count(
+        text in r"([a-zA-Z]{1,6}|[ '_\-.,:;!?0-9\n\t\r]|'s|'t|'re|'ll|'d|'m|'ve|\u{301}|é|ß|ˆ|漢|\u{200b}|\PC){0,64}",
+    ) {
+        prop_assert!(TiktokenTokenizer::o200k().splits_ascii_words());
+        for (_, r) in pairs() {
+            for t in [text.clone(), encode_untrusted(&text, Encoding::Escaped)] {
+                let words = strata_core::separate_ascii_words(&t);
+                prop_assert!(words <= reference(r, &t), "{t:?}: {words} words");
+            }
+        }
+    }
+}
+
+/// Verifies ADR-0024: on the corpus documents the word bound holds and is close to the count
+/// (most English words are one token), so it is worth its one pass over the bytes.
+#[test]
+fn separate_ascii_words_bound_the_count_of_documents() {
+    for (_, r) in pairs() {
+        let mut rng = Rng(11);
+        for _ in 0..200 {
+            let words = 1 + rng.below(400);
+            let text = document(&mut rng, words);
+            let bound = strata_core::separate_ascii_words(&text);
+            assert!(bound <= reference(r, &text), "{text:?}");
+        }
+        let prose = "the shipment arrived late because customs held it for review ".repeat(20);
+        let n = reference(r, &prose);
+        let w = strata_core::separate_ascii_words(&prose);
+        assert!(w <= n && w * 10 >= n * 8, "{w} words for {n} tokens");
+    }
 }
 
 /// The thorough campaign: many more and longer inputs (`cargo test -- --ignored`, best in a

@@ -11,6 +11,7 @@
 
 use std::cmp::Reverse;
 
+use strata_core::format::Encoding;
 use strata_core::{Budget, RuntimeLayer};
 
 use super::measure::Measured;
@@ -227,6 +228,18 @@ impl Assembler {
             floors[l.index()] = self.floor(l, req.render.encodings[l.index()], native_b);
         }
         let min_floor = floors.iter().copied().min().unwrap_or(0);
+        // Separate ASCII words of escaped or raw text each take a token of their own with the
+        // tiktoken encodings: with the element floor, a lower bound of a unit's tokens known
+        // without rendering it (ADR-0024). Other encodings rewrite the words, so they get none.
+        let words_count = self.tokenizer.splits_ascii_words();
+        let word_floor = |c: &Cand| -> u64 {
+            let enc = req.render.encodings[c.section.layer().index()];
+            if words_count && enc == Encoding::Escaped {
+                c.section.ascii_words() as u64
+            } else {
+                0
+            }
+        };
 
         for (k, &u) in order.iter().enumerate() {
             let l = units[u].layer;
@@ -256,7 +269,11 @@ impl Assembler {
                 "budget"
             };
             let mut verdict: Result<(), &'static str> = Ok(());
-            let floor = floors[i] * units[u].members.len() as u64;
+            let floor: u64 = units[u]
+                .members
+                .iter()
+                .map(|c| floors[i] + word_floor(&cands[*c]))
+                .sum();
             if room < min_floor || floor > room {
                 verdict = Err(why);
             } else {
@@ -342,7 +359,12 @@ impl Assembler {
                     u64::from(lb).saturating_sub(layer_used[i] + held)
                 });
                 let room = fit_budget.saturating_sub(used.0).min(room_layer);
-                if room < min_floor || floors[i] * units[u].members.len() as u64 > room {
+                let floor: u64 = units[u]
+                    .members
+                    .iter()
+                    .map(|c| floors[i] + word_floor(&cands[*c]))
+                    .sum();
+                if room < min_floor || floor > room {
                     continue;
                 }
                 let mut left = room;
