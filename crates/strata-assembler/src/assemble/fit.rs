@@ -305,7 +305,7 @@ impl Assembler {
             // The first unit that does not fit may be kept in cut form, in the room it leaves.
             if verdict == Err(why) && !cut_tried && units[u].members.len() == 1 {
                 cut_tried = true;
-                let c = units[u].members[0];
+                let c = units[u].members.first;
                 // Kept in cut form, the unit drops nothing, so the last of a layer may use
                 // the layer's marker reservation like a whole unit.
                 if room >= MIN_CUT_TOKENS {

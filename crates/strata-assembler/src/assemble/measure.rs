@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use strata_core::{RuntimeLayer, Section};
 
-use super::{report_of, strip_invisible, Assembler, Cand, Rendered, Unit};
+use super::{report_of, strip_invisible, Assembler, Cand, Members, Rendered, Unit};
 use crate::report::{SectionReport, SectionStatus};
 use crate::request::{AssemblyRequest, Invisible};
 
@@ -50,7 +50,7 @@ impl Assembler {
                 None => {
                     units.push(Unit {
                         layer: section.layer(),
-                        members: Vec::new(),
+                        members: Members::default(),
                         sticky: false,
                         turn_seq: None,
                         score: 0,

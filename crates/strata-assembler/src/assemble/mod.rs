@@ -154,9 +154,51 @@ struct Cand {
     report_idx: usize,
 }
 
+/// The candidates of a unit: one for most units, more for a tool call with its result. The
+/// first is held inline, so a unit of one section allocates nothing.
+#[derive(Default)]
+struct Members {
+    first: usize,
+    rest: Vec<usize>,
+    len: usize,
+}
+
+impl Members {
+    fn push(&mut self, c: usize) {
+        if self.len == 0 {
+            self.first = c;
+        } else {
+            self.rest.push(c);
+        }
+        self.len += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> MembersIter<'_> {
+        (self.len > 0)
+            .then_some(&self.first)
+            .into_iter()
+            .chain(self.rest.iter())
+    }
+}
+
+type MembersIter<'a> =
+    std::iter::Chain<std::option::IntoIter<&'a usize>, std::slice::Iter<'a, usize>>;
+
+impl<'a> IntoIterator for &'a Members {
+    type Item = &'a usize;
+    type IntoIter = MembersIter<'a>;
+    fn into_iter(self) -> MembersIter<'a> {
+        self.iter()
+    }
+}
+
 struct Unit {
     layer: RuntimeLayer,
-    members: Vec<usize>,
+    members: Members,
     sticky: bool,
     turn_seq: Option<u64>,
     score: u64,

@@ -62,27 +62,30 @@ pub(super) fn select(
     }
 
     // Canonical order for conflict resolution: higher layer first, then score, id, hash.
-    live.sort_by(|a, b| {
-        (a.layer(), Reverse(a.score()), a.id(), a.content_hash()).cmp(&(
-            b.layer(),
-            Reverse(b.score()),
-            b.id(),
-            b.content_hash(),
-        ))
+    // Positions are sorted rather than the sections themselves, which are large to move.
+    let mut order: Vec<u32> = (0..live.len() as u32).collect();
+    order.sort_unstable_by(|i, j| {
+        let (a, b) = (&live[*i as usize], &live[*j as usize]);
+        (a.layer(), Reverse(a.score()), a.id(), a.content_hash())
+            .cmp(&(b.layer(), Reverse(b.score()), b.id(), b.content_hash()))
+            .then(i.cmp(j))
     });
+    let n = live.len();
+    let mut slots: Vec<Option<Section>> = live.into_iter().map(Some).collect();
+    let live = order.into_iter().filter_map(|i| slots[i as usize].take());
 
     // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps of
     // reference-counted ids: no string is copied or compared in order per section.
     let identity = agent.identity();
-    let mut by_key: HashMap<SectionKey, (Layer, SectionId)> = HashMap::with_capacity(live.len());
-    let mut by_id: HashMap<SectionId, Layer> = HashMap::with_capacity(live.len());
+    let mut by_key: HashMap<SectionKey, (Layer, SectionId)> = HashMap::with_capacity(n);
+    let mut by_id: HashMap<SectionId, Layer> = HashMap::with_capacity(n);
     for s in identity.sections() {
         if let Some(k) = s.key() {
             by_key.insert(k.clone(), (s.layer().into(), s.id().clone()));
         }
         by_id.insert(s.id().clone(), s.layer().into());
     }
-    let mut winners = Vec::with_capacity(live.len());
+    let mut winners = Vec::with_capacity(n);
     for s in live {
         let lost = by_id
             .get(s.id())
