@@ -27,7 +27,7 @@ impl Assembler {
     /// appended to `reports`.
     pub(super) fn measure(
         &self,
-        winners: Vec<Section>,
+        winners: Vec<&Section>,
         req: &AssemblyRequest,
         reports: &mut Vec<SectionReport>,
     ) -> Measured {
@@ -38,8 +38,8 @@ impl Assembler {
         for s in winners {
             let sticky = s.sticky() || req.protected_priorities.contains(&s.priority());
             let section = match req.render.invisible {
-                Invisible::Escape => s,
-                Invisible::Strip => strip_invisible(&s),
+                Invisible::Escape => s.clone(),
+                Invisible::Strip => strip_invisible(s),
             };
             let call = section
                 .turn()

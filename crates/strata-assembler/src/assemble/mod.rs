@@ -641,7 +641,7 @@ impl Assembler {
         // is left out and reported, whatever its priority (I4). For a provider request the
         // tools travel in the request's own field, so no catalog section is written.
         let mut reserved = Vec::new();
-        let mut input: Vec<Section> = Vec::with_capacity(req.sections.len() + 1);
+        let mut input: Vec<&Section> = Vec::with_capacity(req.sections.len() + 1);
         for s in &req.sections {
             if s.id().as_str() == TOOL_CATALOG_ID
                 || s.key().is_some_and(|k| k.as_str() == TOOL_CATALOG_KEY)
@@ -654,10 +654,11 @@ impl Assembler {
                     },
                 ));
             } else {
-                input.push(s.clone());
+                input.push(s);
             }
         }
-        if let Some(c) = catalog.filter(|_| native.is_none()) {
+        let catalog = catalog.filter(|_| native.is_none());
+        if let Some(c) = &catalog {
             input.push(c);
         }
         // The fixed cost of a provider frame: the system message, the reply priming, the tool

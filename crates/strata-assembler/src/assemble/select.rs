@@ -20,9 +20,9 @@ use crate::report::{Conflict, SectionReport, SectionStatus, ToolsReport};
 use crate::request::AssemblyRequest;
 
 /// The sections that take part, after filtering and conflicts.
-pub(super) struct Selected {
-    /// Winners, in the canonical conflict order.
-    pub winners: Vec<Section>,
+pub(super) struct Selected<'a> {
+    /// Winners, in the canonical conflict order (borrowed: sections are large to move).
+    pub winners: Vec<&'a Section>,
     /// Reports of the sections filtered or overridden.
     pub reports: Vec<SectionReport>,
     /// Conflicts resolved for the higher layer.
@@ -32,11 +32,11 @@ pub(super) struct Selected {
 /// Select the sections of `input` that take part in the request's mode and path, and resolve
 /// conflicts on id or key for the higher layer (identity always wins; I4, ADR-0007). For a
 /// provider-native request, also check the tool pairs and leave out empty turns (ADR-0015).
-pub(super) fn select(
+pub(super) fn select<'a>(
     agent: &VerifiedAgent,
     req: &AssemblyRequest,
-    input: Vec<Section>,
-) -> Result<Selected, AssembleError> {
+    input: Vec<&'a Section>,
+) -> Result<Selected<'a>, AssembleError> {
     let native = req.provider;
     let opts = &req.provider_options;
     let mut reports: Vec<SectionReport> = Vec::new();
@@ -53,7 +53,7 @@ pub(super) fn select(
         };
         match reason {
             Some(r) => reports.push(report_of(
-                &s,
+                s,
                 false,
                 SectionStatus::Filtered { reason: r.into() },
             )),
@@ -62,17 +62,15 @@ pub(super) fn select(
     }
 
     // Canonical order for conflict resolution: higher layer first, then score, id, hash.
-    // Positions are sorted rather than the sections themselves, which are large to move.
-    let mut order: Vec<u32> = (0..live.len() as u32).collect();
-    order.sort_unstable_by(|i, j| {
-        let (a, b) = (&live[*i as usize], &live[*j as usize]);
-        (a.layer(), Reverse(a.score()), a.id(), a.content_hash())
-            .cmp(&(b.layer(), Reverse(b.score()), b.id(), b.content_hash()))
-            .then(i.cmp(j))
+    live.sort_by(|a, b| {
+        (a.layer(), Reverse(a.score()), a.id(), a.content_hash()).cmp(&(
+            b.layer(),
+            Reverse(b.score()),
+            b.id(),
+            b.content_hash(),
+        ))
     });
     let n = live.len();
-    let mut slots: Vec<Option<Section>> = live.into_iter().map(Some).collect();
-    let live = order.into_iter().filter_map(|i| slots[i as usize].take());
 
     // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps of
     // reference-counted ids: no string is copied or compared in order per section.
@@ -101,7 +99,7 @@ pub(super) fn select(
                 loser: (s.layer().into(), s.id().to_string()),
             });
             reports.push(report_of(
-                &s,
+                s,
                 false,
                 SectionStatus::Overridden {
                     by_layer: wl,
@@ -297,11 +295,11 @@ pub(super) fn cuttable_natively(s: &Section) -> bool {
 /// an id, JSON-object arguments and exactly one result after it, with no user or assistant turn
 /// in between; every result answers a call. Unpaired turns fail the assembly, or are filtered
 /// under [`PairPolicy::DropUnpaired`] (ADR-0015).
-fn check_pairs(
-    winners: Vec<Section>,
+fn check_pairs<'a>(
+    winners: Vec<&'a Section>,
     policy: PairPolicy,
     reports: &mut Vec<SectionReport>,
-) -> Result<Vec<Section>, AssembleError> {
+) -> Result<Vec<&'a Section>, AssembleError> {
     let turn_of = |s: &Section| {
         s.turn()
             .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
@@ -406,12 +404,12 @@ fn check_pairs(
     }
     let mut out = Vec::with_capacity(winners.len());
     for s in winners {
-        let drop = turn_of(&s)
+        let drop = turn_of(s)
             .and_then(|t| t.call_id)
             .is_some_and(|c| unpaired.contains(&c));
         if drop {
             reports.push(report_of(
-                &s,
+                s,
                 false,
                 SectionStatus::Filtered {
                     reason: "unpaired".into(),
