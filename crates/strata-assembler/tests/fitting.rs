@@ -55,7 +55,7 @@ fn prose(seed: u64, words: usize) -> String {
             out.push(' ');
         }
         out.push_str(VOCAB[(x % 16) as usize]);
-        if x % 11 == 0 {
+        if x.is_multiple_of(11) {
             out.push_str(&format!(" {}", x % 9973));
         }
     }

@@ -15,6 +15,9 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use strata_assembler::*;
 
+/// A kept section as parsed: its head, its tail and the bytes elided between them, if cut so.
+type Kept = (String, String, Option<u64>);
+
 fn agent() -> &'static VerifiedAgent {
     static A: OnceLock<VerifiedAgent> = OnceLock::new();
     A.get_or_init(support::agent)
@@ -193,7 +196,7 @@ proptest! {
             prop_assert_eq!(text.as_str(), s.content().as_str());
         }
         // After identity: only untrusted sections and markers, all of layers 3-6.
-        let mut kept: BTreeMap<(u8, String), Vec<(String, String, Option<u64>)>> = BTreeMap::new();
+        let mut kept: BTreeMap<(u8, String), Vec<Kept>> = BTreeMap::new();
         for p in &parsed[signed.len()..] {
             match p {
                 Parsed::Section { layer, id, text, trust, elided, .. } => {
