@@ -9,6 +9,7 @@
 //! Hand-off: [`Fitted`], the drops per layer and the reason of each dropped unit; the units of
 //! [`Measured`] are marked dropped or filled, and kept candidates carry their rendered element.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 
 use strata_core::format::Encoding;
@@ -54,7 +55,7 @@ impl Assembler {
     /// are not sticky. On success the candidate holds its rendered element.
     fn measure_member(
         &self,
-        cand: &mut Cand,
+        cand: &mut Cand<'_>,
         req: &AssemblyRequest,
         cap: Option<u64>,
         room: u64,
@@ -75,7 +76,7 @@ impl Assembler {
             Some((cut, r)) => {
                 let full = self.render(&cand.section, enc, None, native).tokens;
                 cand.cut_from = Some(full);
-                cand.section = cut;
+                cand.section = Cow::Owned(cut);
                 cand.rendered = r;
                 Member::Fits
             }
@@ -86,7 +87,7 @@ impl Assembler {
     /// Fit the candidates into `limits`.
     pub(super) fn fit(
         &self,
-        m: &mut Measured,
+        m: &mut Measured<'_>,
         req: &AssemblyRequest,
         budget: &Budget,
         limits: &Limits,
@@ -152,7 +153,7 @@ impl Assembler {
                 units[u].chars = units[u].chars - cands[c].rendered.chars + r.chars;
                 excess = excess.saturating_sub(have - r.tokens);
                 cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(have));
-                cands[c].section = cut;
+                cands[c].section = Cow::Owned(cut);
                 cands[c].rendered = r;
             }
         }
@@ -232,7 +233,7 @@ impl Assembler {
         // tiktoken encodings: with the element floor, a lower bound of a unit's tokens known
         // without rendering it (ADR-0024). Other encodings rewrite the words, so they get none.
         let words_count = self.tokenizer.splits_ascii_words();
-        let word_floor = |c: &Cand| -> u64 {
+        let word_floor = |c: &Cand<'_>| -> u64 {
             let enc = req.render.encodings[c.section.layer().index()];
             if words_count && enc == Encoding::Escaped {
                 c.section.ascii_words() as u64
@@ -315,7 +316,7 @@ impl Assembler {
                         if chars_ok {
                             let full = self.render(&cands[c].section, enc, None, native_b);
                             cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full.tokens));
-                            cands[c].section = cut;
+                            cands[c].section = Cow::Owned(cut);
                             cost = (r.tokens, r.chars);
                             cands[c].rendered = r;
                             verdict = Ok(());

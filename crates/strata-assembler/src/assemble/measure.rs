@@ -5,6 +5,7 @@
 //!
 //! Hand-off: [`Measured`], the candidates and their units.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -15,9 +16,9 @@ use crate::report::{SectionReport, SectionStatus};
 use crate::request::{AssemblyRequest, Invisible};
 
 /// Candidates with their trimming units.
-pub(super) struct Measured {
+pub(super) struct Measured<'a> {
     /// One per selected section, in the canonical order of selection.
-    pub cands: Vec<Cand>,
+    pub cands: Vec<Cand<'a>>,
     /// Trimming units.
     pub units: Vec<Unit>,
 }
@@ -25,21 +26,21 @@ pub(super) struct Measured {
 impl Assembler {
     /// Turn the winners of selection into candidates and units; reports of the candidates are
     /// appended to `reports`.
-    pub(super) fn measure(
+    pub(super) fn measure<'a>(
         &self,
-        winners: Vec<&Section>,
+        winners: Vec<&'a Section>,
         req: &AssemblyRequest,
         reports: &mut Vec<SectionReport>,
-    ) -> Measured {
+    ) -> Measured<'a> {
         let unmeasured = Arc::new(Rendered::default());
-        let mut cands: Vec<Cand> = Vec::with_capacity(winners.len());
+        let mut cands: Vec<Cand<'a>> = Vec::with_capacity(winners.len());
         let mut units: Vec<Unit> = Vec::with_capacity(winners.len());
         let mut unit_of_call: HashMap<Arc<str>, usize> = HashMap::new();
         for s in winners {
             let sticky = s.sticky() || req.protected_priorities.contains(&s.priority());
             let section = match req.render.invisible {
-                Invisible::Escape => s.clone(),
-                Invisible::Strip => strip_invisible(s),
+                Invisible::Escape => Cow::Borrowed(s),
+                Invisible::Strip => Cow::Owned(strip_invisible(s)),
             };
             let call = section
                 .turn()

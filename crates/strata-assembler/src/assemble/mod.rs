@@ -8,6 +8,7 @@
 //! same bytes (I6, ADR-0013). Identity comes only from a `VerifiedAgent` and is copied into the
 //! output first, byte for byte, exactly once (I1, ADR-0006); it is never trimmed (I2, ADR-0008).
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -144,8 +145,9 @@ impl std::fmt::Debug for Assembler {
     }
 }
 
-struct Cand {
-    section: Section,
+struct Cand<'a> {
+    /// The section: borrowed from the request until it is cut or stripped.
+    section: Cow<'a, Section>,
     sticky: bool,
     /// The rendered element; an empty placeholder until fitting measures it (ADR-0024).
     rendered: Arc<Rendered>,

@@ -27,16 +27,16 @@ impl Assembler {
         identity_text: &str,
         (system_tokens, tool_tokens): (u64, u64),
         tools: Vec<RequestTool>,
-        cands: &[Cand],
+        cands: &[Cand<'_>],
         kept: &[usize],
         units: &mut [Unit],
         dropped_reason: &mut [Option<&'static str>],
         (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Result<Placed, AssembleError> {
-        let is_turn = |c: &Cand| {
+        let is_turn = |c: &Cand<'_>| {
             c.section.layer() == RuntimeLayer::WorkingMemory && c.section.turn().is_some()
         };
-        let seq = |c: &Cand| c.section.turn().map_or(0, |t| t.seq);
+        let seq = |c: &Cand<'_>| c.section.turn().map_or(0, |t| t.seq);
         let mut turns: Vec<usize> = kept
             .iter()
             .copied()
@@ -83,7 +83,7 @@ impl Assembler {
             kept_n: [0; 4],
             cut_n: [0; 4],
         };
-        let count = |placed: &mut Placed, c: &Cand| {
+        let count = |placed: &mut Placed, c: &Cand<'_>| {
             let i = c.section.layer().index();
             placed.layer_out[i] += c.rendered.tokens;
             placed.chars += c.rendered.chars;
@@ -284,7 +284,7 @@ impl Assembler {
         &self,
         identity_text: &str,
         (id_tokens, id_chars): (u64, u64),
-        cands: &[Cand],
+        cands: &[Cand<'_>],
         kept: &[usize],
         (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Laid {
