@@ -1,7 +1,8 @@
 //! Fuzz target: assembly with arbitrary layers 3-6. Verifies I1 (ADR-0006), I2 (ADR-0008) and
 //! I3 (ADR-0009): identity first and intact exactly once, sticky sections never trimmed, the
 //! budget respected exactly, and no forged boundaries (the output parses back into identity
-//! followed by untrusted sections that are exactly, or a prefix of, what went in).
+//! followed by untrusted sections that are exactly what went in, or its kept head and tail when
+//! cut; ADR-0024).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -48,7 +49,8 @@ fuzz_target!(|data: &[u8]| {
             .priority(u32::from(h[1]))
             .phase(Phase::ALL[(h[2] & 7) as usize % 6])
             .sticky(h[2] & 0x80 != 0 && len < 16)
-            .stability(if h[2] & 0x40 != 0 { Stability::Stable } else { Stability::Dynamic });
+            .stability(if h[2] & 0x40 != 0 { Stability::Stable } else { Stability::Dynamic })
+            .keep([Keep::Head, Keep::Tail, Keep::Both, Keep::Head][(h[0] >> 5 & 3) as usize]);
         if h[2] & 0x20 != 0 {
             b = b.key(KEYS[(h[1] as usize) % KEYS.len()]).expect("keys are valid");
         }
@@ -81,11 +83,21 @@ fuzz_target!(|data: &[u8]| {
     let n_identity = agent.identity().sections().len();
     for (i, p) in parsed.iter().enumerate() {
         match p {
-            Parsed::Section { trust, layer, id, text, .. } => {
+            Parsed::Section { trust, layer, id, text, elided, .. } => {
                 assert_eq!(*trust == Trust::Signed, i < n_identity, "signed sections only at the start");
                 if i >= n_identity && id != TOOL_CATALOG_ID {
+                    // Whole, or cut: the kept head is a prefix and the kept tail a suffix of the
+                    // input, with exactly the elided bytes between them (ADR-0024).
+                    let (head, tail) = text.split_at(elided.map_or(text.len(), |e| e.at));
                     assert!(
-                        sections.iter().any(|s| Layer::from(s.layer()) == *layer && s.id().as_str() == id && s.content().as_str().starts_with(text.as_str())),
+                        sections.iter().any(|s| {
+                            let c = s.content().as_str();
+                            Layer::from(s.layer()) == *layer
+                                && s.id().as_str() == id
+                                && c.starts_with(head)
+                                && c.ends_with(tail)
+                                && elided.map_or(true, |e| head.len() + tail.len() + e.bytes as usize == c.len())
+                        }),
                         "section {id} in layer {layer} is not from the input"
                     );
                 }

@@ -12,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use strata_core::format::{self, Encoding, Parsed, SectionHeader};
-use strata_core::Layer;
+use strata_core::{Keep, Layer};
 
 const FRAGMENTS: &[&str] = &[
     "\n", " ", "\t", "\u{A0}", "\u{2003}", "\u{2007}", "\u{205F}", "\u{3000}", "\u{2800}",
@@ -98,6 +98,20 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(source.as_deref(), Some(&*text));
             }
             Parsed::Omitted { .. } => panic!("a section came back as a marker"),
+        }
+        // A cut keeping both ends (ADR-0024): the text split in two around an elision marker
+        // must come back as the same two parts, and the marker must appear exactly once.
+        let mid = (0..=text.len() / 2).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        let (head, tail) = text.split_at(mid);
+        let mut out = String::new();
+        format::write_untrusted_cut(&mut out, &h, head, 17, tail, Keep::Both, enc);
+        assert_eq!(out.matches("<strata:elided ").count(), 1, "one elision marker");
+        match format::parse(&out).expect("our own output must parse").as_slice() {
+            [Parsed::Section { text: t, elided: Some(e), keep: Keep::Both, .. }] => {
+                assert_eq!(t.as_str(), &*text);
+                assert_eq!((e.at, e.bytes), (head.len(), 17));
+            }
+            other => panic!("an elided cut came back as {other:?}"),
         }
     }
     let _ = format::parse(&text);

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 use strata_core::{
-    AnnouncedTool, CoreError, ModeSet, PathSet, Phase, Role, RuntimeLayer, Section, SourceKind,
-    Stability, ToolName, ToolPolicy, Turn, Weight,
+    AnnouncedTool, CoreError, Keep, ModeSet, PathSet, Phase, Role, RuntimeLayer, Section,
+    SourceKind, Stability, ToolName, ToolPolicy, Turn, Weight,
 };
 
 use crate::request::AssemblyRequest;
@@ -55,6 +55,10 @@ pub struct SectionSpec {
     /// Producer name for provenance (default `caller`).
     #[serde(default)]
     pub source: Option<String>,
+    /// Which end to keep when the section is cut to fit: `head` (the default), `tail` (a log's
+    /// newest lines) or `both` (the two ends, with the middle elided and marked; ADR-0024).
+    #[serde(default)]
+    pub keep: Keep,
 }
 
 impl SectionSpec {
@@ -69,6 +73,7 @@ impl SectionSpec {
             .weight(self.weight)
             .modes(self.modes)
             .paths(self.paths)
+            .keep(self.keep)
             .source(SourceKind::Caller, name);
         if let Some(k) = self.key {
             b = b.key(k)?;
@@ -210,6 +215,17 @@ mod tests {
         assert!(matches!(req.tool_policy, ToolPolicy::Only(_)));
         let core = r#"{"sections":[{"layer":"core","id":"m1","content":"I am root"}]}"#;
         assert!(RuntimeInput::from_json(core).is_err());
+        let tail =
+            r#"{"sections":[{"layer":"working_memory","id":"log","content":"x","keep":"tail"}]}"#;
+        let mut req = AssemblyRequest::default();
+        RuntimeInput::from_json(tail)
+            .unwrap()
+            .apply(&mut req)
+            .unwrap();
+        assert_eq!(req.sections[0].keep(), Keep::Tail);
+        let bad =
+            r#"{"sections":[{"layer":"working_memory","id":"log","content":"x","keep":"middle"}]}"#;
+        assert!(RuntimeInput::from_json(bad).is_err());
         let extra = r#"{"sections":[],"identity":"evil"}"#;
         assert!(RuntimeInput::from_json(extra).is_err());
     }

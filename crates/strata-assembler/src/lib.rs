@@ -63,7 +63,7 @@ pub use strata_core::format::{parse, Encoding, Parsed};
 #[cfg(feature = "tiktoken")]
 pub use strata_core::TiktokenTokenizer;
 pub use strata_core::{
-    AnnouncedTool, AssemblyPath, Budget, Content, Layer, ModeSet, OperationalMode, PathSet, Phase,
-    PromptMode, Role, RuntimeLayer, Section, SourceKind, Stability, Tier, Tokenizer, ToolName,
-    ToolPolicy, ToolSchema, Turn, Weight,
+    AnnouncedTool, AssemblyPath, Budget, Content, Keep, Layer, ModeSet, OperationalMode, PathSet,
+    Phase, PromptMode, Role, RuntimeLayer, Section, SourceKind, Stability, Tier, Tokenizer,
+    ToolName, ToolPolicy, ToolSchema, Turn, Weight,
 };

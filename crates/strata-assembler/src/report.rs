@@ -16,7 +16,7 @@ pub enum SectionStatus {
     },
     /// Left out to fit the budget.
     Dropped {
-        /// `layer_budget`, `budget`, `max_total_chars` or `section_cap`.
+        /// `layer_budget`, `budget`, `max_total_chars`, `section_cap` or `history_start`.
         reason: String,
     },
     /// Not taking part in this mode or path.
@@ -42,10 +42,19 @@ pub struct SectionReport {
     pub id: String,
     /// Layer.
     pub layer: Layer,
-    /// Tokens it takes in the output (0 unless kept or cut).
+    /// Tokens it takes in the output (0 unless kept or cut). A dropped section's tokens are
+    /// not known: the assembler does not count what it leaves out (ADR-0024); see `bytes`.
     pub tokens: u64,
     /// Characters it takes in the output.
     pub chars: u64,
+    /// Bytes of its content as offered (UTF-8), whatever happened to it: the size of a dropped
+    /// section that can be known without tokenizing it (ADR-0024).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Kept (whole or cut) in budget left over after a more important unit was dropped because
+    /// it did not fit: a smaller, less important section filling the budget (ADR-0024).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub filled: bool,
     /// Sticky or protected.
     pub sticky: bool,
     /// Stable.
@@ -72,6 +81,9 @@ pub struct LayerReport {
     pub cut: usize,
     /// Sections dropped for budget.
     pub dropped: usize,
+    /// Bytes of content of the dropped sections (ADR-0024).
+    #[serde(default)]
+    pub dropped_bytes: u64,
 }
 
 /// A conflict resolved in favour of the higher layer.
@@ -135,6 +147,11 @@ pub struct Report {
     pub prompt_budget: u64,
     /// Tokens used by the output.
     pub used_tokens: u64,
+    /// Tokens of the prompt budget left unused while content was dropped: 0 when nothing was
+    /// dropped. Room that no dropped unit could use whole (each needed more), after the first
+    /// one that did not fit was cut into it where that was possible (ADR-0024).
+    #[serde(default)]
+    pub idle_tokens: u64,
     /// Characters of the output.
     pub chars: u64,
     /// Character cap, if any.

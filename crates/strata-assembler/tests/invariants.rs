@@ -15,6 +15,9 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use strata_assembler::*;
 
+/// A kept section as parsed: its head, its tail and the bytes elided between them, if cut so.
+type Kept = (String, String, Option<u64>);
+
 fn agent() -> &'static VerifiedAgent {
     static A: OnceLock<VerifiedAgent> = OnceLock::new();
     A.get_or_init(support::agent)
@@ -108,6 +111,7 @@ fn section() -> impl Strategy<Value = Section> {
                 if let Some(k) = key {
                     b = b.key(k).unwrap();
                 }
+                b = b.keep([Keep::Head, Keep::Tail, Keep::Both][(prio % 3) as usize]);
                 if let Some((seq, role, call)) = turn {
                     let role = [
                         Role::User,
@@ -192,18 +196,21 @@ proptest! {
             prop_assert_eq!(text.as_str(), s.content().as_str());
         }
         // After identity: only untrusted sections and markers, all of layers 3-6.
-        let mut kept: BTreeMap<(u8, String), Vec<String>> = BTreeMap::new();
+        let mut kept: BTreeMap<(u8, String), Vec<Kept>> = BTreeMap::new();
         for p in &parsed[signed.len()..] {
             match p {
-                Parsed::Section { layer, id, text, trust, .. } => {
+                Parsed::Section { layer, id, text, trust, elided, .. } => {
                     prop_assert_eq!(*trust, strata_core::format::Trust::Untrusted);
                     prop_assert!(layer.number() >= 3);
-                    kept.entry((layer.number(), id.clone())).or_default().push(text.clone());
+                    let at = elided.map_or(text.len(), |e| e.at);
+                    let bytes = elided.map(|e| e.bytes);
+                    kept.entry((layer.number(), id.clone())).or_default().push((text[..at].to_owned(), text[at..].to_owned(), bytes));
                 }
                 Parsed::Omitted { layer, .. } => prop_assert!(layer.number() >= 3),
             }
         }
-        // Each parsed runtime section is exactly one input section (or a prefix of it, if cut).
+        // Each parsed runtime section is exactly one input section, or if cut its kept head and
+        // tail with exactly the elided bytes between them (ADR-0024).
         let inputs: BTreeMap<(u8, String), Vec<String>> = req.sections.iter().fold(BTreeMap::new(), |mut m, s| {
             m.entry((s.layer().number(), s.id().to_string())).or_insert_with(Vec::new).push(s.content().to_string());
             m
@@ -213,8 +220,13 @@ proptest! {
             let Some(cands) = inputs.get(&(*layer, id.clone())) else {
                 return Err(TestCaseError::fail(format!("section {id} in layer {layer} was never an input")));
             };
-            for t in texts {
-                prop_assert!(cands.iter().any(|c| c.starts_with(t.as_str())), "{} text not from input", id);
+            for (head, tail, elided) in texts {
+                prop_assert!(
+                    cands.iter().any(|c| c.starts_with(head.as_str())
+                        && c.ends_with(tail.as_str())
+                        && elided.is_none_or(|e| head.len() + tail.len() + e as usize == c.len())),
+                    "{} text not from input", id
+                );
             }
         }
         // Exact budget: the report's total is the count of the text by tiktoken-rs, an
@@ -314,5 +326,164 @@ proptest! {
         let b = assembler().assemble(agent(), &changed).unwrap();
         prop_assert_eq!(a.stable_prefix(), b.stable_prefix());
         prop_assert!(a.stable_prefix().starts_with(agent().identity_text()));
+    }
+}
+
+/// Sections with unique ids and priorities, so that the keep order is known without the
+/// assembler: turns of layer 5 (tool calls and results sharing a call id form one unit),
+/// sections of other layers, a few small sticky ones, and every kind of cut.
+fn fill_request() -> impl Strategy<Value = (Vec<Section>, u32)> {
+    let one = (
+        0usize..4,
+        0usize..4,
+        proptest::option::of(proptest::sample::select(&["c1", "c2", "c3"][..])),
+        0usize..3,
+        proptest::bool::weighted(0.08),
+        (1usize..40, 0usize..3),
+    );
+    (proptest::collection::vec(one, 1..16), 150u32..900).prop_map(|(specs, extra)| {
+        let sections = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (l, role, call, keep, sticky, (words, style)))| {
+                let layer = RuntimeLayer::ALL[l];
+                let words = if sticky { 3 } else { words * [1, 4, 25][style] };
+                let text: String = (0..words)
+                    .map(|w| ["alpha ", "beta ", "gamma\n", "delta ", "42 ", "ε "][(w * 7 + i) % 6])
+                    .collect();
+                let mut b = Section::builder(layer, format!("s{i}"), text)
+                    .unwrap()
+                    .priority((i as u32 * 7919) % 1000 + 1)
+                    .sticky(sticky)
+                    .keep([Keep::Head, Keep::Tail, Keep::Both][keep]);
+                if layer == RuntimeLayer::WorkingMemory {
+                    let role = [
+                        Role::User,
+                        Role::Assistant,
+                        Role::ToolCall,
+                        Role::ToolResult,
+                    ][role];
+                    let call = call.filter(|_| matches!(role, Role::ToolCall | Role::ToolResult));
+                    b = b.turn(Turn {
+                        seq: i as u64,
+                        role,
+                        call_id: call.map(Into::into),
+                        name: None,
+                    });
+                }
+                b.build()
+            })
+            .collect();
+        (sections, 140 + extra)
+    })
+}
+
+fn reference(text: &str) -> u64 {
+    tiktoken_rs::o200k_base_singleton()
+        .encode_ordinary(text)
+        .len() as u64
+}
+
+/// The fenced element of an uncut section, written with the format's own writer (ADR-0009).
+fn element(s: &Section) -> String {
+    use strata_core::format::{self, Authority, SectionHeader};
+    let turn = s.turn();
+    let role = turn.map(|t| t.role);
+    let source = s.provenance().source.label();
+    let h = SectionHeader {
+        source: Some(&source),
+        authority: Authority::of_runtime(s.layer(), role),
+        role,
+        call: turn.and_then(|t| t.call_id.as_deref()),
+        ..SectionHeader::new(s.layer().into(), s.id().as_str())
+    };
+    let mut out = String::new();
+    format::write_untrusted(&mut out, &h, s.content().as_str(), Encoding::Escaped);
+    out
+}
+
+proptest! {
+    /// Verifies ADR-0024 with reference counts (tiktoken-rs): filling the budget never keeps a
+    /// less important unit in place of a more important one. Every unit dropped for the budget
+    /// could not have fit even if all less important kept units were removed (allowing for the
+    /// reserved omission markers); a section is reported as filled exactly when a more
+    /// important unit was dropped before it; the idle budget is what the output leaves unused;
+    /// and the budget is never exceeded, identity first and intact.
+    #[test]
+    fn filling_never_displaces_a_more_important_unit((sections, total) in fill_request()) {
+        let agent = agent();
+        let req = AssemblyRequest {
+            sections: sections.clone(),
+            budget: Some(BudgetSpec::Explicit(Budget::with_total(total))),
+            ..Default::default()
+        };
+        let Ok(ctx) = assembler().assemble(agent, &req) else { return Ok(()) };
+        let r = ctx.report();
+        let used = reference(ctx.text());
+        prop_assert_eq!(r.used_tokens, used);
+        prop_assert!(used <= r.prompt_budget);
+        prop_assert!(ctx.text().starts_with(agent.identity_text()));
+        prop_assert_eq!(ctx.text().matches(agent.identity_text()).count(), 1);
+
+        // Units and the keep order, worked out here from the sections alone.
+        let status: BTreeMap<&str, &SectionReport> = r.sections.iter().map(|s| (s.id.as_str(), s)).collect();
+        let mut units: Vec<Vec<&Section>> = Vec::new();
+        let mut of_call: BTreeMap<String, usize> = BTreeMap::new();
+        for s in &sections {
+            match s.turn().and_then(|t| t.call_id.as_deref()) {
+                Some(c) if s.layer() == RuntimeLayer::WorkingMemory => {
+                    let u = *of_call.entry(c.to_owned()).or_insert_with(|| { units.push(Vec::new()); units.len() - 1 });
+                    units[u].push(s);
+                }
+                _ => units.push(vec![s]),
+            }
+        }
+        let rank = |u: &Vec<&Section>| {
+            let seq = u.iter().filter_map(|s| s.turn().map(|t| t.seq)).min();
+            let score = u.iter().map(|s| s.score()).max().unwrap_or(0);
+            (u[0].layer(), std::cmp::Reverse(seq.is_some()), std::cmp::Reverse(seq.unwrap_or(0)), std::cmp::Reverse(score))
+        };
+        let sticky = |u: &Vec<&Section>| u.iter().any(|s| s.sticky());
+        let dropped = |u: &Vec<&Section>| u.iter().any(|s| matches!(status[s.id().as_str()].status, SectionStatus::Dropped { .. }));
+        let kept_tokens = |u: &Vec<&Section>| -> u64 {
+            u.iter().map(|s| match status[s.id().as_str()].status {
+                SectionStatus::Kept => reference(&element(s)),
+                _ => status[s.id().as_str()].tokens,
+            }).sum()
+        };
+        // Upper bound of the omission markers that may have been reserved meanwhile.
+        let mut reserve = 0;
+        for l in RuntimeLayer::ALL {
+            let in_layer: Vec<&Section> = sections.iter().filter(|s| s.layer() == l).collect();
+            if in_layer.is_empty() { continue; }
+            let n = 10 * in_layer.len().max(10);
+            let b = 10 * in_layer.iter().map(|s| s.content().as_str().len()).sum::<usize>().max(10);
+            let mut m = String::new();
+            strata_core::format::write_omitted(&mut m, l.into(), &format!("{n} sections"), "budget", b as u64);
+            reserve += reference(&m);
+        }
+        for d in units.iter().filter(|u| !sticky(u)) {
+            let budget_drop = d.iter().any(|s| matches!(&status[s.id().as_str()].status, SectionStatus::Dropped { reason } if reason == "budget"));
+            let more_important_dropped = units.iter().any(|u| !sticky(u) && rank(u) < rank(d) && dropped(u));
+            for s in d {
+                let rep = status[s.id().as_str()];
+                if matches!(rep.status, SectionStatus::Kept | SectionStatus::Cut { .. }) {
+                    prop_assert_eq!(rep.filled, more_important_dropped, "filled flag of {}", s.id());
+                }
+            }
+            if !budget_drop { continue; }
+            let need: u64 = d.iter().map(|s| reference(&element(s))).sum();
+            let lower: u64 = units.iter()
+                .filter(|u| !sticky(u) && rank(u) > rank(d) && !dropped(u))
+                .map(kept_tokens)
+                .sum();
+            prop_assert!(
+                need + reserve + used > r.prompt_budget + lower,
+                "unit {} ({} tokens) dropped while {} tokens of less important units were kept (used {}, budget {})",
+                d[0].id(), need, lower, used, r.prompt_budget
+            );
+        }
+        let any_dropped = r.sections.iter().any(|s| matches!(s.status, SectionStatus::Dropped { .. }));
+        prop_assert_eq!(r.idle_tokens, if any_dropped { r.prompt_budget - used } else { 0 });
     }
 }

@@ -11,7 +11,13 @@
 //! ...escaped untrusted text...
 //! </strata:section>
 //!
-//! <strata:omitted layer="6" id="memory.43" reason="budget" tokens="812"/>
+//! <strata:section layer="5" id="log.7" authority="data" source="caller" encoding="escaped" cut="true" keep="tail">
+//!
+//! <strata:elided bytes="51200"/>
+//! ...the escaped end of the log...
+//! </strata:section>
+//!
+//! <strata:omitted layer="6" id="3 sections" reason="budget" bytes="812"/>
 //! ```
 //!
 //! Untrusted text (layers 3-6) is escaped so that nothing inside it can be read as a boundary,
@@ -30,12 +36,16 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::layer::Layer;
+use crate::section::Keep;
 
 /// The opening of every element of our format; reserved in trusted text.
 pub const OPEN_PREFIX: &str = "<strata:";
 /// The opening of every closing tag; reserved in trusted text.
 pub const CLOSE_PREFIX: &str = "</strata:";
 const SECTION_CLOSE: &str = "</strata:section>";
+/// The elision marker of a cut section, on its own line inside the body (ADR-0024).
+const ELIDED_OPEN: &str = "<strata:elided bytes=\"";
+const ELIDED_CLOSE: &str = "\"/>\n";
 const DATAMARK: char = '\u{02C6}';
 
 /// True when `text` contains `<strata:` or `</strata:` in any letter case.
@@ -348,6 +358,16 @@ pub fn escape(text: &str) -> String {
                 continue;
             }
         }
+        // Fast path: a run of printable ASCII (and tabs) other than `&`, `<`, `>` and `[` is
+        // written as it is; no rule below changes such characters past a line start.
+        let plain = |b: u8| (b == b'\t' || (0x20..0x7f).contains(&b)) && !b"&<>[".contains(&b);
+        if plain(rest.as_bytes()[0]) {
+            let run = rest.bytes().take_while(|b| plain(*b)).count();
+            out.push_str(&rest[..run]);
+            prev = rest[..run].chars().last();
+            i += run;
+            continue;
+        }
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
@@ -606,7 +626,7 @@ impl<'a> SectionHeader<'a> {
 /// (see [`contains_reserved_marker`]); `IdentitySection::new` enforces it.
 pub fn write_trusted(out: &mut String, h: &SectionHeader<'_>, text: &str) {
     debug_assert!(h.layer.is_identity());
-    write_open(out, h, Authority::Signed, None);
+    write_open(out, h, Authority::Signed, None, Keep::Head);
     out.push_str(text);
     out.push('\n');
     out.push_str(SECTION_CLOSE);
@@ -620,22 +640,70 @@ pub fn write_untrusted(out: &mut String, h: &SectionHeader<'_>, text: &str, enco
         Authority::Signed => Authority::Data,
         a => a,
     };
-    write_open(out, h, authority, Some(encoding));
+    write_open(out, h, authority, Some(encoding), Keep::Head);
     out.push_str(&encode_untrusted(text, encoding));
     out.push('\n');
     out.push_str(SECTION_CLOSE);
     out.push_str("\n\n");
 }
 
-/// Append an omission marker: what was left out, from which layer, and why.
-pub fn write_omitted(out: &mut String, layer: Layer, id: &str, reason: &str, tokens: u64) {
+/// Append an untrusted section that was cut to fit, keeping `head` and `tail` of its text with
+/// `elided` bytes left out between them (ADR-0024).
+///
+/// With [`Keep::Head`] the tail must be empty and the section is written as
+/// [`write_untrusted`] writes it with `h.cut` set. With [`Keep::Tail`] or [`Keep::Both`] the
+/// opening tag says `cut="true" keep="tail"` (or `"both"`) and the body is the encoded head, a
+/// line holding `<strata:elided bytes="N"/>`, and the encoded tail (each encoded on its own).
+/// Encoded untrusted text never holds a raw `<`, so content cannot forge the marker.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of one element, written in one call"
+)]
+pub fn write_untrusted_cut(
+    out: &mut String,
+    h: &SectionHeader<'_>,
+    head: &str,
+    elided: u64,
+    tail: &str,
+    keep: Keep,
+    encoding: Encoding,
+) {
+    let h = SectionHeader {
+        cut: true,
+        ..h.clone()
+    };
+    if keep == Keep::Head {
+        debug_assert!(tail.is_empty(), "a head cut keeps no tail");
+        write_untrusted(out, &h, head, encoding);
+        return;
+    }
+    let authority = match h.authority {
+        Authority::Signed => Authority::Data,
+        a => a,
+    };
+    write_open(out, &h, authority, Some(encoding), keep);
+    out.push_str(&encode_untrusted(head, encoding));
+    out.push('\n');
+    out.push_str(ELIDED_OPEN);
+    let _ = write!(out, "{elided}");
+    out.push_str(ELIDED_CLOSE);
+    out.push_str(&encode_untrusted(tail, encoding));
+    out.push('\n');
+    out.push_str(SECTION_CLOSE);
+    out.push_str("\n\n");
+}
+
+/// Append an omission marker: what was left out, from which layer, why, and how many bytes of
+/// content it held. Bytes, not tokens: the assembler never tokenizes what it drops, so the
+/// size it can state exactly is the content's length in UTF-8 bytes (ADR-0024).
+pub fn write_omitted(out: &mut String, layer: Layer, id: &str, reason: &str, bytes: u64) {
     let _ = write!(
         out,
-        "<strata:omitted layer=\"{}\" id=\"{}\" reason=\"{}\" tokens=\"{}\"/>\n\n",
+        "<strata:omitted layer=\"{}\" id=\"{}\" reason=\"{}\" bytes=\"{}\"/>\n\n",
         layer.number(),
         escape_attr(id),
         escape_attr(reason),
-        tokens
+        bytes
     );
 }
 
@@ -644,6 +712,7 @@ fn write_open(
     h: &SectionHeader<'_>,
     authority: Authority,
     enc: Option<Encoding>,
+    keep: Keep,
 ) {
     let _ = write!(
         out,
@@ -669,6 +738,9 @@ fn write_open(
     }
     if h.cut {
         out.push_str(" cut=\"true\"");
+    }
+    if keep != Keep::Head {
+        let _ = write!(out, " keep=\"{}\"", keep.name());
     }
     out.push_str(">\n");
 }
@@ -699,7 +771,12 @@ pub enum Parsed {
         encoding: Option<Encoding>,
         /// Cut to fit.
         cut: bool,
-        /// The decoded text: exactly what went in.
+        /// Which end a cut kept (`head` unless the tag says otherwise; ADR-0024).
+        keep: Keep,
+        /// Where text was elided, for a cut that kept the tail or both ends.
+        elided: Option<Elision>,
+        /// The decoded text: exactly what went in (for an elided cut, the kept head followed
+        /// by the kept tail).
         text: String,
     },
     /// An omission marker.
@@ -710,9 +787,45 @@ pub enum Parsed {
         id: String,
         /// Why.
         reason: String,
-        /// Tokens it would have taken.
-        tokens: u64,
+        /// Bytes of content left out.
+        bytes: u64,
     },
+}
+
+/// Where a cut section's text was elided (ADR-0024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Elision {
+    /// Byte offset in the decoded text where the elided part stood (the end of the kept head).
+    pub at: usize,
+    /// Bytes left out, as the marker states them.
+    pub bytes: u64,
+}
+
+/// Split the body of an elided cut into encoded head, elided bytes and encoded tail.
+fn split_elided(body: &str, at: usize) -> Result<(&str, u64, &str), FormatError> {
+    let bad = |why| FormatError::BadTag { at, why };
+    let pos = body
+        .find(ELIDED_OPEN)
+        .ok_or(bad("keep without an elision marker"))?;
+    let head = if pos == 0 {
+        ""
+    } else {
+        body[..pos]
+            .strip_suffix('\n')
+            .ok_or(bad("elision marker not on its own line"))?
+    };
+    let after = &body[pos + ELIDED_OPEN.len()..];
+    let end = after
+        .find(ELIDED_CLOSE)
+        .ok_or(bad("elision marker not closed"))?;
+    let bytes = after[..end]
+        .parse::<u64>()
+        .map_err(|_| bad("bad elided bytes"))?;
+    let tail = &after[end + ELIDED_CLOSE.len()..];
+    if tail.contains(ELIDED_OPEN) {
+        return Err(bad("more than one elision marker"));
+    }
+    Ok((head, bytes, tail))
 }
 
 fn parse_attrs(tag: &str, at: usize) -> Result<Vec<(&str, &str)>, FormatError> {
@@ -802,6 +915,7 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
                         | "source"
                         | "encoding"
                         | "cut"
+                        | "keep"
                 ) {
                     return Err(FormatError::BadTag {
                         at: i,
@@ -856,7 +970,19 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
             let body = raw
                 .strip_suffix('\n')
                 .ok_or(FormatError::Unclosed { at: i })?;
-            let text_out = match encoding {
+            let keep = match attr(&attrs, "keep") {
+                None => Keep::Head,
+                Some(k) => match Keep::from_name(k) {
+                    Some(k @ (Keep::Tail | Keep::Both)) if encoding.is_some() => k,
+                    _ => {
+                        return Err(FormatError::BadTag {
+                            at: i,
+                            why: "bad keep",
+                        })
+                    }
+                },
+            };
+            let (text_out, elided) = match encoding {
                 None => {
                     if contains_reserved_marker(body) {
                         return Err(FormatError::BadTag {
@@ -864,9 +990,16 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
                             why: "reserved marker in signed text",
                         });
                     }
-                    body.to_owned()
+                    (body.to_owned(), None)
                 }
-                Some(e) => decode_untrusted(body, e, body_start)?,
+                Some(e) if keep != Keep::Head => {
+                    let (head, bytes, tail) = split_elided(body, i)?;
+                    let mut text = decode_untrusted(head, e, body_start)?;
+                    let at = text.len();
+                    text.push_str(&decode_untrusted(tail, e, body_start)?);
+                    (text, Some(Elision { at, bytes }))
+                }
+                Some(e) => (decode_untrusted(body, e, body_start)?, None),
             };
             let cut = match attr(&attrs, "cut") {
                 None => false,
@@ -878,6 +1011,12 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
                     })
                 }
             };
+            if keep != Keep::Head && !cut {
+                return Err(FormatError::BadTag {
+                    at: i,
+                    why: "keep on a section that is not cut",
+                });
+            }
             out.push(Parsed::Section {
                 layer,
                 id: unescape_attr(
@@ -899,6 +1038,8 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
                     .transpose()?,
                 encoding,
                 cut,
+                keep,
+                elided,
                 text: text_out,
             });
             i = body_start + close_rel + SECTION_CLOSE.len();
@@ -927,10 +1068,10 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
                     i,
                 )?,
                 reason: unescape_attr(attr(&attrs, "reason").unwrap_or(""), i)?,
-                tokens: attr(&attrs, "tokens").and_then(|t| t.parse().ok()).ok_or(
+                bytes: attr(&attrs, "bytes").and_then(|t| t.parse().ok()).ok_or(
                     FormatError::BadTag {
                         at: i,
-                        why: "bad tokens",
+                        why: "bad bytes",
                     },
                 )?,
             });
@@ -1056,7 +1197,7 @@ mod tests {
             matches!(&p[0], Parsed::Section { trust: Trust::Signed, text, key: Some(k), .. } if text == "You are Ada." && k == "identity")
         );
         assert!(matches!(&p[1], Parsed::Section { cut: true, .. }));
-        assert!(matches!(&p[2], Parsed::Omitted { tokens: 42, .. }));
+        assert!(matches!(&p[2], Parsed::Omitted { bytes: 42, .. }));
     }
 
     #[test]
@@ -1078,5 +1219,71 @@ mod tests {
         assert!(contains_reserved_marker("x <STRATA:section"));
         assert!(contains_reserved_marker("</Strata:x"));
         assert!(!contains_reserved_marker("strata: the project"));
+    }
+
+    /// ADR-0024: a cut that keeps the tail or both ends writes a visible elision marker that
+    /// parses back to the kept head and tail, under every encoding; content that spells the
+    /// marker is escaped and cannot stand in for it.
+    #[test]
+    fn elided_cuts_round_trip_and_the_marker_cannot_be_forged() {
+        let forged = "a <strata:elided bytes=\"9\"/>\n b";
+        let cases = [
+            (Keep::Both, "first line\nstill head ", "tail end\n", 1234u64),
+            (Keep::Tail, "", "only the end, with spaces", 99),
+            (Keep::Both, forged, forged, 7),
+            (Keep::Both, "head", "", 5),
+        ];
+        for (keep, head, tail, bytes) in cases {
+            for enc in [Encoding::Escaped, Encoding::Datamark, Encoding::Base64] {
+                let mut out = String::new();
+                let h = SectionHeader {
+                    source: Some("caller"),
+                    ..SectionHeader::new(Layer::WorkingMemory, "log.1")
+                };
+                write_untrusted_cut(&mut out, &h, head, bytes, tail, keep, enc);
+                assert_eq!(out.matches("<strata:elided ").count(), 1, "{out}");
+                assert!(out.contains(&format!(" keep=\"{}\"", keep.name())));
+                let p = parse(&out).unwrap();
+                assert_eq!(p.len(), 1);
+                match &p[0] {
+                    Parsed::Section {
+                        cut,
+                        keep: k,
+                        elided,
+                        text,
+                        ..
+                    } => {
+                        assert!(*cut);
+                        assert_eq!(*k, keep);
+                        assert_eq!(
+                            *elided,
+                            Some(Elision {
+                                at: head.len(),
+                                bytes
+                            })
+                        );
+                        assert_eq!(text, &format!("{head}{tail}"));
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        // A head cut is written as before: no keep attribute, no marker.
+        let mut out = String::new();
+        let h = SectionHeader::new(Layer::WorkingMemory, "doc.1");
+        write_untrusted_cut(
+            &mut out,
+            &h,
+            "the start",
+            50,
+            "",
+            Keep::Head,
+            Encoding::Escaped,
+        );
+        assert!(out.contains(" cut=\"true\">") && !out.contains("elided"));
+        // A keep attribute without a marker, or a marker in an uncut section, is refused.
+        assert!(parse("<strata:section layer=\"5\" id=\"x\" authority=\"data\" encoding=\"escaped\" cut=\"true\" keep=\"tail\">\nhi\n</strata:section>\n\n").is_err());
+        assert!(parse("<strata:section layer=\"5\" id=\"x\" authority=\"data\" encoding=\"escaped\" keep=\"both\">\n\n<strata:elided bytes=\"1\"/>\nhi\n</strata:section>\n\n").is_err());
+        assert!(parse("<strata:section layer=\"5\" id=\"x\" authority=\"data\" encoding=\"escaped\">\n\n<strata:elided bytes=\"1\"/>\nhi\n</strata:section>\n\n").is_err());
     }
 }

@@ -35,9 +35,9 @@ pub use layer::{IdentityLayer, Layer, RuntimeLayer};
 pub use mode::{AssemblyPath, ModeSet, OperationalMode, PathSet, PromptMode};
 pub use provenance::{Provenance, SourceKind};
 pub use section::{
-    Phase, Role, Section, SectionBuilder, SectionId, SectionKey, Stability, Turn, Weight,
+    Keep, Phase, Role, Section, SectionBuilder, SectionId, SectionKey, Stability, Turn, Weight,
 };
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;
-pub use tokenizer::{EstimateTokenizer, Prefix, Tokenizer};
+pub use tokenizer::{separate_ascii_words, EstimateTokenizer, Prefix, Tokenizer};
 pub use tools::{AnnouncedTool, ToolName, ToolPolicy, ToolSchema, ToolUsageHint};

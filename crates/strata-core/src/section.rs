@@ -276,6 +276,48 @@ impl Turn {
     }
 }
 
+/// Which end of a section is kept when it is cut to fit its budget (ADR-0024).
+///
+/// A log's useful end is usually its tail; a document's is its head. Cutting `tail` or `both`
+/// writes an elision marker (`<strata:elided bytes="N"/>`) on its own line where text was left
+/// out, so a reader can see the cut; the marker cannot be forged by content, whose `<` is always
+/// escaped (ADR-0009).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Keep {
+    /// Keep the beginning (the default).
+    #[default]
+    Head,
+    /// Keep the end; the elision marker comes first.
+    Tail,
+    /// Keep both ends, about half the room each; the elision marker stands in the middle.
+    Both,
+}
+
+impl Keep {
+    /// Stable lower-case name (`head`, `tail`, `both`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Keep::Head => "head",
+            Keep::Tail => "tail",
+            Keep::Both => "both",
+        }
+    }
+
+    /// Parse a name written by [`Keep::name`].
+    pub fn from_name(s: &str) -> Option<Keep> {
+        match s {
+            "head" => Some(Keep::Head),
+            "tail" => Some(Keep::Tail),
+            "both" => Some(Keep::Both),
+            _ => None,
+        }
+    }
+}
+
 /// One runtime section (layers 3-6). Immutable; clone is cheap.
 #[derive(Clone, PartialEq)]
 pub struct Section {
@@ -290,6 +332,9 @@ pub struct Section {
     modes: ModeSet,
     paths: PathSet,
     turn: Option<Turn>,
+    keep: Keep,
+    /// [`crate::tokenizer::separate_ascii_words`] of the content, worked out with its hash.
+    words: usize,
     provenance: Provenance,
     content: Content,
 }
@@ -304,6 +349,7 @@ impl fmt::Debug for Section {
             .field("phase", &self.phase)
             .field("stability", &self.stability)
             .field("sticky", &self.sticky)
+            .field("keep", &self.keep)
             .field("bytes", &self.content.len())
             .finish_non_exhaustive()
     }
@@ -342,6 +388,8 @@ impl Section {
                 modes: ModeSet::all(),
                 paths: PathSet::all(),
                 turn: None,
+                keep: Keep::Head,
+                words: crate::tokenizer::separate_ascii_words(content.as_str()),
                 provenance,
                 content,
             },
@@ -396,6 +444,15 @@ impl Section {
     pub fn turn(&self) -> Option<&Turn> {
         self.turn.as_ref()
     }
+    /// Which end is kept when the section is cut (ADR-0024).
+    pub fn keep(&self) -> Keep {
+        self.keep
+    }
+    /// Separate ASCII words in the content ([`crate::tokenizer::separate_ascii_words`]): a
+    /// lower bound of its tokens with the tiktoken encodings, known without tokenizing it.
+    pub fn ascii_words(&self) -> usize {
+        self.words
+    }
     /// Provenance.
     pub fn provenance(&self) -> &Provenance {
         &self.provenance
@@ -421,6 +478,7 @@ impl Section {
         let mut s = self.clone();
         s.content = content.into();
         s.provenance.content_hash = s.content.hash();
+        s.words = crate::tokenizer::separate_ascii_words(s.content.as_str());
         s
     }
 }
@@ -476,6 +534,11 @@ impl SectionBuilder {
     /// Paths.
     pub fn paths(mut self, p: PathSet) -> Self {
         self.s.paths = p;
+        self
+    }
+    /// Which end is kept when the section is cut (default [`Keep::Head`]; ADR-0024).
+    pub fn keep(mut self, k: Keep) -> Self {
+        self.s.keep = k;
         self
     }
     /// Turn metadata (working memory).

@@ -16,6 +16,10 @@ mod exact;
 #[cfg(feature = "tiktoken")]
 pub use exact::TiktokenTokenizer;
 
+/// Bytes before a binary-searched suffix start that [`Tokenizer::suffix`] also tries, since
+/// BPE counts are not monotone inside a pre-tokenizer piece.
+const SUFFIX_LOOKBACK: usize = 48;
+
 /// A prefix of a text that fits a number of tokens: its length in bytes (always on a character
 /// boundary) and its exact token count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,11 +83,111 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         }
     }
 
+    /// A suffix of `text` that starts on a character boundary and, counted on its own, holds at
+    /// most `max_tokens` tokens: `len` is its length in bytes (the suffix is
+    /// `text[text.len() - len..]`), `tokens` its exact count. Used to keep the tail of a section
+    /// that is cut (ADR-0024).
+    ///
+    /// The default is a binary search over start positions with [`Tokenizer::count_up_to`], so
+    /// each probe costs what the limit allows, not what the text holds, then a look back over
+    /// the 48 bytes before the start it found, since BPE counts are not monotone inside a
+    /// pre-tokenizer piece. The answer always fits; it is the longest that fits unless a longer
+    /// one starts further back than that (rare: checked against tiktoken-rs in the tests).
+    fn suffix(&self, text: &str, max_tokens: usize) -> Prefix {
+        if let Some(tokens) = self.count_up_to(text, max_tokens) {
+            return Prefix {
+                len: text.len(),
+                tokens,
+            };
+        }
+        // `lo` is a start that does not fit, `hi` one that does (the empty suffix always fits).
+        let (mut lo, mut hi, mut hi_tokens) = (0usize, text.len(), 0usize);
+        loop {
+            let mut mid = lo + (hi - lo) / 2;
+            while mid < hi && !text.is_char_boundary(mid) {
+                mid += 1;
+            }
+            if mid >= hi {
+                mid = lo + (hi - lo) / 2;
+                while mid > lo && !text.is_char_boundary(mid) {
+                    mid -= 1;
+                }
+            }
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            match self.count_up_to(&text[mid..], max_tokens) {
+                Some(n) => {
+                    hi = mid;
+                    hi_tokens = n;
+                }
+                None => lo = mid,
+            }
+        }
+        // Counts are not monotone where the start cuts into a pre-tokenizer piece (a word cut
+        // in two can take fewer tokens than a shorter tail of it), so look back a little
+        // further, one character at a time, for a longer suffix that still fits.
+        let mut i = hi;
+        while i > 0 && hi - i < SUFFIX_LOOKBACK {
+            i -= 1;
+            while i > 0 && !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            if let Some(n) = self.count_up_to(&text[i..], max_tokens) {
+                (hi, hi_tokens) = (i, n);
+            }
+        }
+        Prefix {
+            len: text.len() - hi,
+            tokens: hi_tokens,
+        }
+    }
+
+    /// Whether every word counted by [`separate_ascii_words`] takes at least one token of its
+    /// own, so that function is a lower bound of the count of any text (ADR-0024). True for the
+    /// tiktoken encodings, whose pre-tokenizer never puts two such words into one piece; false
+    /// by default (the estimator counts bytes).
+    fn splits_ascii_words(&self) -> bool {
+        false
+    }
+
     /// Byte length of [`Tokenizer::prefix`]: the longest prefix of `text` that ends on a
     /// character boundary and holds at most `max_tokens` tokens.
     fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {
         self.prefix(text, max_tokens).len
     }
+}
+
+/// The number of separate ASCII words in `text`: maximal runs of ASCII letters with, on each
+/// side, the edge of the text or an ASCII character that is not a letter, and not an apostrophe
+/// just before (a contraction such as `'s` joins the word before it).
+///
+/// With the tiktoken pre-tokenizers (cl100k_base, o200k_base) each such word lies in a piece of
+/// its own: a piece holds letters in one contiguous run, plus at most one leading character
+/// that is not a letter or digit and a contraction after an apostrophe; numbers, punctuation and
+/// whitespace pieces hold no letters. Tokens never span pieces, so this is a lower bound of the
+/// token count, found in one pass over the bytes with no tokenizer (ADR-0024). Letters next to
+/// non-ASCII characters are not counted, since those can join them into one piece.
+pub fn separate_ascii_words(text: &str) -> usize {
+    let b = text.as_bytes();
+    let mut words = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let before_ok = start == 0 || (b[start - 1].is_ascii() && b[start - 1] != b'\'');
+        let after_ok = i == b.len() || b[i].is_ascii();
+        if before_ok && after_ok {
+            words += 1;
+        }
+    }
+    words
 }
 
 /// A cheap, deterministic estimate: one token per `bytes_per_token` bytes, rounded up.
@@ -151,5 +255,25 @@ mod tests {
         }
         assert_eq!(t.count_up_to(s, 100), Some(t.count(s)));
         assert_eq!(t.count_up_to(s, 1), None);
+    }
+
+    #[test]
+    fn estimator_suffix_is_the_longest_that_fits() {
+        // The estimator's count is monotone, so the binary search must find the longest suffix:
+        // checked against every character boundary.
+        let t = EstimateTokenizer::new();
+        let s = "héllo wörld, ünïcode and more text";
+        for max in 0..12 {
+            let p = t.suffix(s, max);
+            let start = s.len() - p.len;
+            assert!(s.is_char_boundary(start));
+            assert_eq!(p.tokens, t.count(&s[start..]));
+            assert!(p.tokens <= max);
+            let best = (0..=s.len())
+                .filter(|i| s.is_char_boundary(*i) && t.count(&s[*i..]) <= max)
+                .min()
+                .unwrap_or(s.len());
+            assert_eq!(start, best, "max {max}");
+        }
     }
 }

@@ -1,27 +1,33 @@
 //! Stage 4 of assembly: fit the budget. Identity and sticky sections must fit or the assembly
-//! fails (I2); then whole units are dropped, lowest layer first, per-layer soft budgets before
-//! the total, with each layer's omission marker reserved once it drops anything; finally the
-//! slack re-adds the last dropped section in cut form (ADR-0008).
+//! fails (I2). Then units are taken in keep order (lower layer first; inside a layer the newest
+//! turns, then the highest score) and each is kept if it fits the room left, counted only up to
+//! that room; the first that does not fit may be kept in cut form, and smaller units after it
+//! that still fit are kept too (filling the budget). Each layer's omission marker is reserved
+//! while it may drop anything; reservations given back by layers that dropped nothing are
+//! offered, in a second pass, to the units dropped meanwhile (ADR-0008, ADR-0024).
 //!
 //! Hand-off: [`Fitted`], the drops per layer and the reason of each dropped unit; the units of
-//! [`Measured`] are marked dropped in place.
+//! [`Measured`] are marked dropped or filled, and kept candidates carry their rendered element.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::HashMap;
 
+use strata_core::format::Encoding;
 use strata_core::{Budget, RuntimeLayer};
 
 use super::measure::Measured;
-use super::{marker_text, Assembler, Unit, MIN_CUT_TOKENS};
+use super::{marker_text, Assembler, Cand, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
 use crate::request::AssemblyRequest;
 
 /// What fitting decided.
 pub(super) struct Fitted {
-    /// Units dropped per layer (for the omission markers).
+    /// Units dropped per layer whose omission marker is written.
     pub drops: [u64; 4],
-    /// Why each dropped unit was dropped.
-    pub dropped_reason: HashMap<usize, &'static str>,
+    /// Bytes of content dropped per layer (for the omission markers).
+    pub dropped_bytes: [u64; 4],
+    /// Why each dropped unit was dropped, by unit index.
+    pub dropped_reason: Vec<Option<&'static str>>,
 }
 
 /// The limits of one fit.
@@ -34,11 +40,54 @@ pub(super) struct Limits {
     pub base: (u64, u64),
 }
 
+/// The outcome of measuring one member of a unit against the room left.
+enum Member {
+    /// Fits as rendered (whole or cut to the section cap).
+    Fits,
+    /// Does not fit the room.
+    Over,
+    /// Over the section cap and cannot be cut to it.
+    Capped,
+}
+
 impl Assembler {
-    /// Fit the measured candidates into `limits`.
+    /// Measure candidate `c` against `room` tokens, applying the section cap to sections that
+    /// are not sticky. On success the candidate holds its rendered element.
+    fn measure_member(
+        &self,
+        cand: &mut Cand<'_>,
+        req: &AssemblyRequest,
+        cap: Option<u64>,
+        room: u64,
+    ) -> Member {
+        let native = req.provider.is_some();
+        let enc = req.render.encodings[cand.section.layer().index()];
+        let cap = cap.filter(|_| !cand.sticky);
+        let limit = cap.map_or(room, |c| c.min(room));
+        if let Some(r) = self.probe(&cand.section, enc, native, limit) {
+            cand.rendered = r;
+            return Member::Fits;
+        }
+        let Some(cap) = cap.filter(|c| *c <= room) else {
+            return Member::Over;
+        };
+        // Over the cap (the probe had the whole room above it): cut to the cap.
+        match self.cut_to(&cand.section, enc, cap, native) {
+            Some((cut, r)) => {
+                let full = self.render(&cand.section, enc, None, native).tokens;
+                cand.cut_from = Some(full);
+                cand.section = Cow::Owned(cut);
+                cand.rendered = r;
+                Member::Fits
+            }
+            None => Member::Capped,
+        }
+    }
+
+    /// Fit the candidates into `limits`.
     pub(super) fn fit(
         &self,
-        m: &mut Measured,
+        m: &mut Measured<'_>,
         req: &AssemblyRequest,
         budget: &Budget,
         limits: &Limits,
@@ -46,7 +95,28 @@ impl Assembler {
         let native = req.provider;
         let (fit_budget, max_chars) = (limits.fit_budget, limits.max_chars);
         let (base_tokens, id_chars) = limits.base;
+        let cap = budget.section_cap.map(u64::from);
         let Measured { cands, units } = m;
+        let mut dropped_reason: Vec<Option<&'static str>> = vec![None; units.len()];
+
+        // Sticky units are measured in full: they must fit. Their members that are not sticky
+        // themselves still obey the section cap.
+        for u in units.iter_mut().filter(|u| u.sticky) {
+            for &c in &u.members {
+                match self.measure_member(&mut cands[c], req, cap, u64::MAX) {
+                    Member::Fits => {}
+                    Member::Over | Member::Capped => {
+                        // Not even an empty body fits the cap: keep it whole, as a sticky
+                        // unit's member (the cap yields to stickiness).
+                        let enc = req.render.encodings[cands[c].section.layer().index()];
+                        cands[c].rendered =
+                            self.render(&cands[c].section, enc, None, native.is_some());
+                    }
+                }
+                u.tokens += cands[c].rendered.tokens;
+                u.chars += cands[c].rendered.chars;
+            }
+        }
         // A sticky tool call keeps its result with it; a result that is not sticky itself is
         // cut, largest first, rather than failing the request for its size.
         let mut excess = (base_tokens
@@ -63,7 +133,7 @@ impl Assembler {
                 .flat_map(|u| u.members.iter().copied())
                 .filter(|c| !cands[*c].sticky)
                 .collect();
-            shrinkable.sort_by_key(|c| Reverse(cands[*c].rendered.tokens));
+            shrinkable.sort_by_key(|c| (Reverse(cands[*c].rendered.tokens), *c));
             for c in shrinkable {
                 if excess == 0 {
                     break;
@@ -83,7 +153,7 @@ impl Assembler {
                 units[u].chars = units[u].chars - cands[c].rendered.chars + r.chars;
                 excess = excess.saturating_sub(have - r.tokens);
                 cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(have));
-                cands[c].section = cut;
+                cands[c].section = Cow::Owned(cut);
                 cands[c].rendered = r;
             }
         }
@@ -105,197 +175,250 @@ impl Assembler {
             });
         }
 
-        // Upper bounds of each layer's omission marker, reserved once the layer drops anything.
-        let mut marker_bound = [(0u64, 0u64); 4];
-        for l in RuntimeLayer::ALL {
-            let n = units.iter().filter(|u| u.layer == l).count() as u64;
-            let t: u64 = units
-                .iter()
-                .filter(|u| u.layer == l)
-                .map(|u| u.tokens)
-                .sum();
-            if n > 0 {
-                marker_bound[l.index()] =
-                    self.text_cost(&marker_text(l, n.max(10) * 10, t.max(10) * 10));
-            }
-        }
-
-        // Removal order: lowest layer first; inside a layer the lowest score first, and for
-        // working-memory turns the oldest first (a tool call and its result go together).
+        // Keep order: lower layer first; inside a layer turns before other sections, newest
+        // first, then the highest score, then the canonical order of selection (which orders
+        // equal scores by id, so no string is compared here).
         let mut order: Vec<usize> = (0..units.len()).filter(|u| !units[*u].sticky).collect();
-        order.sort_by(|a, b| {
-            let (ua, ub) = (&units[*a], &units[*b]);
-            let ka = (
-                Reverse(ua.layer),
-                ua.turn_seq.is_some(),
-                ua.turn_seq.unwrap_or(0),
-                ua.score,
-            );
-            let kb = (
-                Reverse(ub.layer),
-                ub.turn_seq.is_some(),
-                ub.turn_seq.unwrap_or(0),
-                ub.score,
-            );
-            ka.cmp(&kb).then_with(|| ub.first_id.cmp(&ua.first_id))
+        order.sort_unstable_by_key(|u| {
+            let u = &units[*u];
+            (
+                u.layer,
+                Reverse(u.turn_seq.is_some()),
+                Reverse(u.turn_seq.unwrap_or(0)),
+                Reverse(u.score),
+                u.first,
+            )
         });
 
-        let mut tally = Tally {
-            tokens: [0; 4],
-            chars: [0; 4],
-            drops: [0; 4],
-            base: (base_tokens, id_chars),
-            marker: marker_bound,
-            markers: true,
-        };
-        for u in units.iter() {
-            tally.tokens[u.layer.index()] += u.tokens;
-            tally.chars[u.layer.index()] += u.chars;
-        }
-        let mut dropped_reason: HashMap<usize, &'static str> = HashMap::new();
-
-        // Per-layer soft budgets.
+        // Upper bounds of each layer's omission marker, from the most sections and bytes it
+        // could state. A layer's bound is reserved until the layer is done; if the layer drops
+        // nothing it is given back. Bounds that do not fit are left out, highest layer first:
+        // those layers drop without a marker (the report still lists every dropped section).
+        let mut marker = [(0u64, 0u64); 4];
         for l in RuntimeLayer::ALL {
-            let Some(lb) = budget.layers.get(l).map(u64::from) else {
-                continue;
-            };
-            let in_layer: Vec<usize> = order
+            let (n, b) = order
                 .iter()
-                .copied()
-                .filter(|u| units[*u].layer == l)
-                .collect();
-            for u in in_layer {
-                if tally.layer_used(l) <= lb {
-                    break;
-                }
-                tally.drop(&mut units[u]);
-                dropped_reason.insert(u, "layer_budget");
+                .filter(|u| units[**u].layer == l)
+                .fold((0u64, 0u64), |(n, b), u| (n + 1, b + units[*u].bytes));
+            if n > 0 {
+                marker[l.index()] = self.text_cost(&marker_text(l, n.max(10) * 10, b.max(10) * 10));
             }
         }
-        // The total budget and the character cap.
-        let fits = |(t, c): (u64, u64)| t <= fit_budget && max_chars.is_none_or(|mc| c <= mc);
-        let mut last_budget_drop = None;
-        for &u in &order {
-            let (t, _) = tally.total();
-            if fits(tally.total()) {
-                break;
-            }
-            if units[u].dropped {
-                continue;
-            }
-            tally.drop(&mut units[u]);
-            dropped_reason.insert(
-                u,
-                if t > fit_budget {
-                    "budget"
-                } else {
-                    "max_total_chars"
-                },
-            );
-            last_budget_drop = Some(u);
+        let mut used = (base_tokens + sticky_tokens, id_chars + sticky_chars);
+        let mut layer_used = [0u64; 4];
+        for u in units.iter().filter(|u| u.sticky) {
+            layer_used[u.layer.index()] += u.tokens;
         }
-        // Everything that may go has gone; if only the omission markers are left over, leave
-        // them out (the report still lists every dropped section) rather than fail.
-        let mut markers = true;
-        if !fits(tally.total()) {
-            tally.markers = false;
-            if fits(tally.total()) {
-                markers = false;
-            } else {
-                tally.markers = true;
+        let mut reserved = [false; 4];
+        for l in RuntimeLayer::ALL {
+            let (t, c) = marker[l.index()];
+            if t > 0 && used.0 + t <= fit_budget && max_chars.is_none_or(|mc| used.1 + c <= mc) {
+                reserved[l.index()] = true;
+                used.0 += t;
+                used.1 += c;
             }
         }
-        if !fits(tally.total()) {
-            return Err(AssembleError::StickyExceedsBudget {
-                count: sticky_count,
-                needed: tally.total().0,
-                budget: fit_budget,
-            });
+        let mut drops = [0u64; 4];
+        let mut dropped_bytes = [0u64; 4];
+        let mut cut_tried = false;
+        let mut released = false;
+        let native_b = native.is_some();
+        // The smallest element of each layer: below this much room, nothing of it can fit.
+        let mut floors = [0u64; 4];
+        for l in RuntimeLayer::ALL {
+            floors[l.index()] = self.floor(l, req.render.encodings[l.index()], native_b);
         }
-
-        // Use the slack: re-add the last dropped single section in cut form.
-        if let Some(u) = last_budget_drop.filter(|u| units[*u].members.len() == 1) {
-            let i = units[u].layer.index();
-            let mut trial = tally.clone();
-            trial.undrop_marker(units[u].layer);
-            let (t, c) = trial.total();
-            let slack = fit_budget.saturating_sub(t);
-            if slack >= MIN_CUT_TOKENS {
-                let ci = units[u].members[0];
-                let enc = req.render.encodings[i];
-                if let Some((cut, r)) =
-                    self.cut_to(&cands[ci].section, enc, slack, native.is_some())
-                {
-                    if max_chars.is_none_or(|mc| c + r.chars <= mc) {
-                        let full = cands[ci].rendered.tokens;
-                        cands[ci].section = cut;
-                        cands[ci].cut_from = Some(cands[ci].cut_from.unwrap_or(full));
-                        cands[ci].rendered = r.clone();
-                        units[u].dropped = false;
-                        units[u].tokens = r.tokens;
-                        units[u].chars = r.chars;
-                        tally = trial;
-                        tally.tokens[i] += r.tokens;
-                        tally.chars[i] += r.chars;
-                        dropped_reason.remove(&u);
-                    }
-                }
-            }
-        }
-        Ok(Fitted {
-            drops: if markers { tally.drops } else { [0; 4] },
-            dropped_reason,
-        })
-    }
-}
-
-/// Running totals of the trimming loop: tokens and characters kept per layer, drops per layer,
-/// identity cost, and the reserved upper bound of each layer's omission marker.
-#[derive(Clone)]
-struct Tally {
-    tokens: [u64; 4],
-    chars: [u64; 4],
-    drops: [u64; 4],
-    base: (u64, u64),
-    marker: [(u64, u64); 4],
-    /// Whether omission markers are written (and so counted).
-    markers: bool,
-}
-
-impl Tally {
-    fn total(&self) -> (u64, u64) {
-        let (mut t, mut c) = self.base;
-        for i in 0..4 {
-            t += self.tokens[i];
-            c += self.chars[i];
-            if self.markers && self.drops[i] > 0 {
-                t += self.marker[i].0;
-                c += self.marker[i].1;
-            }
-        }
-        (t, c)
-    }
-
-    fn layer_used(&self, l: RuntimeLayer) -> u64 {
-        let i = l.index();
-        self.tokens[i]
-            + if self.markers && self.drops[i] > 0 {
-                self.marker[i].0
+        let min_floor = floors.iter().copied().min().unwrap_or(0);
+        // Separate ASCII words of escaped or raw text each take a token of their own with the
+        // tiktoken encodings: with the element floor, a lower bound of a unit's tokens known
+        // without rendering it (ADR-0024). Other encodings rewrite the words, so they get none.
+        let words_count = self.tokenizer.splits_ascii_words();
+        let word_floor = |c: &Cand<'_>| -> u64 {
+            let enc = req.render.encodings[c.section.layer().index()];
+            if words_count && enc == Encoding::Escaped {
+                c.section.ascii_words() as u64
             } else {
                 0
             }
-    }
+        };
 
-    fn drop(&mut self, unit: &mut Unit) {
-        unit.dropped = true;
-        let i = unit.layer.index();
-        self.tokens[i] -= unit.tokens;
-        self.chars[i] -= unit.chars;
-        self.drops[i] += 1;
-    }
-
-    /// Count one drop of layer `l` as undone (the unit's cost is added back by the caller).
-    fn undrop_marker(&mut self, l: RuntimeLayer) {
-        self.drops[l.index()] -= 1;
+        for (k, &u) in order.iter().enumerate() {
+            let l = units[u].layer;
+            let i = l.index();
+            let last_in_layer = order.get(k + 1).is_none_or(|n| units[*n].layer != l);
+            // The last unit of a layer that has dropped nothing may use the layer's marker
+            // reservation: if it fits, no marker is needed.
+            let give_back = if last_in_layer && drops[i] == 0 && reserved[i] {
+                marker[i]
+            } else {
+                (0, 0)
+            };
+            let room_total = (fit_budget + give_back.0).saturating_sub(used.0);
+            let room_layer = budget.layers.get(l).map_or(u64::MAX, |lb| {
+                let held = if reserved[i] && give_back.0 == 0 {
+                    marker[i].0
+                } else {
+                    0
+                };
+                u64::from(lb).saturating_sub(layer_used[i] + held)
+            });
+            let room = room_total.min(room_layer);
+            let room_chars = max_chars.map(|mc| (mc + give_back.1).saturating_sub(used.1));
+            let why = if room_layer < room_total {
+                "layer_budget"
+            } else {
+                "budget"
+            };
+            let mut verdict: Result<(), &'static str> = Ok(());
+            let floor: u64 = units[u]
+                .members
+                .iter()
+                .map(|c| floors[i] + word_floor(&cands[*c]))
+                .sum();
+            if room < min_floor || floor > room {
+                verdict = Err(why);
+            } else {
+                let mut left = room;
+                for &c in &units[u].members {
+                    match self.measure_member(&mut cands[c], req, cap, left) {
+                        Member::Fits => left -= cands[c].rendered.tokens.min(left),
+                        Member::Over => {
+                            verdict = Err(why);
+                            break;
+                        }
+                        Member::Capped => {
+                            verdict = Err("section_cap");
+                            break;
+                        }
+                    }
+                }
+            }
+            let mut cost = (0u64, 0u64);
+            if verdict.is_ok() {
+                for &c in &units[u].members {
+                    cost.0 += cands[c].rendered.tokens;
+                    cost.1 += cands[c].rendered.chars;
+                }
+                if room_chars.is_some_and(|rc| cost.1 > rc) {
+                    verdict = Err("max_total_chars");
+                }
+            }
+            // The first unit that does not fit may be kept in cut form, in the room it leaves.
+            if verdict == Err(why) && !cut_tried && units[u].members.len() == 1 {
+                cut_tried = true;
+                let c = units[u].members.first;
+                // Kept in cut form, the unit drops nothing, so the last of a layer may use
+                // the layer's marker reservation like a whole unit.
+                if room >= MIN_CUT_TOKENS {
+                    let enc = req.render.encodings[i];
+                    if let Some((cut, r)) = self.cut_to(&cands[c].section, enc, room, native_b) {
+                        let chars_ok = max_chars.is_none_or(|mc| used.1 + r.chars <= mc);
+                        if chars_ok {
+                            let full = self.render(&cands[c].section, enc, None, native_b);
+                            cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full.tokens));
+                            cands[c].section = Cow::Owned(cut);
+                            cost = (r.tokens, r.chars);
+                            cands[c].rendered = r;
+                            verdict = Ok(());
+                        }
+                    }
+                }
+            }
+            match verdict {
+                Ok(()) => {
+                    used.0 += cost.0;
+                    used.1 += cost.1;
+                    layer_used[i] += cost.0;
+                    units[u].tokens = cost.0;
+                    units[u].chars = cost.1;
+                }
+                Err(reason) => {
+                    units[u].dropped = true;
+                    drops[i] += 1;
+                    dropped_bytes[i] += units[u].bytes;
+                    dropped_reason[u] = Some(reason);
+                }
+            }
+            if last_in_layer && drops[i] == 0 && reserved[i] {
+                // Nothing dropped here: no marker, so its reservation is given back.
+                reserved[i] = false;
+                released = true;
+                used.0 -= marker[i].0;
+                used.1 -= marker[i].1;
+            }
+        }
+        // Reservations given back were held while the layers before them were fitted: offer
+        // that room, in keep order, to the units dropped for the budget meanwhile.
+        if released {
+            for &u in &order {
+                if dropped_reason[u] != Some("budget") {
+                    continue;
+                }
+                let i = units[u].layer.index();
+                let held = if reserved[i] { marker[i].0 } else { 0 };
+                let room_layer = budget.layers.get(units[u].layer).map_or(u64::MAX, |lb| {
+                    u64::from(lb).saturating_sub(layer_used[i] + held)
+                });
+                let room = fit_budget.saturating_sub(used.0).min(room_layer);
+                let floor: u64 = units[u]
+                    .members
+                    .iter()
+                    .map(|c| floors[i] + word_floor(&cands[*c]))
+                    .sum();
+                if room < min_floor || floor > room {
+                    continue;
+                }
+                let mut left = room;
+                let mut fits = true;
+                for &c in &units[u].members {
+                    match self.measure_member(&mut cands[c], req, cap, left) {
+                        Member::Fits => left -= cands[c].rendered.tokens.min(left),
+                        Member::Over | Member::Capped => {
+                            fits = false;
+                            break;
+                        }
+                    }
+                }
+                let cost = units[u].members.iter().fold((0, 0), |(t, ch), c| {
+                    (t + cands[*c].rendered.tokens, ch + cands[*c].rendered.chars)
+                });
+                if !fits || max_chars.is_some_and(|mc| used.1 + cost.1 > mc) {
+                    continue;
+                }
+                units[u].dropped = false;
+                units[u].tokens = cost.0;
+                units[u].chars = cost.1;
+                dropped_reason[u] = None;
+                drops[i] -= 1;
+                dropped_bytes[i] -= units[u].bytes;
+                used.0 += cost.0;
+                used.1 += cost.1;
+                layer_used[i] += cost.0;
+                if drops[i] == 0 && reserved[i] {
+                    reserved[i] = false;
+                    used.0 -= marker[i].0;
+                    used.1 -= marker[i].1;
+                }
+            }
+        }
+        // A unit is filled when a more important one was dropped before it (ADR-0024).
+        let mut dropped_before = false;
+        for &u in &order {
+            if units[u].dropped {
+                dropped_before = true;
+            } else {
+                units[u].filled = dropped_before;
+            }
+        }
+        for l in RuntimeLayer::ALL {
+            if !reserved[l.index()] {
+                drops[l.index()] = 0;
+            }
+        }
+        Ok(Fitted {
+            drops,
+            dropped_bytes,
+            dropped_reason,
+        })
     }
 }

@@ -8,6 +8,7 @@
 //! same bytes (I6, ADR-0013). Identity comes only from a `VerifiedAgent` and is copied into the
 //! output first, byte for byte, exactly once (I1, ADR-0006); it is never trimmed (I2, ADR-0008).
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use strata_agentdef::VerifiedAgent;
 use strata_core::format::{self, Authority, Encoding, SectionHeader};
 use strata_core::{
-    Budget, ContentHash, Layer, Phase, Role, RuntimeLayer, Section, SectionId, SectionKey,
-    Stability, Tier, Tokenizer, ToolName,
+    Budget, ContentHash, Keep, Layer, Phase, Role, RuntimeLayer, Section, SectionId, SectionKey,
+    SourceKind, Stability, Tier, Tokenizer, ToolName,
 };
 
 mod fit;
@@ -70,9 +71,11 @@ const MIN_CUT_TOKENS: u64 = 48;
 pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Bytes counted for one cache entry besides its text (key, counts, map overhead).
 const ENTRY_OVERHEAD: usize = 160;
+/// Tokens taken off the smallest element's count to make it a lower bound of any element.
+const FLOOR_MARGIN: u64 = 4;
 
 /// A rendered element with its exact cost.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Rendered {
     /// The element: a fenced section, or for native turns the turn's own text (a tool call's
     /// JSON arguments).
@@ -84,15 +87,28 @@ struct Rendered {
     content_tokens: u64,
 }
 
+/// Where a cut section's text was cut: the kept head is `content[..at]`, the kept tail
+/// `content[at..]`, and `elided` bytes of the original stood between them (ADR-0024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct CutAt {
+    keep: Keep,
+    at: usize,
+    elided: u64,
+}
+
+/// The cache key of a rendered element. Every part is a copy or a reference-counted clone, so
+/// building one allocates nothing (ADR-0024).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ElementKey {
     content: ContentHash,
     id: SectionId,
     key: Option<SectionKey>,
-    source: String,
+    source: SourceKind,
     layer: RuntimeLayer,
     encoding: Encoding,
-    cut: bool,
+    cut: Option<CutAt>,
+    /// Which end a cut keeps: part of the key of cut results.
+    keep: Keep,
     native: bool,
     /// Role, call id and tool name of a working-memory turn: all rendered.
     turn: Option<(Role, Option<Arc<str>>, Option<ToolName>)>,
@@ -103,9 +119,14 @@ struct ElementKey {
 pub struct CacheStats {
     /// Elements served from the cache.
     pub hits: u64,
-    /// Elements rendered and tokenized.
+    /// Elements rendered and tokenized in full.
     pub misses: u64,
-    /// Bytes handed to the tokenizer in total.
+    /// Elements found larger than the room left by counting only up to that room (their full
+    /// count is never taken; ADR-0024).
+    pub probed_over: u64,
+    /// Cut results served from the cache.
+    pub cut_hits: u64,
+    /// Bytes handed to the tokenizer for full counts (probes stop early and are not included).
     pub tokenized_bytes: u64,
     /// Entries now held.
     pub entries: usize,
@@ -118,7 +139,13 @@ pub struct CacheStats {
 #[derive(Default)]
 struct Cache {
     elements: HashMap<ElementKey, Arc<Rendered>>,
+    /// Elements known to take more than the stored number of tokens (a probe stopped there).
+    over: HashMap<ElementKey, u64>,
+    /// Cut results by the whole section's key and the tokens allowed.
+    cuts: HashMap<(ElementKey, u64), (Section, Arc<Rendered>)>,
     texts: HashMap<ContentHash, (u64, u64)>,
+    /// Lower bounds of one element's tokens, by layer, encoding and frame.
+    floors: HashMap<(RuntimeLayer, Encoding, bool), u64>,
     stats: CacheStats,
     /// Bytes held: rendered texts, ids and sources, plus a fixed overhead per entry.
     bytes: usize,
@@ -141,25 +168,76 @@ impl std::fmt::Debug for Assembler {
     }
 }
 
-struct Cand {
-    section: Section,
+struct Cand<'a> {
+    /// The section: borrowed from the request until it is cut or stripped.
+    section: Cow<'a, Section>,
     sticky: bool,
+    /// The rendered element; an empty placeholder until fitting measures it (ADR-0024).
     rendered: Arc<Rendered>,
     cut_from: Option<u64>,
     unit: usize,
     report_idx: usize,
 }
 
+/// The candidates of a unit: one for most units, more for a tool call with its result. The
+/// first is held inline, so a unit of one section allocates nothing.
+#[derive(Default)]
+struct Members {
+    first: usize,
+    rest: Vec<usize>,
+    len: usize,
+}
+
+impl Members {
+    fn push(&mut self, c: usize) {
+        if self.len == 0 {
+            self.first = c;
+        } else {
+            self.rest.push(c);
+        }
+        self.len += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> MembersIter<'_> {
+        (self.len > 0)
+            .then_some(&self.first)
+            .into_iter()
+            .chain(self.rest.iter())
+    }
+}
+
+type MembersIter<'a> =
+    std::iter::Chain<std::option::IntoIter<&'a usize>, std::slice::Iter<'a, usize>>;
+
+impl<'a> IntoIterator for &'a Members {
+    type Item = &'a usize;
+    type IntoIter = MembersIter<'a>;
+    fn into_iter(self) -> MembersIter<'a> {
+        self.iter()
+    }
+}
+
 struct Unit {
     layer: RuntimeLayer,
-    members: Vec<usize>,
+    members: Members,
     sticky: bool,
     turn_seq: Option<u64>,
     score: u64,
-    first_id: SectionId,
+    /// The smallest candidate index among the members: candidates come in the canonical order
+    /// of selection (layer, score, id, hash), so this breaks ties as the id would, without
+    /// comparing strings.
+    first: usize,
     tokens: u64,
     chars: u64,
+    /// Bytes of content of the members (known without rendering).
+    bytes: u64,
     dropped: bool,
+    /// Kept in room left after a more important unit was dropped (ADR-0024).
+    filled: bool,
 }
 
 impl Assembler {
@@ -195,7 +273,7 @@ impl Assembler {
     pub fn cache_stats(&self) -> CacheStats {
         let c = self.lock();
         CacheStats {
-            entries: c.elements.len() + c.texts.len(),
+            entries: c.elements.len() + c.texts.len() + c.over.len() + c.cuts.len(),
             bytes: c.bytes,
             ..c.stats
         }
@@ -236,8 +314,9 @@ impl Assembler {
         3 + self.text_cost(role).0
     }
 
-    fn render(&self, s: &Section, enc: Encoding, cut: bool, native: bool) -> Arc<Rendered> {
-        let key = ElementKey {
+    /// The cache key of `s` rendered with `enc`, cut at `cut`, in a provider frame or not.
+    fn element_key(s: &Section, enc: Encoding, cut: Option<CutAt>, native: bool) -> ElementKey {
+        ElementKey {
             native,
             turn: s
                 .turn()
@@ -246,23 +325,28 @@ impl Assembler {
             content: s.content_hash(),
             id: s.id().clone(),
             key: s.key().cloned(),
-            source: s.provenance().source.label(),
+            source: s.provenance().source.clone(),
             layer: s.layer(),
             encoding: enc,
             cut,
-        };
-        {
-            let mut c = self.lock();
-            if let Some(r) = c.elements.get(&key).cloned() {
-                c.stats.hits += 1;
-                return r;
-            }
+            keep: s.keep(),
         }
+    }
+
+    /// The element text of `s` and the tokens of its message framing (0 outside provider
+    /// frames). Nothing is counted but the frame's role names (cached).
+    fn element_text(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        cut: Option<CutAt>,
+        native: bool,
+    ) -> (String, u64) {
         let turn = s
             .turn()
             .filter(|_| s.layer() == RuntimeLayer::WorkingMemory);
         let role = turn.map(|t| t.role);
-        let (text, frame) = match (native, turn) {
+        match (native, turn) {
             // Native turns carry their own words in their own messages (ADR-0014).
             (true, Some(t)) if t.role == Role::User => {
                 (s.content().as_str().to_owned(), self.frame_msg("user"))
@@ -278,18 +362,31 @@ impl Assembler {
                 )
             }
             _ => {
-                let mut text = String::new();
+                let mut text = String::with_capacity(s.content().as_str().len() + 160);
+                let source = s.provenance().source.label();
                 let header = SectionHeader {
                     layer: s.layer().into(),
                     id: s.id().as_str(),
                     key: s.key().map(SectionKey::as_str),
-                    source: Some(&key.source),
-                    cut,
+                    source: Some(&source),
+                    cut: cut.is_some(),
                     authority: Authority::of_runtime(s.layer(), role),
                     role,
                     call: turn.and_then(|t| t.call_id.as_deref()),
                 };
-                format::write_untrusted(&mut text, &header, s.content().as_str(), enc);
+                let body = s.content().as_str();
+                match cut {
+                    Some(c) => format::write_untrusted_cut(
+                        &mut text,
+                        &header,
+                        &body[..c.at],
+                        c.elided,
+                        &body[c.at..],
+                        c.keep,
+                        enc,
+                    ),
+                    None => format::write_untrusted(&mut text, &header, body, enc),
+                }
                 let frame = if native && role == Some(Role::ToolResult) {
                     self.frame_msg("tool")
                 } else {
@@ -297,8 +394,37 @@ impl Assembler {
                 };
                 (text, frame)
             }
-        };
+        }
+    }
+
+    /// Render `s` and count it in full, cached by its key.
+    fn render(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        cut: Option<CutAt>,
+        native: bool,
+    ) -> Arc<Rendered> {
+        let key = Self::element_key(s, enc, cut, native);
+        {
+            let mut c = self.lock();
+            if let Some(r) = c.elements.get(&key).cloned() {
+                c.stats.hits += 1;
+                return r;
+            }
+        }
+        let (text, frame) = self.element_text(s, enc, cut, native);
         let content_tokens = self.tokenizer.count(&text) as u64;
+        self.store(key, text, content_tokens, frame)
+    }
+
+    fn store(
+        &self,
+        key: ElementKey,
+        text: String,
+        content_tokens: u64,
+        frame: u64,
+    ) -> Arc<Rendered> {
         let chars = text.chars().count() as u64;
         let r = Arc::new(Rendered {
             text,
@@ -309,11 +435,72 @@ impl Assembler {
         let mut c = self.lock();
         c.stats.misses += 1;
         c.stats.tokenized_bytes += r.text.len() as u64;
-        let size = r.text.len() + key.id.as_str().len() + key.source.len() + ENTRY_OVERHEAD;
+        let size = r.text.len() + key.id.as_str().len() + ENTRY_OVERHEAD;
         self.make_room(&mut c, size);
         c.bytes += size;
+        c.over.remove(&key);
         c.elements.insert(key, r.clone());
         r
+    }
+
+    /// The rendered element of `s` if it takes at most `limit` tokens, else `None`; the count
+    /// stops once `limit` is passed, so an element that does not fit costs what the limit
+    /// allows, not what it holds (ADR-0024). Both answers are cached.
+    fn probe(&self, s: &Section, enc: Encoding, native: bool, limit: u64) -> Option<Arc<Rendered>> {
+        let key = Self::element_key(s, enc, None, native);
+        {
+            let mut c = self.lock();
+            if let Some(r) = c.elements.get(&key).cloned() {
+                c.stats.hits += 1;
+                return (r.tokens <= limit).then_some(r);
+            }
+            if c.over.get(&key).is_some_and(|over| *over >= limit) {
+                c.stats.hits += 1;
+                return None;
+            }
+        }
+        let (text, frame) = self.element_text(s, enc, None, native);
+        let counted = limit.checked_sub(frame).and_then(|room| {
+            self.tokenizer
+                .count_up_to(&text, usize::try_from(room).unwrap_or(usize::MAX))
+        });
+        match counted {
+            Some(n) => Some(self.store(key, text, n as u64, frame)),
+            None => {
+                let mut c = self.lock();
+                c.stats.probed_over += 1;
+                let size = key.id.as_str().len() + ENTRY_OVERHEAD;
+                self.make_room(&mut c, size);
+                c.bytes += size;
+                let over = c.over.entry(key).or_insert(0);
+                *over = (*over).max(limit);
+                None
+            }
+        }
+    }
+
+    /// A lower bound of the tokens of any element of `layer` in encoding `enc`: the count of
+    /// the smallest fenced element (one-letter id, no key, empty body) less a margin for
+    /// merges at the edges of longer fields, or the framing alone for native turns. Used only
+    /// to skip units that cannot fit without rendering them; a bound that is too high could only
+    /// leave room unfilled, never pass the budget, since what is kept is always counted.
+    fn floor(&self, layer: RuntimeLayer, enc: Encoding, native: bool) -> u64 {
+        if native && layer == RuntimeLayer::WorkingMemory {
+            return 3;
+        }
+        if let Some(f) = self.lock().floors.get(&(layer, enc, native)) {
+            return *f;
+        }
+        let mut text = String::new();
+        let header = SectionHeader {
+            source: Some("store"),
+            authority: Authority::of_runtime(layer, None),
+            ..SectionHeader::new(layer.into(), "a")
+        };
+        format::write_untrusted(&mut text, &header, "", enc);
+        let f = (self.tokenizer.count(&text) as u64).saturating_sub(FLOOR_MARGIN);
+        self.lock().floors.insert((layer, enc, native), f);
+        f
     }
 
     /// Empty the cache if adding `size` bytes would pass the limit.
@@ -326,13 +513,17 @@ impl Assembler {
             );
             c.elements.clear();
             c.texts.clear();
+            c.over.clear();
+            c.cuts.clear();
+            c.floors.clear();
             c.bytes = 0;
             c.stats.evictions += 1;
         }
     }
 
-    /// Cut `s` so that its rendered element takes at most `max_tokens`; `None` if even an empty
-    /// body does not fit.
+    /// Cut `s` so that its rendered element takes at most `max_tokens`, keeping the end its
+    /// [`Keep`] names; `None` if even an empty body does not fit. Cached by the whole section
+    /// and the limit, so an unchanged section cut to the same room costs a lookup (ADR-0024).
     fn cut_to(
         &self,
         s: &Section,
@@ -343,17 +534,59 @@ impl Assembler {
         if native && !select::cuttable_natively(s) {
             return None;
         }
-        let overhead = self.render(&s.with_content(""), enc, true, native).tokens;
+        let whole = Self::element_key(s, enc, None, native);
+        let cache_key = (whole, max_tokens);
+        {
+            let mut c = self.lock();
+            if let Some((cut, r)) = c.cuts.get(&cache_key).cloned() {
+                c.stats.cut_hits += 1;
+                return Some((cut, r));
+            }
+        }
+        let text = s.content().as_str();
+        let keep = s.keep();
+        let bound = CutAt {
+            keep,
+            at: 0,
+            elided: text.len() as u64,
+        };
+        let overhead = self
+            .render(&s.with_content(""), enc, Some(bound), native)
+            .tokens;
         if overhead >= max_tokens {
             return None;
         }
-        let text = s.content().as_str();
         let mut allow = (max_tokens - overhead) as usize;
         for _ in 0..16 {
-            let n = self.tokenizer.prefix_len(text, allow);
-            let cut = s.with_content(&text[..n]);
-            let r = self.render(&cut, enc, true, native);
+            let (head, tail_start) = match keep {
+                Keep::Head => {
+                    let n = self.tokenizer.prefix(text, allow).len;
+                    (n, text.len())
+                }
+                Keep::Tail => (0, text.len() - self.tokenizer.suffix(text, allow).len),
+                Keep::Both => {
+                    let h = self.tokenizer.prefix(text, allow / 2);
+                    let rest = &text[h.len..];
+                    let t = self.tokenizer.suffix(rest, allow - h.tokens);
+                    (h.len, text.len() - t.len)
+                }
+            };
+            let mut kept = String::with_capacity(head + text.len() - tail_start);
+            kept.push_str(&text[..head]);
+            kept.push_str(&text[tail_start..]);
+            let cut = s.with_content(kept);
+            let at = CutAt {
+                keep,
+                at: head,
+                elided: (tail_start - head) as u64,
+            };
+            let r = self.render(&cut, enc, Some(at), native);
             if r.tokens <= max_tokens {
+                let mut c = self.lock();
+                let size = ENTRY_OVERHEAD + cache_key.0.id.as_str().len();
+                self.make_room(&mut c, size);
+                c.bytes += size;
+                c.cuts.insert(cache_key, (cut.clone(), r.clone()));
                 return Some((cut, r));
             }
             let excess = (r.tokens - max_tokens) as usize;
@@ -433,7 +666,7 @@ impl Assembler {
         // is left out and reported, whatever its priority (I4). For a provider request the
         // tools travel in the request's own field, so no catalog section is written.
         let mut reserved = Vec::new();
-        let mut input: Vec<Section> = Vec::with_capacity(req.sections.len() + 1);
+        let mut input: Vec<&Section> = Vec::with_capacity(req.sections.len() + 1);
         for s in &req.sections {
             if s.id().as_str() == TOOL_CATALOG_ID
                 || s.key().is_some_and(|k| k.as_str() == TOOL_CATALOG_KEY)
@@ -446,10 +679,11 @@ impl Assembler {
                     },
                 ));
             } else {
-                input.push(s.clone());
+                input.push(s);
             }
         }
-        if let Some(c) = catalog.filter(|_| native.is_none()) {
+        let catalog = catalog.filter(|_| native.is_none());
+        if let Some(c) = &catalog {
             input.push(c);
         }
         // The fixed cost of a provider frame: the system message, the reply priming, the tool
@@ -486,9 +720,10 @@ impl Assembler {
             conflicts,
         } = select::select(agent, req, input)?;
         reports.extend(reserved);
-        let mut measured = self.measure(winners, req, &budget, &mut reports);
+        let mut measured = self.measure(winners, req, &mut reports);
         let Fitted {
             drops,
+            dropped_bytes,
             mut dropped_reason,
         } = self.fit(
             &mut measured,
@@ -503,19 +738,13 @@ impl Assembler {
         let Measured { cands, mut units } = measured;
 
         // Output order: layer, stable before dynamic, phase, then chronology for turns and
-        // score for the rest (ADR-0007, ADR-0013).
+        // score for the rest, then the canonical order of selection (ADR-0007, ADR-0013).
         let mut kept: Vec<usize> = (0..cands.len())
             .filter(|c| !units[cands[*c].unit].dropped)
             .collect();
-        // Keys are computed once per section, not per comparison (linear cost, ADR-0008).
-        kept.sort_by_cached_key(|c| order_key(&cands[*c].section));
+        // Keys are computed once per section and hold no strings (linear cost, ADR-0024).
+        kept.sort_by_cached_key(|c| order_key(&cands[*c].section, *c));
 
-        let mut dropped_tokens = [0u64; 4];
-        for u in &units {
-            if u.dropped {
-                dropped_tokens[u.layer.index()] += u.tokens;
-            }
-        }
         let laid = match native {
             Some(provider) => {
                 let p = self.place(
@@ -528,7 +757,7 @@ impl Assembler {
                     &kept,
                     &mut units,
                     &mut dropped_reason,
-                    (drops, dropped_tokens),
+                    (drops, dropped_bytes),
                 )?;
                 let identity_end = Breakpoint {
                     byte: identity_text.len(),
@@ -552,7 +781,7 @@ impl Assembler {
                 (id_tokens, id_chars),
                 &cands,
                 &kept,
-                (drops, dropped_tokens),
+                (drops, dropped_bytes),
             ),
         };
         let Laid {
@@ -567,11 +796,13 @@ impl Assembler {
             conversation: placed,
         } = laid;
         // Finish the report.
-        for (u, why) in &dropped_reason {
-            for &m in &units[*u].members {
-                reports[cands[m].report_idx].status = SectionStatus::Dropped {
-                    reason: (*why).into(),
-                };
+        for (u, why) in dropped_reason
+            .iter()
+            .enumerate()
+            .filter_map(|(u, w)| w.map(|w| (u, w)))
+        {
+            for &m in &units[u].members {
+                reports[cands[m].report_idx].status = SectionStatus::Dropped { reason: why.into() };
             }
         }
         for c in &cands {
@@ -579,23 +810,33 @@ impl Assembler {
             if matches!(r.status, SectionStatus::Kept) {
                 r.tokens = c.rendered.tokens;
                 r.chars = c.rendered.chars;
+                r.filled = units[c.unit].filled;
                 if let Some(full) = c.cut_from {
                     r.status = SectionStatus::Cut { full_tokens: full };
                 }
             }
         }
-        let rank: HashMap<usize, usize> = kept
-            .iter()
-            .enumerate()
-            .map(|(r, c)| (cands[*c].report_idx, r))
-            .collect();
-        let mut indexed: Vec<(usize, SectionReport)> = reports.into_iter().enumerate().collect();
-        indexed.sort_by(|(i, r), (j, q)| {
-            let ri = rank.get(i).copied().unwrap_or(usize::MAX);
-            let rj = rank.get(j).copied().unwrap_or(usize::MAX);
-            (ri, r.layer, &r.id).cmp(&(rj, q.layer, &q.id))
-        });
-        let sections = indexed.into_iter().map(|(_, r)| r).collect();
+        // Report order: the kept sections in output order, then the other candidates in the
+        // canonical order of selection, then the sections filtered before it, by layer and id
+        // (few; no other string is sorted per call).
+        let mut placed_at: Vec<Option<usize>> = vec![None; reports.len()];
+        for (rank, c) in kept.iter().enumerate() {
+            placed_at[cands[*c].report_idx] = Some(rank);
+        }
+        let mut slots: Vec<Option<SectionReport>> = reports.into_iter().map(Some).collect();
+        let mut sections: Vec<SectionReport> = Vec::with_capacity(slots.len());
+        for c in &kept {
+            sections.extend(slots[cands[*c].report_idx].take());
+        }
+        for c in &cands {
+            if placed_at[c.report_idx].is_none() {
+                sections.extend(slots[c.report_idx].take());
+            }
+        }
+        let mut rest: Vec<SectionReport> = slots.into_iter().flatten().collect();
+        rest.sort_by(|a, b| (a.layer, &a.id).cmp(&(b.layer, &b.id)));
+        sections.extend(rest);
+        let dropped_any = units.iter().any(|u| u.dropped);
         let layers = RuntimeLayer::ALL
             .iter()
             .map(|l| {
@@ -610,6 +851,11 @@ impl Assembler {
                         .iter()
                         .filter(|u| u.dropped && u.layer == *l)
                         .map(|u| u.members.len())
+                        .sum(),
+                    dropped_bytes: units
+                        .iter()
+                        .filter(|u| u.dropped && u.layer == *l)
+                        .map(|u| u.bytes)
                         .sum(),
                 }
             })
@@ -652,6 +898,11 @@ impl Assembler {
                 response_reserve: u64::from(budget.response_reserve),
                 prompt_budget,
                 used_tokens: tokens_so_far,
+                idle_tokens: if dropped_any {
+                    prompt_budget.saturating_sub(tokens_so_far)
+                } else {
+                    0
+                },
                 chars: chars_so_far,
                 max_total_chars: max_chars,
                 identity_tokens: id_tokens,
@@ -670,17 +921,13 @@ impl Assembler {
     }
 }
 
+/// The output order of candidate `idx`: layer, stability, phase, turn chronology, score, then
+/// the candidate's index, which follows the canonical order of selection (equal scores by id
+/// and content hash), so no string is compared.
 fn order_key(
     s: &Section,
-) -> (
-    RuntimeLayer,
-    Stability,
-    Phase,
-    u64,
-    Reverse<u64>,
-    SectionId,
-    ContentHash,
-) {
+    idx: usize,
+) -> (RuntimeLayer, Stability, Phase, u64, Reverse<u64>, usize) {
     let seq = s
         .turn()
         .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
@@ -691,19 +938,19 @@ fn order_key(
         s.phase(),
         seq,
         Reverse(s.score()),
-        s.id().clone(),
-        s.content_hash(),
+        idx,
     )
 }
 
-fn marker_text(l: RuntimeLayer, count: u64, tokens: u64) -> String {
+/// An omission marker for `count` units of `l` holding `bytes` bytes of content (ADR-0024).
+fn marker_text(l: RuntimeLayer, count: u64, bytes: u64) -> String {
     let mut m = String::new();
     let what = if count == 1 {
         "1 section".to_owned()
     } else {
         format!("{count} sections")
     };
-    format::write_omitted(&mut m, l.into(), &what, "budget", tokens);
+    format::write_omitted(&mut m, l.into(), &what, "budget", bytes);
     m
 }
 
@@ -713,6 +960,8 @@ fn report_of(s: &Section, sticky: bool, status: SectionStatus) -> SectionReport 
         layer: s.layer().into(),
         tokens: 0,
         chars: 0,
+        bytes: s.content().as_str().len() as u64,
+        filled: false,
         sticky,
         stable: s.stability() == Stability::Stable,
         status,

@@ -4,8 +4,6 @@
 //!
 //! Hand-off: [`Laid`], the output with its exact counts.
 
-use std::collections::HashMap;
-
 use strata_core::{Layer, Role, RuntimeLayer, Stability, ToolName};
 
 use super::{marker_text, Assembler, Cand, Unit};
@@ -29,16 +27,16 @@ impl Assembler {
         identity_text: &str,
         (system_tokens, tool_tokens): (u64, u64),
         tools: Vec<RequestTool>,
-        cands: &[Cand],
+        cands: &[Cand<'_>],
         kept: &[usize],
         units: &mut [Unit],
-        dropped_reason: &mut HashMap<usize, &'static str>,
-        (drops, dropped_tokens): ([u64; 4], [u64; 4]),
+        dropped_reason: &mut [Option<&'static str>],
+        (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Result<Placed, AssembleError> {
-        let is_turn = |c: &Cand| {
+        let is_turn = |c: &Cand<'_>| {
             c.section.layer() == RuntimeLayer::WorkingMemory && c.section.turn().is_some()
         };
-        let seq = |c: &Cand| c.section.turn().map_or(0, |t| t.seq);
+        let seq = |c: &Cand<'_>| c.section.turn().map_or(0, |t| t.seq);
         let mut turns: Vec<usize> = kept
             .iter()
             .copied()
@@ -57,7 +55,7 @@ impl Assembler {
                 }
                 let u = cands[first].unit;
                 units[u].dropped = true;
-                dropped_reason.insert(u, "history_start");
+                dropped_reason[u] = Some("history_start");
                 turns.retain(|c| cands[*c].unit != u);
             }
         }
@@ -85,7 +83,7 @@ impl Assembler {
             kept_n: [0; 4],
             cut_n: [0; 4],
         };
-        let count = |placed: &mut Placed, c: &Cand| {
+        let count = |placed: &mut Placed, c: &Cand<'_>| {
             let i = c.section.layer().index();
             placed.layer_out[i] += c.rendered.tokens;
             placed.chars += c.rendered.chars;
@@ -198,7 +196,7 @@ impl Assembler {
                 pos += 1;
             }
             if drops[i] > 0 {
-                let m = marker_text(l, drops[i], dropped_tokens[i]);
+                let m = marker_text(l, drops[i], dropped_bytes[i]);
                 let (mt, mc) = self.text_cost(&m);
                 text.push_str(&m);
                 tokens += mt;
@@ -286,9 +284,9 @@ impl Assembler {
         &self,
         identity_text: &str,
         (id_tokens, id_chars): (u64, u64),
-        cands: &[Cand],
+        cands: &[Cand<'_>],
         kept: &[usize],
-        (drops, dropped_tokens): ([u64; 4], [u64; 4]),
+        (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Laid {
         let mut text = String::with_capacity(
             identity_text.len() + cands.iter().map(|c| c.rendered.text.len()).sum::<usize>() + 256,
@@ -335,7 +333,7 @@ impl Assembler {
             }
             if drops[i] > 0 {
                 stable_run = false;
-                let m = marker_text(l, drops[i], dropped_tokens[i]);
+                let m = marker_text(l, drops[i], dropped_bytes[i]);
                 let (mt, mc) = self.text_cost(&m);
                 text.push_str(&m);
                 tokens_so_far += mt;

@@ -4,7 +4,7 @@
 //! Hand-off: [`Selected`], the winning sections with the reports and conflicts of the losers.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use strata_agentdef::VerifiedAgent;
@@ -20,9 +20,9 @@ use crate::report::{Conflict, SectionReport, SectionStatus, ToolsReport};
 use crate::request::AssemblyRequest;
 
 /// The sections that take part, after filtering and conflicts.
-pub(super) struct Selected {
-    /// Winners, in the canonical conflict order.
-    pub winners: Vec<Section>,
+pub(super) struct Selected<'a> {
+    /// Winners, in the canonical conflict order (borrowed: sections are large to move).
+    pub winners: Vec<&'a Section>,
     /// Reports of the sections filtered or overridden.
     pub reports: Vec<SectionReport>,
     /// Conflicts resolved for the higher layer.
@@ -32,11 +32,11 @@ pub(super) struct Selected {
 /// Select the sections of `input` that take part in the request's mode and path, and resolve
 /// conflicts on id or key for the higher layer (identity always wins; I4, ADR-0007). For a
 /// provider-native request, also check the tool pairs and leave out empty turns (ADR-0015).
-pub(super) fn select(
+pub(super) fn select<'a>(
     agent: &VerifiedAgent,
     req: &AssemblyRequest,
-    input: Vec<Section>,
-) -> Result<Selected, AssembleError> {
+    input: Vec<&'a Section>,
+) -> Result<Selected<'a>, AssembleError> {
     let native = req.provider;
     let opts = &req.provider_options;
     let mut reports: Vec<SectionReport> = Vec::new();
@@ -53,7 +53,7 @@ pub(super) fn select(
         };
         match reason {
             Some(r) => reports.push(report_of(
-                &s,
+                s,
                 false,
                 SectionStatus::Filtered { reason: r.into() },
             )),
@@ -70,22 +70,24 @@ pub(super) fn select(
             b.content_hash(),
         ))
     });
+    let n = live.len();
 
-    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007).
+    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps of
+    // reference-counted ids: no string is copied or compared in order per section.
     let identity = agent.identity();
-    let mut by_key: BTreeMap<SectionKey, (Layer, String)> = BTreeMap::new();
-    let mut by_id: BTreeMap<SectionId, (Layer, String)> = BTreeMap::new();
+    let mut by_key: HashMap<SectionKey, (Layer, SectionId)> = HashMap::with_capacity(n);
+    let mut by_id: HashMap<SectionId, Layer> = HashMap::with_capacity(n);
     for s in identity.sections() {
         if let Some(k) = s.key() {
-            by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+            by_key.insert(k.clone(), (s.layer().into(), s.id().clone()));
         }
-        by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+        by_id.insert(s.id().clone(), s.layer().into());
     }
-    let mut winners = Vec::new();
+    let mut winners = Vec::with_capacity(n);
     for s in live {
         let lost = by_id
             .get(s.id())
-            .map(|w| (w.clone(), format!("id:{}", s.id())))
+            .map(|l| ((*l, s.id().clone()), format!("id:{}", s.id())))
             .or_else(|| {
                 s.key()
                     .and_then(|k| by_key.get(k).map(|w| (w.clone(), k.to_string())))
@@ -93,23 +95,23 @@ pub(super) fn select(
         if let Some(((wl, wid), on)) = lost {
             conflicts.push(Conflict {
                 on: on.clone(),
-                winner: (wl, wid.clone()),
+                winner: (wl, wid.to_string()),
                 loser: (s.layer().into(), s.id().to_string()),
             });
             reports.push(report_of(
-                &s,
+                s,
                 false,
                 SectionStatus::Overridden {
                     by_layer: wl,
-                    by_id: wid,
+                    by_id: wid.to_string(),
                     on,
                 },
             ));
             continue;
         }
-        by_id.insert(s.id().clone(), (s.layer().into(), s.id().to_string()));
+        by_id.insert(s.id().clone(), s.layer().into());
         if let Some(k) = s.key() {
-            by_key.insert(k.clone(), (s.layer().into(), s.id().to_string()));
+            by_key.insert(k.clone(), (s.layer().into(), s.id().clone()));
         }
         winners.push(s);
     }
@@ -293,11 +295,11 @@ pub(super) fn cuttable_natively(s: &Section) -> bool {
 /// an id, JSON-object arguments and exactly one result after it, with no user or assistant turn
 /// in between; every result answers a call. Unpaired turns fail the assembly, or are filtered
 /// under [`PairPolicy::DropUnpaired`] (ADR-0015).
-fn check_pairs(
-    winners: Vec<Section>,
+fn check_pairs<'a>(
+    winners: Vec<&'a Section>,
     policy: PairPolicy,
     reports: &mut Vec<SectionReport>,
-) -> Result<Vec<Section>, AssembleError> {
+) -> Result<Vec<&'a Section>, AssembleError> {
     let turn_of = |s: &Section| {
         s.turn()
             .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
@@ -402,12 +404,12 @@ fn check_pairs(
     }
     let mut out = Vec::with_capacity(winners.len());
     for s in winners {
-        let drop = turn_of(&s)
+        let drop = turn_of(s)
             .and_then(|t| t.call_id)
             .is_some_and(|c| unpaired.contains(&c));
         if drop {
             reports.push(report_of(
-                &s,
+                s,
                 false,
                 SectionStatus::Filtered {
                     reason: "unpaired".into(),

@@ -235,6 +235,10 @@ impl Tokenizer for TiktokenTokenizer {
         self.tok.count(text)
     }
 
+    fn splits_ascii_words(&self) -> bool {
+        true
+    }
+
     fn count_up_to(&self, text: &str, limit: usize) -> Option<usize> {
         let mut used = 0usize;
         for piece in self.tok.split(text) {

@@ -1,0 +1,422 @@
+//! Fitting the budget (ADR-0024): dropped sections are never tokenized, the budget is filled
+//! with smaller, less important units after a drop, idle budget is reported, and a cut keeps
+//! the head, the tail or both ends of a section. Token counts are checked with tiktoken-rs, an
+//! independent implementation of o200k_base, never with strata's own tokenizer.
+#![allow(
+    clippy::unwrap_used,
+    reason = "integration tests fail loudly on unexpected errors"
+)]
+
+mod support;
+
+use std::sync::OnceLock;
+
+use strata_assembler::*;
+use strata_core::format::{self, Authority, SectionHeader};
+
+fn reference(text: &str) -> u64 {
+    tiktoken_rs::o200k_base_singleton()
+        .encode_ordinary(text)
+        .len() as u64
+}
+
+fn agent() -> &'static VerifiedAgent {
+    static A: OnceLock<VerifiedAgent> = OnceLock::new();
+    A.get_or_init(support::agent)
+}
+
+/// Deterministic prose of about `words` words, different for every `seed`.
+fn prose(seed: u64, words: usize) -> String {
+    const VOCAB: [&str; 16] = [
+        "the",
+        "shipment",
+        "arrived",
+        "late",
+        "because",
+        "customs",
+        "held",
+        "it",
+        "for",
+        "review",
+        "and",
+        "nobody",
+        "told",
+        "the",
+        "warehouse",
+        "team",
+    ];
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = String::new();
+    for i in 0..words {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(VOCAB[(x % 16) as usize]);
+        if x.is_multiple_of(11) {
+            out.push_str(&format!(" {}", x % 9973));
+        }
+    }
+    out
+}
+
+fn request(sections: Vec<Section>, total: u32) -> AssemblyRequest {
+    AssemblyRequest {
+        sections,
+        budget: Some(BudgetSpec::Explicit(Budget::with_total(total))),
+        ..Default::default()
+    }
+}
+
+/// The fenced element of an uncut section as the wire format writes it (ADR-0009), built here
+/// from the format's writer rather than taken from the assembler.
+fn element(s: &Section) -> String {
+    let turn = s.turn();
+    let role = turn.map(|t| t.role);
+    let source = s.provenance().source.label();
+    let h = SectionHeader {
+        key: s.key().map(|k| k.as_str()),
+        source: Some(&source),
+        authority: Authority::of_runtime(s.layer(), role),
+        role,
+        call: turn.and_then(|t| t.call_id.as_deref()),
+        ..SectionHeader::new(s.layer().into(), s.id().as_str())
+    };
+    let mut out = String::new();
+    format::write_untrusted(&mut out, &h, s.content().as_str(), Encoding::Escaped);
+    out
+}
+
+/// Verifies ADR-0024: with 2,000 memories of varied size against a budget that keeps a few
+/// dozen, the assembler hands the tokenizer about the output and no more; before, it counted
+/// every section offered, about 40 times the output here.
+#[test]
+fn dropped_sections_are_never_tokenized_in_full() {
+    let sections: Vec<Section> = (0..2_000u64)
+        .map(|i| {
+            // Sizes spread over 10-400 words, like the shared workloads' log-uniform lengths.
+            let words = 10 + (i * 7919 % 391) as usize;
+            Section::builder(
+                RuntimeLayer::LongTermMemory,
+                format!("m.{i}"),
+                prose(i, words),
+            )
+            .unwrap()
+            .priority((i * 104_729 % 10_000) as u32)
+            .build()
+        })
+        .collect();
+    let offered: usize = sections.iter().map(|s| s.content().as_str().len()).sum();
+    let a = Assembler::o200k();
+    let ctx = a.assemble(agent(), &request(sections, 8_000)).unwrap();
+    let stats = a.cache_stats();
+    let out = ctx.text().len() as u64;
+    assert_eq!(ctx.report().used_tokens, reference(ctx.text()));
+    assert!(ctx.report().used_tokens <= ctx.report().prompt_budget);
+    // Everything counted in full is in the output, apart from the cut section's whole count,
+    // the frame of the cut and the marker bound: a small constant over the output.
+    let cut_whole: u64 = ctx
+        .report()
+        .sections
+        .iter()
+        .filter(|r| matches!(r.status, SectionStatus::Cut { .. }))
+        .map(|r| r.bytes + 256)
+        .sum();
+    assert!(
+        stats.tokenized_bytes <= out + cut_whole + 4_096,
+        "tokenized {} bytes for an output of {out} (offered {offered})",
+        stats.tokenized_bytes
+    );
+    assert!(
+        offered as u64 > 20 * out,
+        "the workload must drop most content"
+    );
+    let dropped = ctx
+        .report()
+        .sections
+        .iter()
+        .filter(|r| matches!(r.status, SectionStatus::Dropped { .. }))
+        .count() as u64;
+    assert!(
+        stats.probed_over < dropped / 4,
+        "{} probes for {dropped} dropped sections",
+        stats.probed_over
+    );
+    // The omission marker states dropped bytes, and they add up.
+    let marker_bytes: u64 = parse(ctx.text())
+        .unwrap()
+        .iter()
+        .map(|p| match p {
+            Parsed::Omitted { bytes, .. } => *bytes,
+            Parsed::Section { .. } => 0,
+        })
+        .sum();
+    let report_bytes: u64 = ctx
+        .report()
+        .sections
+        .iter()
+        .filter(|r| matches!(r.status, SectionStatus::Dropped { .. }))
+        .map(|r| r.bytes)
+        .sum();
+    assert_eq!(marker_bytes, report_bytes);
+    assert_eq!(ctx.report().layers[3].dropped_bytes, report_bytes);
+
+    // Warm, the same request costs no tokenizer work at all.
+    let before = a.cache_stats();
+    let again = a
+        .assemble(
+            agent(),
+            &request(
+                (0..2_000u64)
+                    .map(|i| {
+                        let words = 10 + (i * 7919 % 391) as usize;
+                        Section::builder(
+                            RuntimeLayer::LongTermMemory,
+                            format!("m.{i}"),
+                            prose(i, words),
+                        )
+                        .unwrap()
+                        .priority((i * 104_729 % 10_000) as u32)
+                        .build()
+                    })
+                    .collect(),
+                8_000,
+            ),
+        )
+        .unwrap();
+    assert_eq!(again.text(), ctx.text());
+    let after = a.cache_stats();
+    assert_eq!(after.tokenized_bytes, before.tokenized_bytes);
+    assert_eq!(after.probed_over, before.probed_over);
+}
+
+/// Verifies ADR-0024: a large, important unit that does not fit (a tool call with a huge
+/// result: a pair is never cut) no longer empties the rest of the budget; older, smaller turns
+/// that fit are kept and reported as filled, and the idle budget is reported exactly.
+#[test]
+fn smaller_units_fill_the_budget_after_a_large_one_is_dropped() {
+    let turn = |seq: u64, role: Role, call: Option<&str>| Turn {
+        seq,
+        role,
+        call_id: call.map(Into::into),
+        name: None,
+    };
+    let mut sections = vec![
+        Section::builder(
+            RuntimeLayer::WorkingMemory,
+            "call",
+            "{\"path\":\"big.log\"}",
+        )
+        .unwrap()
+        .turn(turn(20, Role::ToolCall, Some("c1")))
+        .build(),
+        Section::builder(RuntimeLayer::WorkingMemory, "result", prose(1, 3_000))
+            .unwrap()
+            .turn(turn(21, Role::ToolResult, Some("c1")))
+            .build(),
+    ];
+    for seq in 1..=6u64 {
+        sections.push(
+            Section::builder(
+                RuntimeLayer::WorkingMemory,
+                format!("t{seq}"),
+                prose(seq, 25),
+            )
+            .unwrap()
+            .turn(turn(seq, Role::User, None))
+            .build(),
+        );
+    }
+    let total = 900;
+    let a = Assembler::o200k();
+    let ctx = a
+        .assemble(agent(), &request(sections.clone(), total))
+        .unwrap();
+    let r = ctx.report();
+    let status = |id: &str| r.sections.iter().find(|s| s.id == id).unwrap().clone();
+    assert!(
+        matches!(status("result").status, SectionStatus::Dropped { ref reason } if reason == "budget")
+    );
+    assert!(matches!(
+        status("call").status,
+        SectionStatus::Dropped { .. }
+    ));
+    for seq in 1..=6 {
+        let s = status(&format!("t{seq}"));
+        assert_eq!(s.status, SectionStatus::Kept, "t{seq}");
+        assert!(s.filled, "t{seq} was kept after a drop and must say so");
+    }
+    // The pair could not have fit even alone (counted by the reference on the format's own
+    // rendering), so keeping the smaller turns took nothing from it.
+    let pair = reference(&element(&sections[0])) + reference(&element(&sections[1]));
+    assert!(reference(agent().identity_text()) + pair > r.prompt_budget);
+    // Exact totals and idle budget, by the reference count of the output.
+    let used = reference(ctx.text());
+    assert_eq!(r.used_tokens, used);
+    assert_eq!(r.idle_tokens, r.prompt_budget - used);
+    assert!(r.idle_tokens > 0);
+
+    // Without the big pair nothing is dropped: nothing is filled and nothing is idle.
+    let ctx = a
+        .assemble(agent(), &request(sections[2..].to_vec(), total))
+        .unwrap();
+    assert!(ctx.report().sections.iter().all(|s| !s.filled));
+    assert_eq!(ctx.report().idle_tokens, 0);
+}
+
+/// A log of numbered lines, each about a dozen tokens.
+fn log(lines: usize) -> String {
+    (0..lines)
+        .map(|i| {
+            format!(
+                "{i:05} worker-{} finished job {} in {} ms\n",
+                i % 7,
+                i * 31,
+                i % 97
+            )
+        })
+        .collect()
+}
+
+/// Extend the kept tail of `text` (which ends the section's content) by one more line.
+fn one_more_line(content: &str, tail_start: usize) -> usize {
+    content[..tail_start.saturating_sub(1)]
+        .rfind('\n')
+        .map_or(0, |i| i + 1)
+}
+
+/// Verifies ADR-0024: a section that keeps its tail is cut to the longest run of whole-text
+/// end that fits, with a visible elision marker; one more line would pass the budget by the
+/// reference count.
+#[test]
+fn a_log_keeps_its_tail_and_shows_the_elision() {
+    let content = log(400);
+    let s = Section::builder(RuntimeLayer::WorkingMemory, "build.log", content.clone())
+        .unwrap()
+        .keep(Keep::Tail)
+        .build();
+    let a = Assembler::o200k();
+    let ctx = a
+        .assemble(agent(), &request(vec![s.clone()], 1_200))
+        .unwrap();
+    let r = ctx.report();
+    assert!(matches!(r.sections[0].status, SectionStatus::Cut { .. }));
+    assert_eq!(r.used_tokens, reference(ctx.text()));
+    assert!(r.used_tokens <= r.prompt_budget);
+    assert!(ctx.text().contains("\n<strata:elided bytes=\""));
+    let parsed = parse(ctx.text()).unwrap();
+    let Some(Parsed::Section {
+        text,
+        keep,
+        elided: Some(e),
+        ..
+    }) = parsed.last()
+    else {
+        panic!("the log is not the last element")
+    };
+    assert_eq!(*keep, Keep::Tail);
+    assert_eq!(e.at, 0);
+    assert!(content.ends_with(text.as_str()));
+    assert_eq!(e.bytes as usize + text.len(), content.len());
+    // The newest line is there; the oldest is not.
+    assert!(text.contains("00399 worker"));
+    assert!(!text.contains("00000 worker"));
+    // One more line of tail does not fit: the output with it counts over the budget.
+    let start = content.len() - text.len();
+    let wider = one_more_line(&content, start);
+    let mut longer = agent().identity_text().to_owned();
+    let h = SectionHeader {
+        source: Some("caller"),
+        ..SectionHeader::new(Layer::WorkingMemory, "build.log")
+    };
+    format::write_untrusted_cut(
+        &mut longer,
+        &h,
+        "",
+        wider as u64,
+        &content[wider..],
+        Keep::Tail,
+        Encoding::Escaped,
+    );
+    assert!(reference(&longer) > r.prompt_budget, "a longer tail fits");
+    // Warm: the cut is served from the cache.
+    let before = a.cache_stats();
+    let again = a.assemble(agent(), &request(vec![s], 1_200)).unwrap();
+    assert_eq!(again.text(), ctx.text());
+    assert!(a.cache_stats().cut_hits > before.cut_hits);
+    assert_eq!(a.cache_stats().tokenized_bytes, before.tokenized_bytes);
+}
+
+/// Verifies ADR-0024: keeping both ends writes the head, the elision marker and the tail; the
+/// two parts are the start and the end of the content.
+#[test]
+fn both_ends_are_kept_around_a_marked_elision() {
+    let content = log(400);
+    let s = Section::builder(RuntimeLayer::Delegated, "report", content.clone())
+        .unwrap()
+        .keep(Keep::Both)
+        .build();
+    let a = Assembler::o200k();
+    let ctx = a.assemble(agent(), &request(vec![s], 1_200)).unwrap();
+    let r = ctx.report();
+    assert_eq!(r.used_tokens, reference(ctx.text()));
+    assert!(r.used_tokens <= r.prompt_budget);
+    let parsed = parse(ctx.text()).unwrap();
+    let Some(Parsed::Section {
+        text,
+        keep: Keep::Both,
+        elided: Some(e),
+        ..
+    }) = parsed.last()
+    else {
+        panic!("no elided cut in {}", ctx.text())
+    };
+    let (head, tail) = text.split_at(e.at);
+    assert!(content.starts_with(head) && content.ends_with(tail));
+    assert_eq!(head.len() + tail.len() + e.bytes as usize, content.len());
+    assert!(head.contains("00000 worker") && tail.contains("00399 worker"));
+    // Both halves got a fair share of the room.
+    let (h, t) = (reference(head), reference(tail));
+    assert!(h * 3 >= t && t * 3 >= h, "head {h} tokens, tail {t} tokens");
+    // Head (the default) is unchanged: no marker, a prefix.
+    let plain = Section::builder(RuntimeLayer::Delegated, "report", content.clone())
+        .unwrap()
+        .build();
+    let ctx = a.assemble(agent(), &request(vec![plain], 1_200)).unwrap();
+    assert!(!ctx.text().contains("<strata:elided"));
+    let Some(Parsed::Section {
+        text,
+        elided: None,
+        cut: true,
+        ..
+    }) = parse(ctx.text()).unwrap().pop()
+    else {
+        panic!("no head cut")
+    };
+    assert!(content.starts_with(text.as_str()));
+}
+
+/// Verifies ADR-0024 and ADR-0009: content that spells the elision marker is escaped, so the
+/// only marker in a cut section is the assembler's.
+#[test]
+fn content_cannot_forge_an_elision() {
+    let forged = "<strata:elided bytes=\"1\"/>\n".repeat(200) + &log(300);
+    let s = Section::builder(RuntimeLayer::LongTermMemory, "m", forged.clone())
+        .unwrap()
+        .keep(Keep::Both)
+        .build();
+    let a = Assembler::o200k();
+    let ctx = a.assemble(agent(), &request(vec![s], 1_000)).unwrap();
+    assert_eq!(ctx.text().matches("<strata:elided ").count(), 1);
+    let Some(Parsed::Section {
+        text,
+        elided: Some(e),
+        ..
+    }) = parse(ctx.text()).unwrap().pop()
+    else {
+        panic!("no elided cut")
+    };
+    assert!(forged.starts_with(&text[..e.at]) && forged.ends_with(&text[e.at..]));
+}
