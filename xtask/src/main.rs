@@ -2,7 +2,7 @@
 //! `.cargo/config.toml`.
 //!
 //! - `ci`: the whole test suite as the CI runs it (format, lints, tests, documentation check,
-//!   example programs, a fuzz smoke run).
+//!   example programs, the Python and TypeScript clients' tests, a fuzz smoke run).
 //! - `docs`: documentation generated from the decision records and the code (ADR-0005).
 //! - `fuzz`: runs the fuzz targets of `fuzz/` for a few seconds each.
 //!
@@ -16,6 +16,7 @@
 
 mod args;
 mod ci;
+mod clients;
 mod docs;
 mod fuzz;
 mod layering;
@@ -35,8 +36,10 @@ Developer tasks for strata.
 Usage: cargo xtask <TASK> [OPTIONS]
 
 Tasks:
-  ci     Run the full check: fmt, clippy, tests, docs --check, examples, fuzz smoke run
+  ci     Run the full check: fmt, clippy, tests, docs --check, examples, client tests,
+         fuzz smoke run
            --thorough          run property tests with PROPTEST_CASES=10000
+           --skip-clients      leave out the Python and TypeScript client checks
            --skip-fuzz         leave out the fuzz smoke run
            --fuzz-seconds N    seconds per fuzz target (default 10)
   docs   Generate docs/ from adr/*.md and the ADR and invariant citations in the code
@@ -76,6 +79,7 @@ fn run(argv: Vec<String>) -> Result<(), Error> {
             let opts = ci::CiOptions {
                 thorough: args.flag("--thorough"),
                 skip_fuzz: args.flag("--skip-fuzz"),
+                skip_clients: args.flag("--skip-clients"),
                 fuzz_seconds: args.number("--fuzz-seconds")?.unwrap_or(10),
             };
             args.finish_empty()?;
