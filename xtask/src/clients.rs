@@ -1,6 +1,7 @@
-//! The client packages' checks in `cargo xtask ci`: the Python client's `mypy --strict` and
-//! pytest suite, and the TypeScript client's build and `node --test` suite, each against a real
-//! `strata serve` started by the tests from the freshly built binary (`STRATA_BIN`).
+//! The client packages' checks in `cargo xtask ci` (ADR-0028): the Python client's
+//! `mypy --strict` and pytest suite, and the TypeScript client's build and `node --test` suite,
+//! each against a real `strata serve` started by the tests from the freshly built binary
+//! (`STRATA_BIN`).
 //!
 //! The Python interpreter is `$STRATA_SDK_PYTHON` (the virtual environment `.ci/run` fills with
 //! the provider SDKs, the client and its pinned test tools), else `python3`. The TypeScript
@@ -91,6 +92,7 @@ mod tests {
     use super::*;
     use crate::process::describe;
 
+    /// Verifies ADR-0028: the client suites run in their packages against the binary just built.
     #[test]
     fn commands_run_in_the_client_directories_with_the_built_binary() {
         let root = crate::workspace_root();
