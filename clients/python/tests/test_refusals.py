@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from strata_client import (
+    BodyTooLargeError,
     InvalidRequestError,
     StrataClient,
     StrataError,
@@ -83,6 +84,13 @@ def test_invalid_request(client: StrataClient, session_id: str) -> None:
     with pytest.raises(InvalidRequestError) as err:
         client.prepare_turn(session_id, "hello", mode="no-such-mode")
     _refused(err.value, 400, "invalid_request")
+
+
+def test_body_too_large(client: StrataClient, session_id: str) -> None:
+    # The server's default limit is 1 MiB per request body.
+    with pytest.raises(BodyTooLargeError) as err:
+        client.prepare_turn(session_id, "x" * (2 << 20))
+    _refused(err.value, 413, "body_too_large")
 
 
 def test_nothing_listening() -> None:

@@ -3,6 +3,8 @@ session reset and delete, the agent, health and metrics."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import uuid
@@ -11,7 +13,7 @@ import pytest
 
 import scenario
 from strata_client import StrataClient, UnknownSessionError
-from strata_server import MODEL, Server
+from strata_server import DEMO, MODEL, Server
 
 
 def test_tool_using_conversation(client: StrataClient, session_id: str) -> None:
@@ -80,10 +82,16 @@ def test_agent_health_and_metrics(client: StrataClient, server: Server) -> None:
     agent = client.agent()
     assert agent.agent_id == "ada-demo"
     assert agent.version == 1
-    assert re.fullmatch(r"[0-9a-f]{64}", agent.identity_digest.removeprefix("sha256:"))
-    assert agent.signers, "the demo agent has one signer"
+    assert re.fullmatch(r"blake3:[0-9a-f]{64}", agent.identity_digest)
+    # The signed payload and the trusted key, read from the demo files themselves.
+    envelope = json.loads((DEMO / "agent.signed.json").read_text())
+    payload = base64.b64decode(envelope["payload"])
+    assert agent.payload_sha256.removeprefix("sha256:") == hashlib.sha256(payload).hexdigest()
+    trusted = re.findall(r'^id = "([0-9a-f]{64})"', (DEMO / "trust.toml").read_text(), re.M)
+    assert list(agent.signers) == trusted
     assert agent.provider == "anthropic"
     assert agent.model == MODEL
+    assert agent.loaded_at_ms > 1_700_000_000_000
 
     client.prepare_turn(f"metrics-{uuid.uuid4().hex[:8]}", "count me")
     text = client.metrics()

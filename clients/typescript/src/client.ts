@@ -50,7 +50,7 @@ export const OPERATIONS = {
   readyz: op("readyz", "GET", "/readyz", false),
   openapi: op("openapi", "GET", "/openapi.json", false),
   metrics: op("metrics", "GET", "/metrics"),
-  agent: op("get_agent", "GET", "/v1/agent"),
+  agent: op("agent", "GET", "/v1/agent"),
   prepareTurn: op("prepare_turn", "POST", "/v1/sessions/{session_id}/turns"),
   recordReply: op("record_reply", "POST", "/v1/sessions/{session_id}/replies"),
   recordToolResult: op("record_tool_result", "POST", "/v1/sessions/{session_id}/tool-results"),

@@ -9,6 +9,7 @@ export type ErrorCode =
   | "invalid_request"
   | "unknown_session"
   | "not_found"
+  | "method_not_allowed"
   | "body_too_large"
   | "budget"
   | "overloaded"
@@ -54,6 +55,8 @@ export class InvalidRequestError extends StrataError {}
 export class UnknownSessionError extends StrataError {}
 /** `not_found`: no such route. */
 export class NotFoundError extends StrataError {}
+/** `method_not_allowed`: the route exists, but not with this HTTP method. */
+export class MethodNotAllowedError extends StrataError {}
 /** `body_too_large`: the request body is over the server's limit. */
 export class BodyTooLargeError extends StrataError {}
 /** `budget`: the identity and sticky sections do not fit the token budget. */
@@ -75,6 +78,7 @@ export const ERROR_CLASSES: Readonly<Record<ErrorCode, typeof StrataError>> = {
   invalid_request: InvalidRequestError,
   unknown_session: UnknownSessionError,
   not_found: NotFoundError,
+  method_not_allowed: MethodNotAllowedError,
   body_too_large: BodyTooLargeError,
   budget: BudgetError,
   overloaded: OverloadedError,

@@ -19,6 +19,7 @@ import { promisify } from "node:util";
 import OpenAI from "openai";
 
 import {
+  BodyTooLargeError,
   InvalidRequestError,
   StrataClient,
   StrataError,
@@ -268,6 +269,16 @@ describe("refusals", () => {
       InvalidRequestError,
       400,
       "invalid_request",
+    );
+  });
+
+  it("refuses a body over the size limit", async () => {
+    // The server's default limit is 1 MiB per request body.
+    await refusal(
+      client.prepareTurn(`ts-${randomUUID()}`, { message: "x".repeat(2 << 20) }),
+      BodyTooLargeError,
+      413,
+      "body_too_large",
     );
   });
 

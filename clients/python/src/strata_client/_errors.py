@@ -50,6 +50,10 @@ class NotFoundError(StrataError):
     """``not_found``: no such route."""
 
 
+class MethodNotAllowedError(StrataError):
+    """``method_not_allowed``: the route exists, but not with this HTTP method."""
+
+
 class BodyTooLargeError(StrataError):
     """``body_too_large``: the request body is over the server's limit."""
 
@@ -83,6 +87,7 @@ ERROR_CLASSES: Mapping[str, type[StrataError]] = {
     "invalid_request": InvalidRequestError,
     "unknown_session": UnknownSessionError,
     "not_found": NotFoundError,
+    "method_not_allowed": MethodNotAllowedError,
     "body_too_large": BodyTooLargeError,
     "budget": BudgetError,
     "overloaded": OverloadedError,

@@ -48,7 +48,7 @@ OPERATIONS: Mapping[str, Operation] = {
     "readyz": Operation("readyz", "GET", "/readyz", auth=False),
     "openapi": Operation("openapi", "GET", "/openapi.json", auth=False),
     "metrics": Operation("metrics", "GET", "/metrics"),
-    "agent": Operation("get_agent", "GET", "/v1/agent"),
+    "agent": Operation("agent", "GET", "/v1/agent"),
     "prepare_turn": Operation("prepare_turn", "POST", "/v1/sessions/{session_id}/turns"),
     "record_reply": Operation("record_reply", "POST", "/v1/sessions/{session_id}/replies"),
     "record_tool_result": Operation(

@@ -88,29 +88,55 @@ class Status:
 
 
 @dataclass(frozen=True)
+class ReloadInfo:
+    """The outcome of the server's last attempt to reload the agent definition."""
+
+    at_ms: int
+    ok: bool
+    error: str | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> ReloadInfo:
+        return cls(
+            at_ms=_get(data, "at_ms", int),
+            ok=_get(data, "ok", bool),
+            error=_get_optional(data, "error", str),
+        )
+
+
+@dataclass(frozen=True)
 class AgentInfo:
-    """The agent definition the server verified and serves."""
+    """The agent definition the server verified and serves. ``not_before`` and ``not_after``
+    bound its validity window in Unix seconds; ``last_reload`` says whether the last reload
+    (on SIGHUP or a changed file) was verified and swapped in, and why not."""
 
     agent_id: str
     version: int
     identity_digest: str
+    payload_sha256: str
     signers: tuple[str, ...]
-    not_before: str | None
-    not_after: str | None
+    not_before: int | None
+    not_after: int | None
     provider: str
     model: str
+    loaded_at_ms: int
+    last_reload: ReloadInfo | None
 
     @classmethod
     def from_json(cls, data: Any) -> AgentInfo:
+        reload = _get_optional(data, "last_reload", dict)
         return cls(
             agent_id=_get(data, "agent_id", str),
             version=_get(data, "version", int),
             identity_digest=_get(data, "identity_digest", str),
+            payload_sha256=_get(data, "payload_sha256", str),
             signers=_str_list(data, "signers"),
-            not_before=_get_optional(data, "not_before", str),
-            not_after=_get_optional(data, "not_after", str),
+            not_before=_get_optional(data, "not_before", int),
+            not_after=_get_optional(data, "not_after", int),
             provider=_get(data, "provider", str),
             model=_get(data, "model", str),
+            loaded_at_ms=_get(data, "loaded_at_ms", int),
+            last_reload=None if reload is None else ReloadInfo.from_json(reload),
         )
 
 
