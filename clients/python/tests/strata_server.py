@@ -25,7 +25,7 @@ TOKEN = "client-tests-token-0123456789abcdef"
 HASHED_TOKEN = "client-tests-hashed-token-fedcba9876543210"
 """Accepted: the token file holds only its SHA-256 (`sha256:<hex>`)."""
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-5-5"
 START_TIMEOUT = 120.0
 
 

@@ -30,7 +30,7 @@ CANNED = {
     "id": "msg_01canned",
     "type": "message",
     "role": "assistant",
-    "model": "claude-sonnet-4-5",
+    "model": "claude-sonnet-5-5",
     "content": [
         {"type": "text", "text": "Let me read the notes."},
         {"type": "tool_use", "id": "toolu_canned", "name": "file_read", "input": {"path": "notes.txt"}},

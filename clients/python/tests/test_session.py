@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 import scenario
-from strata_client import StrataClient, UnknownSessionError
+from strata_client import InvalidRequestError, StrataClient, UnknownSessionError
 from strata_server import DEMO, MODEL, Server
 
 
@@ -35,12 +35,16 @@ def test_tool_using_conversation(client: StrataClient, session_id: str) -> None:
 
 
 def test_session_ids_are_one_path_segment(client: StrataClient) -> None:
-    odd = f"team/α {uuid.uuid4().hex[:6]}?x=1#y"
+    odd = f"team:a.b_c-{uuid.uuid4().hex[:8]}"
     turn = client.prepare_turn(odd, "hello")
     assert turn.session_id == odd
     history = client.session(odd)
     assert history.session_id == odd
     assert [t.content for t in history.turns] == ["hello"]
+    # A slash or a query stays inside the segment: the server refuses the id, not the route.
+    for bad in ["team/a", "a?x=1", "a#b", "a b"]:
+        with pytest.raises(InvalidRequestError):
+            client.prepare_turn(bad, "hello")
 
 
 def test_memory_add_search_and_use(client: StrataClient, session_id: str) -> None:

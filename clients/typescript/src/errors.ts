@@ -3,19 +3,7 @@
  * @module
  */
 
-/** The stable error codes of the API. */
-export type ErrorCode =
-  | "unauthorized"
-  | "invalid_request"
-  | "unknown_session"
-  | "not_found"
-  | "method_not_allowed"
-  | "body_too_large"
-  | "budget"
-  | "overloaded"
-  | "timeout"
-  | "agent_unavailable"
-  | "internal";
+import type { ErrorCode } from "./types.js";
 
 /**
  * A request the server refused or could not answer. `status` is the HTTP status (`null` when no

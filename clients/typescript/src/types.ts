@@ -1,109 +1,53 @@
 /**
- * Request and response types of the strata serve API.
+ * Request and response types of the strata serve API, by their client names. Each one is a
+ * schema of the OpenAPI document, from the generated `openapi.ts`, so the types cannot drift
+ * from the server's.
  * @module
  */
 
-export interface Status {
-  status: string;
-}
+import type { components } from "./openapi.js";
 
-export interface AgentInfo {
-  agent_id: string;
-  version: number;
-  identity_digest: string;
-  signers: string[];
-  not_before: string | null;
-  not_after: string | null;
-  provider: string;
-  model: string;
-}
+type Schemas = components["schemas"];
 
-export interface AnnouncedTool {
-  name: string;
-  description?: string;
-  parameters?: Record<string, unknown>;
-  server?: string;
-}
-
-export interface PrepareTurnRequest {
-  message?: string;
-  mode?: string;
-  path?: string;
-  context_window?: number;
-  tools?: AnnouncedTool[];
-  sections?: Record<string, unknown>[];
-}
-
-export interface PreparedTurn {
-  session_id: string;
-  provider: string;
-  request: Record<string, unknown>;
-  report: Record<string, unknown>;
-  identity_digest: string;
-  receipt: Record<string, unknown> | null;
-}
-
-export interface ToolCall {
-  id: string;
-  name: string;
-  arguments: Record<string, unknown>;
-}
-
-export interface RecordReplyRequest {
-  text?: string;
-  tool_calls?: ToolCall[];
-}
-
-export interface RecordedReply {
-  goals: Record<string, unknown>;
-}
-
-export interface ToolResultRequest {
-  call_id: string;
-  output: string;
-}
-
-export interface ToolResultRecorded {
-  recorded: boolean;
-}
-
-export interface SessionTurn {
-  seq: number;
-  role: "user" | "assistant" | "tool_call" | "tool_result";
-  content: string;
-  call_id: string | null;
-}
-
-export interface SessionHistory {
-  session_id: string;
-  turns: SessionTurn[];
-}
-
-export interface Removed {
-  removed: number;
-}
-
-export interface AddMemoryRequest {
-  content: string;
-  tags?: string[];
-}
-
-export interface MemoryAdded {
-  id: string;
-}
-
-export interface SearchMemoriesRequest {
-  query: string;
-  limit?: number;
-}
-
-export interface MemoryHit {
-  id: string;
-  content: string;
-  score: number;
-  tags: string[];
-}
-
-export interface SearchResults {
-  results: MemoryHit[];
-}
+/** `healthz` and `readyz`. */
+export type Status = Schemas["Status"];
+/** The verified agent the server serves. */
+export type AgentInfo = Schemas["AgentInfo"];
+/** The outcome of the server's last attempt to reload the agent definition. */
+export type ReloadInfo = Schemas["ReloadInfo"];
+/** A tool offered for one turn; narrowed by the server to the agent's signed allowlist. */
+export type AnnouncedTool = Schemas["ToolSpec"];
+/** The body of `prepareTurn`. */
+export type PrepareTurnRequest = Schemas["TurnRequest"];
+/** A prepared turn; `request` is the provider request body, ready for the official SDK. */
+export type PreparedTurn = Schemas["TurnResponse"];
+/** A tool call in the model's reply, as the provider gave it. */
+export type ToolCall = Schemas["ToolCallSpec"];
+/** The body of `recordReply`. */
+export type RecordReplyRequest = Schemas["ReplyRequest"];
+/** What recording a reply did to the session's goals. */
+export type RecordedReply = Schemas["ReplyResponse"];
+/** The body of `recordToolResult`. */
+export type ToolResultRequest = Schemas["ToolResultRequest"];
+/** The answer of `recordToolResult`. */
+export type ToolResultRecorded = Schemas["Recorded"];
+/** One recorded turn of a session (`user`, `assistant`, `tool_call` or `tool_result`). */
+export type SessionTurn = Schemas["TurnEntry"];
+/** A session's recorded turns, oldest first. */
+export type SessionHistory = Schemas["SessionView"];
+/** The answer of `resetSession` and `deleteSession`. */
+export type Removed = Schemas["Removed"];
+/** The body of `addMemory`. */
+export type AddMemoryRequest = Schemas["MemoryRequest"];
+/** The answer of `addMemory`. */
+export type MemoryAdded = Schemas["MemoryCreated"];
+/** The body of `searchMemories`. */
+export type SearchMemoriesRequest = Schemas["SearchRequest"];
+/** A long-term memory found by a search. */
+export type MemoryHit = Schemas["MemoryHit"];
+/** The answer of `searchMemories`, best first. */
+export type SearchResults = Schemas["SearchResponse"];
+/** The stable error codes of the API. */
+export type ErrorCode = Schemas["ErrorCode"];
+/** The body of every error response. */
+export type ErrorBody = Schemas["ErrorBody"];

@@ -132,7 +132,11 @@ describe("a tool-using conversation", () => {
 
     const second = await client.prepareTurn(id, { tools });
     const m2 = messagesOf(second, id, digest);
-    assert.equal(toolExchange(m2) + 2, m2.length, "the tool result is the newest message");
+    // After the tool result only per-turn context may follow, fenced as data in user position.
+    for (const m of m2.slice(toolExchange(m2) + 2)) {
+      assert.equal(m.role, "user");
+      assert.match(textOf(m.content), /^<strata:section [^>]*authority="data"/);
+    }
 
     await client.recordReply(id, { text: ANSWER });
     const third = await client.prepareTurn(id, { message: FOLLOW_UP, tools });
@@ -168,9 +172,13 @@ describe("a tool-using conversation", () => {
   });
 
   it("encodes a session id as one path segment", async () => {
-    const odd = `team/α ${randomUUID().slice(0, 6)}?x=1#y`;
+    const odd = `team:a.b_c-${randomUUID().slice(0, 8)}`;
     assert.equal((await client.prepareTurn(odd, { message: "hello" })).session_id, odd);
     assert.deepEqual((await client.session(odd)).turns.map((t) => t.content), ["hello"]);
+    // A slash or a query stays inside the segment: the server refuses the id, not the route.
+    for (const bad of ["team/a", "a?x=1", "a#b", "a b"]) {
+      await refusal(client.prepareTurn(bad, { message: "hello" }), InvalidRequestError, 400, "invalid_request");
+    }
   });
 
   it("resets and deletes sessions", async () => {

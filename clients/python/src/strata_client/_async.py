@@ -47,6 +47,7 @@ class AsyncStrataClient:
         timeout: float | None = ops.DEFAULT_TIMEOUT,
         uds: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._where = f"over the Unix socket {os.fspath(uds)}" if uds is not None else ""
         transport = httpx.AsyncHTTPTransport(uds=os.fspath(uds)) if uds is not None else None
         self._http = httpx.AsyncClient(
             base_url=ops.base_url(base_url, uds),
@@ -78,7 +79,8 @@ class AsyncStrataClient:
         try:
             return await self._http.request(op.method, path, json=body)
         except httpx.HTTPError as err:
-            raise ops.transport_error(err, op.method, path) from err
+            url = f"{self._http.base_url.join(path)}{self._where and ' ' + self._where}"
+            raise ops.transport_error(err, op.method, url) from err
 
     async def _json(
         self, name: str, session_id: str | None = None, body: dict[str, Any] | None = None
