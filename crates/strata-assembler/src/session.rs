@@ -791,3 +791,20 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+/// Reading a session as a whole, for services that expose sessions by id.
+impl Session<'_> {
+    /// Every recorded entry of this session, oldest first; empty for a session never used (or
+    /// reset).
+    pub fn turns(&self) -> Result<Vec<strata_memory::Entry>, SessionError> {
+        Ok(self.rt.store.working().entries(&self.id)?)
+    }
+}
+
+/// Counters for services that export metrics.
+impl Runtime {
+    /// The assembler's section-cache counters.
+    pub fn cache_stats(&self) -> crate::CacheStats {
+        self.assembler.cache_stats()
+    }
+}

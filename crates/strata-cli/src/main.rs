@@ -102,6 +102,8 @@ enum Command {
     Assemble(cmd::assemble::AssembleArgs),
     /// Run a conversation step by step: prepare a request, record replies and tool results.
     Session(cmd::session::SessionArgs),
+    /// Serve the session API over HTTP/JSON for runtimes in any language.
+    Serve(cmd::serve::ServeArgs),
     /// Show an assembly report as a terminal table or a self-contained HTML page.
     Explain(cmd::explain::ExplainArgs),
     /// Run the example agent on an embedded SQLite memory, no setup needed.
@@ -121,6 +123,7 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
         Command::Memory(args) => memory_cmd::run(args).map_err(CliError::Failed),
         Command::Assemble(args) => cmd::assemble::run(&args, out),
         Command::Session(args) => cmd::session::run(&args, out),
+        Command::Serve(args) => cmd::serve::run(&args, out),
         Command::Explain(args) => cmd::explain::run(&args, out),
         Command::Demo(args) => cmd::demo::run(&args, out),
         Command::Receipt(args) => cmd::receipt::run(&args, out),
@@ -132,9 +135,11 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
 ///
 /// At the default level the loader's and the receipt verifier's own "refused" warnings are
 /// hidden, because the command prints the verdict itself; `-v` shows them.
-fn log_filter(quiet: bool, verbose: u8) -> EnvFilter {
+fn log_filter(quiet: bool, verbose: u8, serving: bool) -> EnvFilter {
     let from_flags = match (quiet, verbose) {
         (true, _) => "error",
+        // A service logs its requests and lifecycle (never their content) by default.
+        (false, 0) if serving => "info",
         (false, 0) => "warn,strata_agentdef::loader=error,strata_assembler::receipt=error",
         (false, 1) => "info",
         (false, 2) => "debug",
@@ -151,9 +156,9 @@ fn log_filter(quiet: bool, verbose: u8) -> EnvFilter {
     }
 }
 
-fn init_logging(quiet: bool, verbose: u8) {
+fn init_logging(quiet: bool, verbose: u8, serving: bool) {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(log_filter(quiet, verbose))
+        .with_env_filter(log_filter(quiet, verbose, serving))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
@@ -163,7 +168,11 @@ fn init_logging(quiet: bool, verbose: u8) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.quiet, cli.verbose);
+    init_logging(
+        cli.quiet,
+        cli.verbose,
+        matches!(cli.command, Command::Serve(_)),
+    );
     let out = Output::new(cli.quiet);
     match run(cli.command, &out) {
         Ok(()) => ExitCode::from(EXIT_OK),

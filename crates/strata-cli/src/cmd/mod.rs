@@ -8,6 +8,7 @@ pub mod explain;
 pub mod inspect;
 pub mod keygen;
 pub mod receipt;
+pub mod serve;
 pub mod session;
 pub mod sign;
 pub mod verify;

@@ -1,0 +1,230 @@
+//! `strata serve`: the session API as an HTTP/JSON service (ADR-0022). The service itself is
+//! the `strata-serve` crate; this module turns flags into its options and runs it on a tokio
+//! runtime.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use strata_assembler::{Provider, StoreSpec};
+use strata_serve::{
+    AgentSource, Limits, Listen, RollbackSpec, RuntimeSettings, ServeOptions, TlsFiles, TokenSet,
+};
+
+use crate::error::CliError;
+use crate::output::Output;
+
+/// Arguments of `strata serve`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  # The bundled demo agent on the embedded SQLite store, loopback only:
+  strata serve --agent crates/strata-cli/demo/agent.signed.json \\
+      --trust crates/strata-cli/demo/trust.toml
+  # The token is in .strata/serve.token (created on first start); then:
+  curl -s -H \"Authorization: Bearer $(tail -n 1 .strata/serve.token)\" \\
+      -H 'Content-Type: application/json' -d '{\"message\": \"Hello\"}' \\
+      http://127.0.0.1:8177/v1/sessions/s1/turns
+  # Several servers sharing sessions, memories and the rollback state in PostgreSQL:
+  strata serve --agent a.signed.json --trust trust.toml --postgres postgres://u@db/strata \\
+      --listen 0.0.0.0:8177 --tls-cert cert.pem --tls-key key.pem --token-file tokens
+
+Routes: GET /healthz, /readyz, /openapi.json (no token); GET /metrics, /v1/agent;
+POST /v1/sessions/{id}/turns, /replies, /tool-results, /reset; GET and DELETE
+/v1/sessions/{id}; POST /v1/memories, /v1/memories/search. Every error is JSON:
+{\"error\": {\"code\", \"message\"}}. When ready, one line goes to standard output:
+`listening http://ADDR` or `listening unix:PATH`. SIGHUP verifies the definition again and
+swaps it in only if it verifies; SIGTERM and SIGINT drain in-flight requests and stop.")]
+pub struct ServeArgs {
+    /// The signed agent definition (DSSE envelope).
+    #[arg(long, value_name = "FILE", required_unless_present = "openapi")]
+    pub agent: Option<PathBuf>,
+    /// The trust store.
+    #[arg(long, value_name = "FILE", required_unless_present = "openapi")]
+    pub trust: Option<PathBuf>,
+    /// Rollback state file (create it once with `strata verify --init-rollback-state`). With
+    /// --postgres and no file, the rollback state lives in PostgreSQL. Otherwise rollback is
+    /// checked in memory only.
+    #[arg(long, value_name = "FILE")]
+    pub rollback_state: Option<PathBuf>,
+    /// With --postgres: create the rollback-state table on first start (an explicit, one-time
+    /// step; refused if it exists already).
+    #[arg(long, requires = "postgres")]
+    pub init_rollback_state: bool,
+    /// The SQLite memory file (created if missing).
+    #[arg(long, value_name = "FILE", default_value = ".strata/memory.db")]
+    pub store: PathBuf,
+    /// A PostgreSQL connection string: sessions, memories and the rollback state are shared
+    /// by every server on it.
+    #[arg(long, value_name = "URL", env = "STRATA_POSTGRES")]
+    pub postgres: Option<String>,
+    /// A strata.toml (budgets, default mode, protected priorities, caching, MEMORY.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// TCP address to listen on; port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8177")]
+    pub listen: SocketAddr,
+    /// Listen on a Unix domain socket (mode 0600) instead of TCP.
+    #[arg(long, value_name = "PATH")]
+    pub unix: Option<PathBuf>,
+    /// Bearer tokens, one per line (or `sha256:<hex>` of a token). Default
+    /// `.strata/serve.token`, created with a random token when missing.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Provider the requests are written for: anthropic, openai-chat or openai-responses.
+    #[arg(long, default_value = "anthropic")]
+    pub provider: Provider,
+    /// Model named in the requests.
+    #[arg(long, default_value = "claude-sonnet-4-5")]
+    pub model: String,
+    /// Maximum output tokens written into the requests.
+    #[arg(long, default_value_t = 1024)]
+    pub max_tokens: u32,
+    /// Sign a receipt for every prepared turn with this runtime key (`strata keygen`).
+    #[arg(long, value_name = "FILE")]
+    pub receipt_key: Option<PathBuf>,
+    /// TLS certificate chain (PEM); with --tls-key, the server speaks HTTPS only.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Largest request body, bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Largest message, tool output, memory or extra section, bytes.
+    #[arg(long, default_value_t = 256 << 10)]
+    pub max_section_bytes: usize,
+    /// Per-request timeout, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_secs: u64,
+    /// Requests served at once; past it, 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Seconds shutdown waits for in-flight requests.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
+    /// Check the definition and trust store files this often (seconds) and reload on change;
+    /// 0 turns the watcher off (SIGHUP still reloads).
+    #[arg(long, default_value_t = 2)]
+    pub watch_secs: u64,
+    /// Log request content (messages, replies, tool output) at debug level. Off by default.
+    #[arg(long)]
+    pub log_content: bool,
+    /// Print the OpenAPI document and exit.
+    #[arg(long)]
+    pub openapi: bool,
+}
+
+/// Run `strata serve`.
+pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
+    if args.openapi {
+        return out.result(&strata_serve::openapi_document());
+    }
+    let (Some(agent), Some(trust)) = (&args.agent, &args.trust) else {
+        return Err(CliError::Usage(
+            "--agent and --trust are required to serve".into(),
+        ));
+    };
+    super::require_file(agent, "signed agent definition")?;
+    let rollback = match (&args.rollback_state, &args.postgres) {
+        (Some(file), _) => RollbackSpec::File(file.clone()),
+        (None, Some(url)) => {
+            let schema = strata_memory::pg::DEFAULT_PG_SCHEMA.to_owned();
+            if args.init_rollback_state {
+                match strata_agentdef::RollbackGuard::postgres(url, &schema) {
+                    Ok(_) => {}
+                    Err(strata_agentdef::AgentDefError::RollbackStateMissing { .. }) => {
+                        strata_agentdef::RollbackGuard::postgres_init(url, &schema).map_err(
+                            |e| CliError::agentdef("creating the rollback state in PostgreSQL", e),
+                        )?;
+                    }
+                    Err(e) => {
+                        return Err(CliError::agentdef(
+                            "opening the rollback state in PostgreSQL",
+                            e,
+                        ))
+                    }
+                }
+            }
+            RollbackSpec::Postgres {
+                url: url.clone(),
+                schema,
+            }
+        }
+        (None, None) => RollbackSpec::InMemory,
+    };
+    let source = AgentSource::new(agent, trust, &rollback).map_err(|e| match e {
+        strata_serve::LoadError::Refused(e) => CliError::Refused(e),
+        other => CliError::Other(other.to_string()),
+    })?;
+    let token_path = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(".strata/serve.token"));
+    let tokens = if args.token_file.is_some() {
+        TokenSet::read(&token_path)
+    } else {
+        TokenSet::read_or_create(&token_path).map(|(set, created)| {
+            if created {
+                tracing::warn!(file = %token_path.display(), "created a bearer token; send it as `Authorization: Bearer <token>`");
+            }
+            set
+        })
+    }
+    .map_err(|e| CliError::Other(e.to_string()))?;
+    let store = match &args.postgres {
+        Some(url) => StoreSpec::Postgres(url.clone()),
+        None => StoreSpec::Sqlite(args.store.clone()),
+    };
+    let opts = ServeOptions {
+        source,
+        runtime: RuntimeSettings {
+            store,
+            config: args.config.clone(),
+            provider: args.provider,
+            model: args.model.clone(),
+            max_tokens: args.max_tokens,
+            receipt_key: args.receipt_key.clone(),
+        },
+        listen: match &args.unix {
+            Some(p) => Listen::Unix(p.clone()),
+            None => Listen::Tcp(args.listen),
+        },
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
+        tokens,
+        limits: Limits {
+            max_body_bytes: args.max_body_bytes,
+            max_section_bytes: args.max_section_bytes,
+            request_timeout: Duration::from_secs(args.timeout_secs.max(1)),
+            concurrency: args.concurrency.max(1),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        },
+        log_content: args.log_content,
+        watch: (args.watch_secs > 0).then(|| Duration::from_secs(args.watch_secs)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Other(format!("starting the async runtime: {e}")))?;
+    rt.block_on(strata_serve::serve(opts, |bound| {
+        // The one line on standard output: tests and supervisors read the address from it.
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "listening {bound}");
+        let _ = stdout.flush();
+    }))
+    .map_err(|e| match e {
+        strata_serve::ServeError::Agent(strata_serve::LoadError::Refused(e)) => {
+            CliError::Refused(e)
+        }
+        other => CliError::Other(other.to_string()),
+    })
+}

@@ -1,0 +1,241 @@
+//! The JSON shapes of the service's requests and responses (ADR-0022). They are the OpenAPI
+//! document's schemas too: the document is generated from these types and the handlers.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// `GET /healthz` and `GET /readyz`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Status {
+    /// `ok` (alive) or `ready` (the agent is loaded and valid now).
+    pub status: String,
+}
+
+/// `GET /v1/agent`: the loaded agent.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AgentInfo {
+    /// The definition's id.
+    pub agent_id: String,
+    /// The definition's version.
+    pub version: u64,
+    /// BLAKE3 digest of the rendered identity (layers 1-2).
+    pub identity_digest: String,
+    /// SHA-256 of the signed payload.
+    pub payload_sha256: String,
+    /// Key ids of the signatures that verified.
+    pub signers: Vec<String>,
+    /// Start of the validity window, Unix seconds.
+    pub not_before: Option<i64>,
+    /// End of the validity window, Unix seconds.
+    pub not_after: Option<i64>,
+    /// The provider requests are written for.
+    pub provider: String,
+    /// The model named in requests.
+    pub model: String,
+    /// When this definition was loaded, Unix milliseconds.
+    pub loaded_at_ms: i64,
+    /// The last reload attempt, if any.
+    pub last_reload: Option<ReloadInfo>,
+}
+
+/// The outcome of a reload attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReloadInfo {
+    /// When, Unix milliseconds.
+    pub at_ms: i64,
+    /// Whether the new definition was verified and swapped in.
+    pub ok: bool,
+    /// Why it was refused (the running agent was kept).
+    pub error: Option<String>,
+}
+
+/// A tool the runtime offers the model this turn.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSpec {
+    /// The tool's name; only tools the signed definition allows are offered.
+    pub name: String,
+    /// Its description (the signed one is used when the definition pins it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema of its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
+    /// The MCP server announcing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+/// `POST /v1/sessions/{session_id}/turns`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnRequest {
+    /// The user's message. Without it, the request continues after tool results.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Prompt mode: `full`, `compact`, `minimal`, `scheduled`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Assembly path: `soul`, `hydration`, `context`, `basic`, `cached`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The model's context window in tokens (sets budget and tier).
+    #[serde(default)]
+    pub context_window: Option<u32>,
+    /// Tools announced this turn (default: none beyond the server's).
+    #[serde(default)]
+    pub tools: Option<Vec<ToolSpec>>,
+    /// Extra runtime sections for this turn only (layers 3-6; the runtime input format).
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub sections: Option<Vec<Value>>,
+}
+
+/// A prepared turn.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnResponse {
+    /// The session.
+    pub session_id: String,
+    /// The provider the request is written for.
+    pub provider: String,
+    /// The complete request body: hand it to the provider's SDK or API as is.
+    #[schema(value_type = Object)]
+    pub request: Value,
+    /// The assembly report: what was kept, cut, dropped and why.
+    #[schema(value_type = Object)]
+    pub report: Value,
+    /// The identity digest the request was built from.
+    pub identity_digest: String,
+    /// The signed receipt of this turn, when the server signs receipts.
+    #[schema(value_type = Option<Object>)]
+    pub receipt: Option<Value>,
+}
+
+/// A tool call in the model's reply.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallSpec {
+    /// The call id, as the provider gave it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments (a JSON object).
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+}
+
+/// `POST /v1/sessions/{session_id}/replies`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyRequest {
+    /// The reply's text (may be empty when it only calls tools).
+    #[serde(default)]
+    pub text: String,
+    /// Tool calls, in order.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCallSpec>,
+}
+
+/// The reply was recorded.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReplyResponse {
+    /// What the goal markers in the reply did.
+    #[schema(value_type = Object)]
+    pub goals: Value,
+}
+
+/// `POST /v1/sessions/{session_id}/tool-results`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolResultRequest {
+    /// The call this is the result of.
+    pub call_id: String,
+    /// The tool's output (data: it is fenced, never followed as instructions).
+    pub output: String,
+}
+
+/// The tool result was recorded.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Recorded {
+    /// Always true.
+    pub recorded: bool,
+}
+
+/// One recorded entry of a session.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnEntry {
+    /// Sequence number (grows, never reused).
+    pub seq: u64,
+    /// `user`, `assistant`, `tool_call` or `tool_result`.
+    pub role: String,
+    /// The text (a tool call's is `{"name", "arguments"}` as JSON).
+    pub content: String,
+    /// The call id of a tool call or result.
+    pub call_id: Option<String>,
+}
+
+/// `GET /v1/sessions/{session_id}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionView {
+    /// The session.
+    pub session_id: String,
+    /// Its entries, oldest first.
+    pub turns: Vec<TurnEntry>,
+}
+
+/// A session was reset or deleted.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Removed {
+    /// Entries removed.
+    pub removed: usize,
+}
+
+/// `POST /v1/memories`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryRequest {
+    /// The memory's text (layer 6: data, fenced when used).
+    pub content: String,
+    /// Tags: 1-64 characters of `[A-Za-z0-9._:/-]` each.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// A stored memory's id.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoryCreated {
+    /// The id.
+    pub id: String,
+}
+
+/// `POST /v1/memories/search`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// The query.
+    pub query: String,
+    /// At most this many results (1-100, default 5).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// A search result.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoryHit {
+    /// The memory's id.
+    pub id: String,
+    /// Its text.
+    pub content: String,
+    /// The fused rank score.
+    pub score: f64,
+    /// Its tags.
+    pub tags: Vec<String>,
+}
+
+/// Search results, best first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SearchResponse {
+    /// The results.
+    pub results: Vec<MemoryHit>,
+}

@@ -1,0 +1,75 @@
+//! The OpenAPI 3.1 document, generated from the handlers' annotations and the API types. The
+//! checked-in copy (`docs/openapi.json`) is compared with it by a test, like the other
+//! generated documents.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::api;
+use crate::error;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "strata serve",
+        description = "The strata session API over HTTP: prepare a turn (the provider request \
+            body and the assembly report), record replies and tool results, manage sessions and \
+            memories. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code: \
+            unauthorized, invalid_request, unknown_session, not_found, method_not_allowed, \
+            body_too_large, budget, overloaded, timeout, agent_unavailable, internal.",
+        license(name = "Apache-2.0 OR MIT")
+    ),
+    paths(
+        crate::server::healthz,
+        crate::server::readyz,
+        crate::server::openapi,
+        crate::server::metrics,
+        crate::server::agent,
+        crate::server::prepare_turn,
+        crate::server::record_reply,
+        crate::server::record_tool_result,
+        crate::server::get_session,
+        crate::server::reset_session,
+        crate::server::delete_session,
+        crate::server::add_memory,
+        crate::server::search_memories,
+    ),
+    components(schemas(
+        api::Status, api::AgentInfo, api::ReloadInfo, api::ToolSpec, api::TurnRequest,
+        api::TurnResponse, api::ToolCallSpec, api::ReplyRequest, api::ReplyResponse,
+        api::ToolResultRequest, api::Recorded, api::TurnEntry, api::SessionView, api::Removed,
+        api::MemoryRequest, api::MemoryCreated, api::SearchRequest, api::MemoryHit,
+        api::SearchResponse, error::ErrorBody, error::ErrorDetail, error::ErrorCode,
+    )),
+    modifiers(&Bearer),
+    tags(
+        (name = "service", description = "Health, readiness, metrics, this document"),
+        (name = "agent", description = "The loaded, verified agent"),
+        (name = "sessions", description = "Conversations: prepare turns, record replies and tool results"),
+        (name = "memories", description = "Long-term memory of the loaded agent"),
+    )
+)]
+struct ApiDoc;
+
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The document as pretty JSON with a final newline.
+pub fn document() -> String {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    let mut s = doc
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
