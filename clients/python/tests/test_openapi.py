@@ -56,6 +56,7 @@ def test_every_operation_has_a_client_method() -> None:
     assert not stale, f"client methods calling routes the API does not have: {stale}"
     for route, (name, op) in ours.items():
         assert documented[route].get("operationId") == op.operation_id, route
+        assert bool(documented[route].get("security")) == op.auth, f"{route}: bearer token"
         assert callable(getattr(StrataClient, name))
         assert inspect.iscoroutinefunction(getattr(AsyncStrataClient, name)), name
 

@@ -43,6 +43,7 @@ def test_no_token(server: Server) -> None:
 
 def test_wrong_token(server: Server) -> None:
     with StrataClient(server.url, token=TOKEN + "x") as wrong:
+        assert wrong.healthz().status == "ok", "the token goes only where it is needed"
         with pytest.raises(UnauthorizedError) as err:
             wrong.prepare_turn("any", "hello")
     _refused(err.value, 401, "unauthorized")

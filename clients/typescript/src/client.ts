@@ -106,7 +106,7 @@ export class StrataClient {
       path = path.replace("{session_id}", encodeURIComponent(sessionId));
     }
     const headers: Record<string, string> = { accept: "application/json" };
-    if (this.#token !== undefined) {
+    if (operation.auth && this.#token !== undefined) {
       headers["authorization"] = `Bearer ${this.#token}`;
     }
     const init: RequestInit = {

@@ -16,7 +16,7 @@ import { OPENAPI, PACKAGE } from "./server.js";
 
 const METHODS = new Set(["get", "put", "post", "delete", "patch", "head", "options", "trace"]);
 
-type Doc = { paths: Record<string, Record<string, { operationId?: string }>> };
+type Doc = { paths: Record<string, Record<string, { operationId?: string; security?: unknown[] }>> };
 
 /** `METHOD /path/{}`: a route with its path parameters' names left out. */
 function route(method: string, path: string): string {
@@ -26,11 +26,11 @@ function route(method: string, path: string): string {
 describe("the OpenAPI document", () => {
   it("has a client method for every operation, and no method for a route it lacks", () => {
     const doc = JSON.parse(readFileSync(OPENAPI, "utf8")) as Doc;
-    const documented = new Map<string, string | undefined>();
+    const documented = new Map<string, { operationId?: string; security?: unknown[] }>();
     for (const [path, item] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(item)) {
         if (METHODS.has(method)) {
-          documented.set(route(method, path), op.operationId);
+          documented.set(route(method, path), op);
         }
       }
     }
@@ -42,7 +42,8 @@ describe("the OpenAPI document", () => {
     const stale = [...ours.keys()].filter((r) => !documented.has(r));
     assert.deepEqual(stale, [], "client methods calling routes the API does not have");
     for (const [r, [name, op]] of ours) {
-      assert.equal(documented.get(r), op.operationId, r);
+      assert.equal(documented.get(r)?.operationId, op.operationId, r);
+      assert.equal((documented.get(r)?.security ?? []).length > 0, op.auth, `${r}: bearer token`);
       assert.equal(typeof (StrataClient.prototype as unknown as Record<string, unknown>)[name], "function", name);
     }
   });

@@ -249,6 +249,7 @@ describe("refusals", () => {
 
   it("refuses a wrong token and accepts a hashed one", async () => {
     const wrong = new StrataClient({ baseUrl: server.url, token: `${TOKEN}x` });
+    assert.deepEqual(await wrong.healthz(), { status: "ok" }, "the token goes only where it is needed");
     await refusal(wrong.prepareTurn("any", { message: "hi" }), UnauthorizedError, 401, "unauthorized");
     const hashed = new StrataClient({ baseUrl: server.url, token: HASHED_TOKEN });
     assert.equal((await hashed.agent()).agent_id, "ada-demo");

@@ -87,15 +87,17 @@ def resolve_token(token: str | None, token_file: str | os.PathLike[str] | None) 
     return os.environ.get(TOKEN_ENV) or None
 
 
-def headers(token: str | None) -> dict[str, str]:
+def headers() -> dict[str, str]:
     """Headers of every request."""
-    h = {
+    return {
         "Accept": "application/json",
         "User-Agent": f"strata-client-python/{__version__}",
     }
-    if token is not None:
-        h["Authorization"] = f"Bearer {token}"
-    return h
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The ``Authorization`` header, sent only to the operations that need it."""
+    return {} if token is None else {"Authorization": f"Bearer {token}"}
 
 
 def base_url(url: str | None, uds: str | os.PathLike[str] | None) -> str:

@@ -47,11 +47,12 @@ class StrataClient:
         timeout: float | None = ops.DEFAULT_TIMEOUT,
         uds: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._auth = ops.auth_headers(ops.resolve_token(token, token_file))
         self._where = f"over the Unix socket {os.fspath(uds)}" if uds is not None else ""
         transport = httpx.HTTPTransport(uds=os.fspath(uds)) if uds is not None else None
         self._http = httpx.Client(
             base_url=ops.base_url(base_url, uds),
-            headers=ops.headers(ops.resolve_token(token, token_file)),
+            headers=ops.headers(),
             timeout=timeout,
             transport=transport,
         )
@@ -77,7 +78,9 @@ class StrataClient:
         op = ops.OPERATIONS[name]
         path = ops.path_of(name, session_id)
         try:
-            return self._http.request(op.method, path, json=body)
+            return self._http.request(
+                op.method, path, json=body, headers=self._auth if op.auth else None
+            )
         except httpx.HTTPError as err:
             url = f"{self._http.base_url.join(path)}{self._where and ' ' + self._where}"
             raise ops.transport_error(err, op.method, url) from err
