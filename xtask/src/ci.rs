@@ -157,30 +157,48 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
     steps
 }
 
-/// The client packages' steps: build the binary their tests start, type-check the Python
-/// client, run its tests, build and test the TypeScript client.
+/// The client packages' steps: build the binary their tests start; check the Python client's
+/// formatting, lints and types and run its tests; check the TypeScript client's formatting,
+/// build it and run its tests.
 fn client_steps(root: &Path) -> Vec<Step> {
+    let node: Option<Precheck> = Some(clients::check_node_modules);
+    let step = |name: &str, action: Action, precheck: Option<Precheck>| Step {
+        name: format!("clients: {name}"),
+        action,
+        precheck,
+    };
     vec![
-        Step {
-            name: "clients: build strata".into(),
-            action: Action::Command(clients::build()),
-            precheck: None,
-        },
-        Step {
-            name: "clients: python mypy".into(),
-            action: Action::Command(clients::python_types(root)),
-            precheck: None,
-        },
-        Step {
-            name: "clients: python tests".into(),
-            action: Action::Tests(clients::python_tests(root)),
-            precheck: None,
-        },
-        Step {
-            name: "clients: typescript tests".into(),
-            action: Action::Tests(clients::typescript_tests(root)),
-            precheck: Some(clients::check_node_modules),
-        },
+        step("build strata", Action::Command(clients::build()), None),
+        step(
+            "python format",
+            Action::Command(clients::python_format(root)),
+            None,
+        ),
+        step(
+            "python lint",
+            Action::Command(clients::python_lint(root)),
+            None,
+        ),
+        step(
+            "python mypy",
+            Action::Command(clients::python_types(root)),
+            None,
+        ),
+        step(
+            "python tests",
+            Action::Tests(clients::python_tests(root)),
+            None,
+        ),
+        step(
+            "typescript format",
+            Action::Command(clients::typescript_format(root)),
+            node,
+        ),
+        step(
+            "typescript tests",
+            Action::Tests(clients::typescript_tests(root)),
+            node,
+        ),
     ]
 }
 
@@ -440,8 +458,11 @@ mod tests {
             &names[4 + examples..],
             [
                 "clients: build strata",
+                "clients: python format",
+                "clients: python lint",
                 "clients: python mypy",
                 "clients: python tests",
+                "clients: typescript format",
                 "clients: typescript tests"
             ]
         );
@@ -452,7 +473,7 @@ mod tests {
                 ..opts.clone()
             },
         );
-        assert_eq!(without.len(), steps.len() - 4);
+        assert_eq!(without.len(), steps.len() - 7);
         assert_eq!(
             steps[2].describe(),
             "PROPTEST_CASES=10000 cargo test --workspace --locked"

@@ -1,7 +1,7 @@
-//! The client packages' checks in `cargo xtask ci` (ADR-0028): the Python client's
-//! `mypy --strict` and pytest suite, and the TypeScript client's build and `node --test` suite,
-//! each against a real `strata serve` started by the tests from the freshly built binary
-//! (`STRATA_BIN`).
+//! The client packages' checks in `cargo xtask ci` (ADR-0028): the Python client's formatting
+//! and lints (ruff), types (`mypy --strict`) and pytest suite, and the TypeScript client's
+//! formatting (prettier), build (`tsc`) and `node --test` suite; the suites run against a real
+//! `strata serve` started from the freshly built binary (`STRATA_BIN`).
 //!
 //! The Python interpreter is `$STRATA_SDK_PYTHON` (the virtual environment `.ci/run` fills with
 //! the provider SDKs, the client and its pinned test tools), else `python3`. The TypeScript
@@ -47,11 +47,37 @@ pub fn build() -> Command {
     cmd
 }
 
-/// `mypy --strict` over the Python client, its tests and its examples.
-pub fn python_types(root: &Path) -> Command {
+/// A Python tool over the Python client, its tests and its examples, configured by its
+/// `pyproject.toml`.
+fn python_tool(root: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(python());
-    cmd.args(["-m", "mypy", "--strict"])
+    cmd.arg("-m")
+        .args(args)
         .current_dir(root.join(PYTHON))
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// `ruff format --check`: the Python sources are formatted.
+pub fn python_format(root: &Path) -> Command {
+    python_tool(root, &["ruff", "format", "--check"])
+}
+
+/// `ruff check`: the Python lints pass.
+pub fn python_lint(root: &Path) -> Command {
+    python_tool(root, &["ruff", "check"])
+}
+
+/// `mypy --strict`: the Python client, its tests and its examples type-check.
+pub fn python_types(root: &Path) -> Command {
+    python_tool(root, &["mypy", "--strict"])
+}
+
+/// `prettier --check`: the TypeScript sources are formatted.
+pub fn typescript_format(root: &Path) -> Command {
+    let mut cmd = Command::new("npm");
+    cmd.args(["run", "--silent", "check-format"])
+        .current_dir(root.join(TYPESCRIPT))
         .stdin(Stdio::null());
     cmd
 }

@@ -25,7 +25,7 @@ def _adapter() -> pydantic.TypeAdapter[Any]:
             continue
         for value in vars(module).values():
             if isinstance(value, type) and hasattr(value, "__total__"):
-                setattr(value, "__pydantic_config__", strict)
+                setattr(value, "__pydantic_config__", strict)  # noqa: B010 (not a declared attribute)
     return pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
 
 

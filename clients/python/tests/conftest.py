@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from strata_client import StrataClient
+
 from strata_server import TOKEN, Server
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from anthropic_check import blocks, text_of, validate_messages_request
 from strata_client import AnnouncedTool, PreparedTurn, SessionHistory, ToolCall
+
+from anthropic_check import blocks, text_of, validate_messages_request
 from strata_server import MODEL
 
 QUESTION = "What does notes.txt say about deploys?"

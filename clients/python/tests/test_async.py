@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-import scenario
 from strata_client import AsyncStrataClient, UnauthorizedError, UnknownSessionError
+
+import scenario
 from strata_server import TOKEN, Server
 
 

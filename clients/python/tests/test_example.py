@@ -22,6 +22,7 @@ import anthropic
 import pytest
 
 from strata_client import StrataClient
+
 from strata_server import TOKEN, Server
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "anthropic_turn.py"
@@ -33,7 +34,12 @@ CANNED = {
     "model": "claude-sonnet-5-5",
     "content": [
         {"type": "text", "text": "Let me read the notes."},
-        {"type": "tool_use", "id": "toolu_canned", "name": "file_read", "input": {"path": "notes.txt"}},
+        {
+            "type": "tool_use",
+            "id": "toolu_canned",
+            "name": "file_read",
+            "input": {"path": "notes.txt"},
+        },
     ],
     "stop_reason": "tool_use",
     "stop_sequence": None,

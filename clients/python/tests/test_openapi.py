@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from strata_client import OPERATIONS, AsyncStrataClient, StrataClient
+
 from strata_server import OPENAPI
 
 METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}

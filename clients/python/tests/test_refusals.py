@@ -18,6 +18,7 @@ from strata_client import (
     UnauthorizedError,
     UnknownSessionError,
 )
+
 from strata_server import HASHED_TOKEN, TOKEN, Server
 
 
@@ -98,9 +99,11 @@ def test_nothing_listening() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with StrataClient(f"http://127.0.0.1:{port}", token=TOKEN, timeout=5) as client:
-        with pytest.raises(TransportError) as err:
-            client.healthz()
+    with (
+        StrataClient(f"http://127.0.0.1:{port}", token=TOKEN, timeout=5) as client,
+        pytest.raises(TransportError) as err,
+    ):
+        client.healthz()
     assert err.value.status is None
     assert err.value.code == "connection"
     assert f"127.0.0.1:{port}" in err.value.message

@@ -11,8 +11,9 @@ import uuid
 
 import pytest
 
-import scenario
 from strata_client import InvalidRequestError, StrataClient, UnknownSessionError
+
+import scenario
 from strata_server import DEMO, MODEL, Server
 
 

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 from strata_client import AsyncStrataClient, StrataClient
+
 from strata_server import TOKEN, Server
 
 

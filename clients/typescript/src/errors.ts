@@ -16,12 +16,7 @@ export class StrataError extends Error {
   readonly code: string;
   readonly retryAfter: number | null;
 
-  constructor(
-    status: number | null,
-    code: string,
-    message: string,
-    retryAfter: number | null = null,
-  ) {
+  constructor(status: number | null, code: string, message: string, retryAfter: number | null = null) {
     super(message);
     this.name = new.target.name;
     this.status = status;

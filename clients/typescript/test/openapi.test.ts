@@ -44,13 +44,20 @@ describe("the OpenAPI document", () => {
     for (const [r, [name, op]] of ours) {
       assert.equal(documented.get(r)?.operationId, op.operationId, r);
       assert.equal((documented.get(r)?.security ?? []).length > 0, op.auth, `${r}: bearer token`);
-      assert.equal(typeof (StrataClient.prototype as unknown as Record<string, unknown>)[name], "function", name);
+      assert.equal(
+        typeof (StrataClient.prototype as unknown as Record<string, unknown>)[name],
+        "function",
+        name,
+      );
     }
   });
 
   it("is what the checked-in types were generated from", () => {
     const generator = join(PACKAGE, "node_modules", ".bin", "openapi-typescript");
-    const fresh = execFileSync(generator, [OPENAPI, "--empty-objects-unknown"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    const fresh = execFileSync(generator, [OPENAPI, "--empty-objects-unknown"], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     const checkedIn = readFileSync(join(PACKAGE, "src", "openapi.ts"), "utf8");
     assert.ok(
       fresh === checkedIn,

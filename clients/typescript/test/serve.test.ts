@@ -118,7 +118,10 @@ describe("a tool-using conversation", () => {
     const m1 = messagesOf(first, id, digest);
     assert.equal(m1.at(-1)!.role, "user");
     assert.ok(textOf(m1.at(-1)!.content).includes(QUESTION));
-    const offered = first.request["tools"] as { type: string; function: { name: string; parameters: unknown } }[];
+    const offered = first.request["tools"] as {
+      type: string;
+      function: { name: string; parameters: unknown };
+    }[];
     assert.deepEqual(
       offered.map((t) => [t.type, t.function.name]),
       [["function", "file_read"]],
@@ -143,7 +146,10 @@ describe("a tool-using conversation", () => {
     const m3 = messagesOf(third, id, digest);
     const i = toolExchange(m3);
     assert.deepEqual(
-      m3.slice(i + 2).filter((m) => m.role === "assistant").map((m) => textOf(m.content)),
+      m3
+        .slice(i + 2)
+        .filter((m) => m.role === "assistant")
+        .map((m) => textOf(m.content)),
       [ANSWER],
     );
     assert.equal(m3.at(-1)!.role, "user");
@@ -167,17 +173,28 @@ describe("a tool-using conversation", () => {
       [QUESTION, RESULT, ANSWER, FOLLOW_UP],
     );
     const seqs = history.turns.map((t) => t.seq);
-    assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b));
+    assert.deepEqual(
+      seqs,
+      [...seqs].sort((a, b) => a - b),
+    );
     assert.equal(new Set(seqs).size, seqs.length);
   });
 
   it("encodes a session id as one path segment", async () => {
     const odd = `team:a.b_c-${randomUUID().slice(0, 8)}`;
     assert.equal((await client.prepareTurn(odd, { message: "hello" })).session_id, odd);
-    assert.deepEqual((await client.session(odd)).turns.map((t) => t.content), ["hello"]);
+    assert.deepEqual(
+      (await client.session(odd)).turns.map((t) => t.content),
+      ["hello"],
+    );
     // A slash or a query stays inside the segment: the server refuses the id, not the route.
     for (const bad of ["team/a", "a?x=1", "a#b", "a b"]) {
-      await refusal(client.prepareTurn(bad, { message: "hello" }), InvalidRequestError, 400, "invalid_request");
+      await refusal(
+        client.prepareTurn(bad, { message: "hello" }),
+        InvalidRequestError,
+        400,
+        "invalid_request",
+      );
     }
   });
 
@@ -199,14 +216,19 @@ describe("memory", () => {
     const content = `Release trains named ${word} leave on Tuesdays at nine.`;
     const { id } = await client.addMemory({ content, tags: ["ops", "release"] });
     assert.ok(id);
-    const { results } = await client.searchMemories({ query: `when does the ${word} release train leave`, limit: 3 });
+    const { results } = await client.searchMemories({
+      query: `when does the ${word} release train leave`,
+      limit: 3,
+    });
     assert.ok(results.length >= 1 && results.length <= 3);
     assert.equal(results[0]!.id, id);
     assert.equal(results[0]!.content, content);
     assert.deepEqual([...results[0]!.tags].sort(), ["ops", "release"]);
     assert.equal(typeof results[0]!.score, "number");
 
-    const turn = await client.prepareTurn(`ts-${randomUUID()}`, { message: `When does the ${word} release train leave?` });
+    const turn = await client.prepareTurn(`ts-${randomUUID()}`, {
+      message: `When does the ${word} release train leave?`,
+    });
     assert.ok(JSON.stringify(turn.request).includes(content), "the memory reaches the prompt");
   });
 });
@@ -299,7 +321,10 @@ describe("refusals", () => {
       });
     });
     const nobody = new StrataClient({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 5000 });
-    const err = await nobody.healthz().then(() => assert.fail("expected a failure"), (e: unknown) => e);
+    const err = await nobody.healthz().then(
+      () => assert.fail("expected a failure"),
+      (e: unknown) => e,
+    );
     assert.ok(err instanceof TransportError);
     assert.equal(err.status, null);
     assert.equal(err.code, "connection");
@@ -322,7 +347,11 @@ const CANNED = {
         content: "Let me read the notes.",
         refusal: null,
         tool_calls: [
-          { id: "call_canned", type: "function", function: { name: "file_read", arguments: '{"path":"notes.txt"}' } },
+          {
+            id: "call_canned",
+            type: "function",
+            function: { name: "file_read", arguments: '{"path":"notes.txt"}' },
+          },
         ],
       },
     },
@@ -330,13 +359,21 @@ const CANNED = {
   usage: { prompt_tokens: 120, completion_tokens: 30, total_tokens: 150 },
 };
 
-async function recorder(): Promise<{ url: string; requests: { method: string; path: string; body: unknown }[]; http: HttpServer }> {
+async function recorder(): Promise<{
+  url: string;
+  requests: { method: string; path: string; body: unknown }[];
+  http: HttpServer;
+}> {
   const requests: { method: string; path: string; body: unknown }[] = [];
   const http = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      requests.push({ method: req.method ?? "", path: req.url ?? "", body: JSON.parse(Buffer.concat(chunks).toString()) });
+      requests.push({
+        method: req.method ?? "",
+        path: req.url ?? "",
+        body: JSON.parse(Buffer.concat(chunks).toString()),
+      });
       const reply = JSON.stringify(CANNED);
       res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(reply) });
       res.end(reply);
@@ -379,7 +416,10 @@ describe("examples/openai_turn", () => {
         ],
       );
       assert.equal(turns[1]!.content, "Let me read the notes.");
-      assert.deepEqual(JSON.parse(turns[2]!.content), { name: "file_read", arguments: { path: "notes.txt" } });
+      assert.deepEqual(JSON.parse(turns[2]!.content), {
+        name: "file_read",
+        arguments: { path: "notes.txt" },
+      });
     } finally {
       rec.http.close();
     }
@@ -392,7 +432,11 @@ describe("examples/openai_turn", () => {
       writeFileSync(tokenFile, `${TOKEN}\n`);
       const { stdout } = await promisify(execFile)(
         process.execPath,
-        [join(PACKAGE, "build", "examples", "openai_turn.js"), "ts-example-script", "What does notes.txt say?"],
+        [
+          join(PACKAGE, "build", "examples", "openai_turn.js"),
+          "ts-example-script",
+          "What does notes.txt say?",
+        ],
         {
           env: {
             ...process.env,

@@ -164,4 +164,6 @@ class AsyncStrataClient:
 
     async def search_memories(self, query: str, limit: int | None = None) -> list[MemoryHit]:
         """Searches long-term memory; best hits first."""
-        return search_results(await self._json("search_memories", body=ops.search_body(query, limit)))
+        return search_results(
+            await self._json("search_memories", body=ops.search_body(query, limit))
+        )
