@@ -11,13 +11,14 @@ use std::collections::BTreeSet;
 
 /// The workspace crates from the bottom up, with their level; each may depend only on crates
 /// of a lower level.
-pub const LEVELS: [(&str, u8); 6] = [
+pub const LEVELS: [(&str, u8); 7] = [
     ("strata-core", 0),
     ("strata-agentdef", 1),
     ("strata-registry", 2),
     ("strata-memory", 3),
     ("strata-assembler", 4),
-    ("strata-cli", 5),
+    ("strata-serve", 5),
+    ("strata-cli", 6),
 ];
 
 /// The level of a workspace crate, if it is one.

@@ -164,8 +164,37 @@ pub enum ServeError {
 }
 
 struct Loaded {
-    runtime: Runtime,
+    /// Always `Some` until dropped.
+    runtime: Option<Runtime>,
     loaded_at_ms: i64,
+}
+
+impl Loaded {
+    fn new(runtime: Runtime, loaded_at_ms: i64) -> Loaded {
+        Loaded {
+            runtime: Some(runtime),
+            loaded_at_ms,
+        }
+    }
+
+    fn rt(&self) -> &Runtime {
+        self.runtime
+            .as_ref()
+            .expect("a loaded runtime until dropped")
+    }
+}
+
+impl Drop for Loaded {
+    /// A replaced runtime is dropped on a thread of its own: the last reference may be held by
+    /// a request on an async worker, and closing a PostgreSQL client blocks, which must not
+    /// happen on a worker.
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            let _ = std::thread::Builder::new()
+                .name("strata-retire".into())
+                .spawn(move || drop(rt));
+        }
+    }
 }
 
 /// State shared by every request.
@@ -213,10 +242,7 @@ impl AppState {
             "agent verified"
         );
         Ok(AppState {
-            current: ArcSwap::from_pointee(Loaded {
-                runtime,
-                loaded_at_ms: now_ms(),
-            }),
+            current: ArcSwap::from_pointee(Loaded::new(runtime, now_ms())),
             source,
             settings,
             tokens,
@@ -249,10 +275,7 @@ impl AppState {
                     identity = %runtime.agent().identity_digest(),
                     "agent reloaded"
                 );
-                self.current.store(Arc::new(Loaded {
-                    runtime,
-                    loaded_at_ms: at_ms,
-                }));
+                self.current.store(Arc::new(Loaded::new(runtime, at_ms)));
                 self.metrics.reload(true);
                 *last = Some(ReloadInfo {
                     at_ms,
@@ -281,7 +304,7 @@ impl AppState {
     /// The loaded agent, checked against the clock (validity is re-checked on every request).
     fn current_valid(&self) -> Result<Arc<Loaded>, ApiError> {
         let loaded = self.loaded();
-        loaded.runtime.agent().check_current().map_err(|e| {
+        loaded.rt().agent().check_current().map_err(|e| {
             ApiError::new(
                 ErrorCode::AgentUnavailable,
                 format!(
@@ -523,7 +546,7 @@ async fn openapi() -> Response {
         (status = 200, description = "Prometheus text format", content_type = "text/plain"),
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody)))]
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    st.metrics.cache(st.loaded().runtime.cache_stats());
+    st.metrics.cache(st.loaded().rt().cache_stats());
     (
         [(
             header::CONTENT_TYPE,
@@ -542,7 +565,7 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody)))]
 async fn agent(State(st): State<Arc<AppState>>) -> Json<AgentInfo> {
     let loaded = st.loaded();
-    let a = loaded.runtime.agent();
+    let a = loaded.rt().agent();
     let (not_before, not_after) = a.validity();
     let last_reload = st
         .reload_lock
@@ -652,7 +675,7 @@ async fn prepare_turn(
     }
     let st2 = st.clone();
     blocking(move || {
-        let rt = &loaded.runtime;
+        let rt = loaded.rt();
         let session = rt.session(id.as_str());
         let prepared = match &message {
             Some(m) => session.prepare(m, &opts)?,
@@ -721,7 +744,7 @@ async fn record_reply(
         tracing::debug!(session = %id, reply = ?reply, "reply content");
     }
     blocking(move || {
-        let session = loaded.runtime.session(id.as_str());
+        let session = loaded.rt().session(id.as_str());
         if session.turns()?.is_empty() {
             return Err(ApiError::unknown_session(&id));
         }
@@ -773,7 +796,7 @@ async fn record_tool_result(
         tracing::debug!(session = %id, call = %req.call_id, output = %req.output, "tool result content");
     }
     blocking(move || {
-        let session = loaded.runtime.session(id.as_str());
+        let session = loaded.rt().session(id.as_str());
         if session.turns()?.is_empty() {
             return Err(ApiError::unknown_session(&id));
         }
@@ -797,7 +820,7 @@ async fn get_session(
 ) -> Result<Json<SessionView>, ApiError> {
     let loaded = st.loaded();
     blocking(move || {
-        let entries = loaded.runtime.session(id.as_str()).turns()?;
+        let entries = loaded.rt().session(id.as_str()).turns()?;
         if entries.is_empty() {
             return Err(ApiError::unknown_session(&id));
         }
@@ -821,7 +844,7 @@ async fn get_session(
 async fn remove(st: Arc<AppState>, id: String) -> Result<Json<Removed>, ApiError> {
     let loaded = st.loaded();
     blocking(move || {
-        let session = loaded.runtime.session(id.as_str());
+        let session = loaded.rt().session(id.as_str());
         if session.turns()?.is_empty() {
             return Err(ApiError::unknown_session(&id));
         }
@@ -890,7 +913,7 @@ async fn add_memory(
         return Err(ApiError::invalid("a memory needs non-empty `content`"));
     }
     blocking(move || {
-        let rt = &loaded.runtime;
+        let rt = loaded.rt();
         let rec = rt
             .memory()
             .put(NewMemory::new(rt.agent().agent_id(), req.content).with_tags(req.tags))?;
@@ -922,7 +945,7 @@ async fn search_memories(
         return Err(ApiError::invalid("`limit` is between 1 and 100"));
     }
     blocking(move || {
-        let rt = &loaded.runtime;
+        let rt = loaded.rt();
         let mut opts = SearchOptions::top(limit);
         opts.agent_id = Some(rt.agent().agent_id().to_owned());
         let hits = rt.memory().search(&req.query, &opts)?;
@@ -1115,9 +1138,9 @@ fn remove_stale_socket(path: &std::path::Path) -> Result<(), ServeError> {
     }
 }
 
-fn spawn_shutdown<A: axum_server::Address>(handle: axum_server::Handle<A>, grace: Duration)
+fn spawn_shutdown<A>(handle: axum_server::Handle<A>, grace: Duration)
 where
-    A: Send + Sync + 'static,
+    A: axum_server::Address + Send + Sync + 'static,
 {
     tokio::spawn(async move {
         wait_for_stop().await;

@@ -166,7 +166,7 @@ impl Server {
         if !extra.contains(&"--watch-secs") {
             cmd.args(["--watch-secs", "0"]);
         }
-        if !extra.iter().any(|a| *a == "--postgres") {
+        if !extra.contains(&"--postgres") {
             cmd.arg("--store").arg(dir.join("memory.db"));
         }
         cmd.args(extra)
@@ -241,7 +241,8 @@ impl Server {
                 }
             }
         };
-        let mut resp = resp.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let mut resp = resp
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}; server log:\n{}", self.log_text()));
         let status = resp.status().as_u16();
         let header = |n: &str| {
             resp.headers()
