@@ -326,7 +326,15 @@ fn run_tests(cmd: &mut Command, counts: &mut TestCounts) -> Result<(), Error> {
 
 /// Runs the plan; prints each step's name and time and a summary at the end.
 pub fn run(root: &Path, opts: &CiOptions) -> Result<(), Error> {
-    let steps = plan(root, opts);
+    run_steps(root, plan(root, opts))
+}
+
+/// Runs only the client packages' steps (`cargo xtask clients`).
+pub fn run_clients(root: &Path) -> Result<(), Error> {
+    run_steps(root, client_steps(root))
+}
+
+fn run_steps(root: &Path, steps: Vec<Step>) -> Result<(), Error> {
     let total = steps.len();
     let started = Instant::now();
     let mut done: Vec<(String, Duration)> = Vec::new();
@@ -371,7 +379,7 @@ pub fn run(root: &Path, opts: &CiOptions) -> Result<(), Error> {
     }
     println!("\nci summary ({} in all):", human(started.elapsed()));
     for (name, took) in &done {
-        println!("  ok      {name:<24} {}", human(*took));
+        println!("  ok      {name:<28} {}", human(*took));
     }
     if let Some((name, _)) = &failure {
         println!("  FAILED  {name}");

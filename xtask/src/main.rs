@@ -3,6 +3,7 @@
 //!
 //! - `ci`: the whole test suite as the CI runs it (format, lints, tests, documentation check,
 //!   example programs, the Python and TypeScript clients' tests, a fuzz smoke run).
+//! - `clients`: only the client packages' checks of `ci`.
 //! - `docs`: documentation generated from the decision records and the code (ADR-0005).
 //! - `fuzz`: runs the fuzz targets of `fuzz/` for a few seconds each.
 //!
@@ -42,6 +43,9 @@ Tasks:
            --skip-clients      leave out the Python and TypeScript client checks
            --skip-fuzz         leave out the fuzz smoke run
            --fuzz-seconds N    seconds per fuzz target (default 10)
+  clients
+         Only the client packages' checks of `ci`: build strata, then ruff, mypy and pytest
+         for clients/python, prettier, tsc and node --test for clients/typescript
   docs   Generate docs/ from adr/*.md and the ADR and invariant citations in the code
            --check             compare with the files on disk and fail when stale or broken
   fuzz   Run the fuzz targets of fuzz/Cargo.toml (all, or the ones named)
@@ -84,6 +88,10 @@ fn run(argv: Vec<String>) -> Result<(), Error> {
             };
             args.finish_empty()?;
             ci::run(&root, &opts)
+        }
+        "clients" => {
+            args.finish_empty()?;
+            ci::run_clients(&root)
         }
         "docs" => {
             let check = args.flag("--check");
