@@ -64,10 +64,16 @@ class Server:
     _stderr: IO[str] = field(repr=False)
 
     @classmethod
-    def start(cls, workdir: Path, *extra: str, unix: Path | None = None) -> Server:
+    def start(
+        cls, workdir: Path, *extra: str, unix: Path | None = None, token_file: bool = True
+    ) -> Server:
+        """Starts the server in ``workdir``; without ``token_file`` it makes its own token file,
+        ``.strata/serve.token`` in ``workdir``."""
         workdir.mkdir(parents=True, exist_ok=True)
-        token_file = workdir / "tokens"
-        write_token_file(token_file)
+        tokens: list[str] = []
+        if token_file:
+            write_token_file(workdir / "tokens")
+            tokens = ["--token-file", str(workdir / "tokens")]
         where = ["--unix", str(unix)] if unix is not None else ["--listen", "127.0.0.1:0"]
         args = [
             str(strata_bin()),
@@ -79,8 +85,7 @@ class Server:
             "--store",
             str(workdir / "memory.db"),
             *where,
-            "--token-file",
-            str(token_file),
+            *tokens,
             "--model",
             MODEL,
             "--max-tokens",
