@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -107,3 +108,22 @@ def test_nothing_listening() -> None:
     assert err.value.status is None
     assert err.value.code == "connection"
     assert f"127.0.0.1:{port}" in err.value.message
+
+
+def test_client_timeout() -> None:
+    # A socket that listens but never answers: the kernel completes the connection, nobody
+    # reads the request.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with (
+            StrataClient(f"http://127.0.0.1:{port}", token=TOKEN, timeout=0.5) as client,
+            pytest.raises(TransportError) as err,
+        ):
+            client.healthz()
+        elapsed = time.monotonic() - started
+    assert err.value.code == "connection"
+    assert "Timeout" in err.value.message
+    assert 0.4 < elapsed < 5, elapsed

@@ -10,7 +10,7 @@ import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { createServer, type Server as HttpServer } from "node:http";
 import { createServer as createTcpServer } from "node:net";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { join } from "node:path";
 import { writeFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
@@ -328,6 +328,32 @@ describe("refusals", () => {
     assert.ok(err instanceof TransportError);
     assert.equal(err.status, null);
     assert.equal(err.code, "connection");
+  });
+});
+
+describe("client timeouts", () => {
+  it("give up on a server that never answers", async () => {
+    // A socket that accepts connections and never writes a byte.
+    const sockets: Socket[] = [];
+    const silent = createTcpServer((socket) => sockets.push(socket));
+    await new Promise<void>((done) => silent.listen(0, "127.0.0.1", done));
+    const { port } = silent.address() as AddressInfo;
+    try {
+      const started = performance.now();
+      const client = new StrataClient({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 500 });
+      const err = await client.healthz().then(
+        () => assert.fail("expected a timeout"),
+        (e: unknown) => e,
+      );
+      const elapsed = performance.now() - started;
+      assert.ok(err instanceof TransportError);
+      assert.equal(err.code, "connection");
+      assert.match(err.message, /TimeoutError|timeout/i);
+      assert.ok(elapsed > 400 && elapsed < 5000, `${elapsed} ms`);
+    } finally {
+      sockets.forEach((socket) => socket.destroy());
+      silent.close();
+    }
   });
 });
 
