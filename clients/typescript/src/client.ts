@@ -74,7 +74,7 @@ export interface ClientOptions {
   timeoutMs?: number;
   /**
    * The `fetch` to use; default the global one. Pass another to go through a proxy or, on
-   * Node, a Unix socket (an undici `fetch` with a `socketPath` dispatcher).
+   * Node, over the server's Unix socket (`unixSocketFetch` of `@strata/client/node`).
    */
   fetch?: typeof globalThis.fetch;
 }

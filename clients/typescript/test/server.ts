@@ -47,8 +47,11 @@ export class Server {
     readonly workdir: string,
   ) {}
 
-  /** Starts `strata serve` for OpenAI Chat Completions on a fresh store in a temp dir. */
-  static async start(...extra: string[]): Promise<Server> {
+  /**
+   * Starts `strata serve` for OpenAI Chat Completions on a fresh store in a temp dir, on
+   * loopback TCP unless `where` says otherwise (`["--unix", path]`).
+   */
+  static async start(where: string[] = ["--listen", "127.0.0.1:0"]): Promise<Server> {
     const workdir = mkdtempSync(join(tmpdir(), "strata-ts-"));
     const tokenFile = join(workdir, "tokens");
     const digest = createHash("sha256").update(HASHED_TOKEN).digest("hex");
@@ -63,8 +66,7 @@ export class Server {
       join(DEMO, "trust.toml"),
       "--store",
       join(workdir, "memory.db"),
-      "--listen",
-      "127.0.0.1:0",
+      ...where,
       "--token-file",
       tokenFile,
       "--provider",
@@ -73,7 +75,6 @@ export class Server {
       MODEL,
       "--max-tokens",
       "1024",
-      ...extra,
     ];
     const stderrPath = join(workdir, "stderr.log");
     const stderr = openSync(stderrPath, "w");
