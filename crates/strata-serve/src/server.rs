@@ -1200,3 +1200,74 @@ fn spawn_reloaders(state: Arc<AppState>, watch: Option<Duration>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt as _;
+
+    fn demo_state(limits: Limits) -> (Arc<AppState>, tempfile::TempDir) {
+        let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = AgentSource::new(
+            demo.join("agent.signed.json"),
+            demo.join("trust.toml"),
+            &crate::RollbackSpec::InMemory,
+        )
+        .expect("source");
+        let settings = RuntimeSettings {
+            store: StoreSpec::Sqlite(dir.path().join("m.db")),
+            config: None,
+            provider: Provider::Anthropic,
+            model: "m".into(),
+            max_tokens: 64,
+            receipt_key: None,
+        };
+        let st = AppState::start(
+            source,
+            settings,
+            TokenSet::from_tokens(["unit-test-token-0123456789"]),
+            limits,
+            false,
+        )
+        .expect("state");
+        (Arc::new(st), dir)
+    }
+
+    /// A route slower than the timeout is answered `503 timeout` at the limit, as JSON.
+    /// Verifies ADR-0022.
+    #[tokio::test]
+    async fn a_request_past_the_timeout_is_answered_503_timeout() {
+        let (st, _dir) = demo_state(Limits {
+            request_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        });
+        let app = Router::new()
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }),
+            )
+            .route_layer(middleware::from_fn_with_state(st.clone(), guard))
+            .with_state(st);
+        let started = Instant::now();
+        let resp = app
+            .oneshot(
+                Request::builder()
+                    .uri("/slow")
+                    .body(axum::body::Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .expect("body");
+        let v: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(v["error"]["code"], "timeout");
+    }
+}
