@@ -115,6 +115,13 @@ pub enum LogError {
         /// Entries found.
         entries: u64,
     },
+    /// Another process holds the log open for appending: two writers would interleave their
+    /// entries and break the chain.
+    #[error("{} is open for appending by another process; one writer per log (give each runtime its own log)", path.display())]
+    Locked {
+        /// The log.
+        path: PathBuf,
+    },
     /// An entry is larger than [`MAX_ENTRY_BYTES`].
     #[error("entry of {size} bytes is larger than the {MAX_ENTRY_BYTES} bytes a receipt may take")]
     TooLarge {
@@ -137,6 +144,7 @@ impl LogError {
             LogError::Receipt { .. } => "receipt",
             LogError::HeadMismatch { .. } => "head_mismatch",
             LogError::TooLarge { .. } => "too_large",
+            LogError::Locked { .. } => "locked",
         }
     }
 }
@@ -315,6 +323,33 @@ pub fn audit(
     audit_bytes(&bytes, trust, expected_head)
 }
 
+/// Where a log's torn final record starts, if the log is intact up to a final record that is
+/// an incomplete prefix of a record (a write cut short by a crash). `None` for a log that parses,
+/// and for any other damage, which must be refused, not repaired.
+fn torn_tail(bytes: &[u8]) -> Option<u64> {
+    let Err(LogError::Malformed { offset, .. }) = parse_entries(bytes) else {
+        return None;
+    };
+    let start = usize::try_from(offset).ok()?;
+    parse_entries(&bytes[..start]).ok()?;
+    let tail = &bytes[start..];
+    let Some(nl) = tail.iter().position(|b| *b == b'\n') else {
+        // An incomplete header line: only digits, spaces and hex may be there.
+        return tail
+            .iter()
+            .all(|b| b.is_ascii_hexdigit() || *b == b' ' || *b == b'-')
+            .then_some(offset);
+    };
+    let line = std::str::from_utf8(&tail[..nl]).ok()?;
+    let f: Vec<&str> = line.split(' ').collect();
+    let [_, _, len, prev, digest] = f[..] else {
+        return None;
+    };
+    let len: usize = len.parse().ok()?;
+    let complete = nl + 1 + len + 1;
+    (is_hex64(prev) && is_hex64(digest) && tail.len() < complete).then_some(offset)
+}
+
 /// A receipt log open for appending.
 #[derive(Debug)]
 pub struct ReceiptLog {
@@ -336,13 +371,49 @@ pub struct Appended {
 impl ReceiptLog {
     /// Open a log for appending, creating it if missing. An existing log's chain is audited
     /// first (signatures are not checked here), so nothing is appended to a tampered log.
+    ///
+    /// The writer holds an exclusive lock on the file while the log is open: a second writer,
+    /// in this process or another, is refused with [`LogError::Locked`].
     pub fn open(path: &Path) -> Result<ReceiptLog, LogError> {
+        ReceiptLog::open_inner(path, false).map(|(log, _)| log)
+    }
+
+    /// [`ReceiptLog::open`] after a crash: a final record that a crash cut short (its header
+    /// line or body incomplete, everything before it intact) is removed, and the number of
+    /// bytes removed is returned. Such a record was never acknowledged: [`ReceiptLog::append`]
+    /// returns only after the whole record is on disk. Any other damage is refused as by
+    /// [`ReceiptLog::open`].
+    pub fn open_after_crash(path: &Path) -> Result<(ReceiptLog, u64), LogError> {
+        ReceiptLog::open_inner(path, true)
+    }
+
+    fn open_inner(path: &Path, repair_tail: bool) -> Result<(ReceiptLog, u64), LogError> {
         let mut file = OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
             .open(path)
             .map_err(|e| io(path, &e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(LogError::Locked {
+                    path: path.to_owned(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(path, &e)),
+        }
+        let mut removed = 0;
+        if repair_tail {
+            let bytes = std::fs::read(path).map_err(|e| io(path, &e))?;
+            if let Some(cut) = torn_tail(&bytes) {
+                removed = bytes.len() as u64 - cut;
+                tracing::warn!(path = %path.display(), bytes = removed, "removing a receipt-log record a crash cut short (it was never acknowledged)");
+                file.set_len(cut)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| io(path, &e))?;
+            }
+        }
         let len = file.metadata().map_err(|e| io(path, &e))?.len();
         let (next_seq, head) = if len == 0 {
             file.write_all(LOG_HEADER.as_bytes())
@@ -353,12 +424,15 @@ impl ReceiptLog {
             let a = audit(path, None, None)?;
             (a.entries.len() as u64, a.head)
         };
-        Ok(ReceiptLog {
-            path: path.to_owned(),
-            file,
-            next_seq,
-            head,
-        })
+        Ok((
+            ReceiptLog {
+                path: path.to_owned(),
+                file,
+                next_seq,
+                head,
+            },
+            removed,
+        ))
     }
 
     /// Append one receipt envelope (the bytes of [`crate::SignedReceipt::to_json`]) and sync
@@ -412,5 +486,67 @@ impl ReceiptLog {
     /// True when no entry was appended yet.
     pub fn is_empty(&self) -> bool {
         self.next_seq == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_with(dir: &Path, n: usize) -> (PathBuf, Vec<u64>) {
+        let path = dir.join("receipts.log");
+        let mut log = ReceiptLog::open(&path).expect("open");
+        let mut ends = Vec::new();
+        for i in 0..n {
+            log.append_at(format!("{{\"entry\":{i}}}").as_bytes(), 1_700_000_000_000)
+                .expect("append");
+            ends.push(std::fs::metadata(&path).expect("meta").len());
+        }
+        (path, ends)
+    }
+
+    /// One writer per log: a second open for appending is refused while the first is open.
+    /// Verifies ADR-0021.
+    #[test]
+    fn a_second_writer_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.log");
+        let first = ReceiptLog::open(&path).expect("open");
+        let second = ReceiptLog::open(&path).expect_err("a second writer");
+        assert_eq!(second.cause(), "locked", "{second}");
+        drop(first);
+        ReceiptLog::open(&path).expect("free again");
+    }
+
+    /// Every way a crash can cut the final record short is repaired by `open_after_crash`
+    /// (and refused by `open`); damage anywhere else is never repaired. Verifies ADR-0021.
+    #[test]
+    fn a_torn_final_record_is_removed_and_nothing_else_is_repaired() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, ends) = log_with(dir.path(), 3);
+        let full = std::fs::read(&path).expect("read");
+        let torn_from = ends[1] as usize;
+        for cut in torn_from + 1..full.len() {
+            let p = dir.path().join(format!("cut-{cut}.log"));
+            std::fs::write(&p, &full[..cut]).expect("write");
+            assert!(
+                ReceiptLog::open(&p).is_err(),
+                "strict open accepted a cut at {cut}"
+            );
+            let (log, removed) = ReceiptLog::open_after_crash(&p).expect("repaired");
+            assert_eq!(log.len(), 2, "cut at {cut}");
+            assert_eq!(removed, (cut - torn_from) as u64);
+            assert_eq!(std::fs::read(&p).expect("read"), full[..torn_from]);
+        }
+        // An edited byte in an earlier entry is not a torn tail.
+        let mut edited = full.clone();
+        edited[ends[0] as usize + 3] ^= 0x01;
+        let p = dir.path().join("edited.log");
+        std::fs::write(&p, &edited).expect("write");
+        assert!(ReceiptLog::open_after_crash(&p).is_err());
+        assert_eq!(std::fs::read(&p).expect("read"), edited, "nothing was cut");
+        // A whole log is opened as it is.
+        let (log, removed) = ReceiptLog::open_after_crash(&path).expect("open");
+        assert_eq!((log.len(), removed), (3, 0));
     }
 }

@@ -689,3 +689,55 @@ fn sigterm_drains_in_flight_requests_and_exits_cleanly() {
     assert!(status.success(), "exit {status:?}; log:\n{log}");
     assert!(log.contains("draining"), "{log}");
 }
+
+#[test]
+fn every_prepared_turn_is_receipted_into_a_locked_log_that_audits() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = serve_harness::strata(
+        dir.path(),
+        &["keygen", "--out", "runtime.key", "--trust-entry", "runtime"],
+    );
+    std::fs::write(
+        dir.path().join("runtime-trust.toml"),
+        format!("threshold = 1\n\n{entry}"),
+    )
+    .unwrap();
+    let key = dir.path().join("runtime.key");
+    let log = dir.path().join("receipts.log");
+    let args = [
+        "--receipt-key",
+        key.to_str().unwrap(),
+        "--receipt-log",
+        log.to_str().unwrap(),
+    ];
+    let srv = Server::start(dir.path(), &args);
+    for (i, msg) in ["First question", "Second question", "Third question"]
+        .iter()
+        .enumerate()
+    {
+        let t = srv.post("/v1/sessions/rc/turns", &json!({ "message": msg }));
+        assert_eq!(t.status, 200, "{:?}", t.body);
+        assert_eq!(
+            t.body["receipt"]["payloadType"], "application/vnd.in-toto+json",
+            "turn {i}"
+        );
+        srv.post("/v1/sessions/rc/replies", &json!({"text": "An answer."}));
+    }
+    // One writer per log: a second server on the same log does not start.
+    let (agent, trust) = serve_harness::demo_agent();
+    let other = tempfile::tempdir().unwrap();
+    let second = Server::try_start(other.path(), &agent, &trust, &args);
+    let err = second.err().expect("a second writer must be refused");
+    assert!(err.contains("another process"), "{err}");
+    let audit = serve_harness::strata(
+        dir.path(),
+        &[
+            "receipt",
+            "audit",
+            "receipts.log",
+            "--trust",
+            "runtime-trust.toml",
+        ],
+    );
+    assert!(audit.starts_with("OK 3 entries chained"), "{audit}");
+}

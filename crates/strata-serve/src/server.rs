@@ -141,6 +141,8 @@ pub struct ServeOptions {
     pub log_content: bool,
     /// Poll the definition and trust store files this often and reload on change.
     pub watch: Option<Duration>,
+    /// Append every prepared turn's signed receipt to this receipt log (needs a receipt key).
+    pub receipt_log: Option<PathBuf>,
 }
 
 /// Why the service could not start or stopped with an error.
@@ -208,6 +210,7 @@ pub struct AppState {
     metrics: Metrics,
     permits: Arc<Semaphore>,
     reload_lock: Mutex<Option<ReloadInfo>>,
+    receipt_log: Option<Mutex<strata_assembler::ReceiptLog>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -251,7 +254,27 @@ impl AppState {
             log_content,
             metrics: Metrics::new(),
             reload_lock: Mutex::new(None),
+            receipt_log: None,
         })
+    }
+
+    /// Append every prepared turn's receipt to the log at `path`, opened (and a record a crash
+    /// cut short removed) now, and locked against other writers (ADR-0021).
+    pub fn with_receipt_log(mut self, path: &std::path::Path) -> Result<AppState, ServeError> {
+        if self.settings.receipt_key.is_none() {
+            return Err(ServeError::Io {
+                what: format!("receipt log {}", path.display()),
+                source: std::io::Error::other("a receipt log needs a receipt key (--receipt-key)"),
+            });
+        }
+        let (log, removed) =
+            strata_assembler::ReceiptLog::open_after_crash(path).map_err(|e| ServeError::Io {
+                what: format!("receipt log {}", path.display()),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        tracing::info!(path = %path.display(), entries = log.len(), head = %log.head(), torn_bytes_removed = removed, "receipt log open");
+        self.receipt_log = Some(Mutex::new(log));
+        Ok(self)
     }
 
     /// Verify the files again and swap the runtime in if they verify; otherwise keep the
@@ -690,10 +713,26 @@ async fn prepare_turn(
         let report = serde_json::to_value(prepared.report())
             .map_err(|e| ApiError::new(ErrorCode::Internal, format!("report: {e}")))?;
         let receipt = match &prepared.receipt {
-            Some(r) => Some(
-                serde_json::from_str::<Value>(&r.envelope.to_json())
-                    .map_err(|e| ApiError::new(ErrorCode::Internal, format!("receipt: {e}")))?,
-            ),
+            Some(r) => {
+                let envelope = r.envelope.to_json();
+                if let Some(log) = &st2.receipt_log {
+                    // The receipt is on disk before the turn is acknowledged.
+                    log.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .append(envelope.as_bytes())
+                        .map_err(|e| {
+                            tracing::error!(error = %e, "appending a receipt");
+                            ApiError::new(
+                                ErrorCode::Internal,
+                                format!("the receipt could not be logged: {e}"),
+                            )
+                        })?;
+                }
+                Some(
+                    serde_json::from_str::<Value>(&envelope)
+                        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("receipt: {e}")))?,
+                )
+            }
             None => None,
         };
         Ok(Json(TurnResponse {
@@ -1002,12 +1041,17 @@ pub async fn serve(
         limits,
         log_content,
         watch,
+        receipt_log,
     } = opts;
     let grace = limits.shutdown_grace;
     let state = {
         let source = source;
         tokio::task::spawn_blocking(move || {
-            AppState::start(source, runtime, tokens, limits, log_content)
+            let st = AppState::start(source, runtime, tokens, limits, log_content)?;
+            match &receipt_log {
+                Some(path) => st.with_receipt_log(path),
+                None => Ok(st),
+            }
         })
         .await
         .map_err(|e| ServeError::Io {

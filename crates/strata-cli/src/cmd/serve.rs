@@ -85,6 +85,10 @@ pub struct ServeArgs {
     /// Sign a receipt for every prepared turn with this runtime key (`strata keygen`).
     #[arg(long, value_name = "FILE")]
     pub receipt_key: Option<PathBuf>,
+    /// Append every prepared turn's signed receipt to this receipt log (needs --receipt-key;
+    /// one server per log; audit it with `strata receipt audit`).
+    #[arg(long, value_name = "FILE", requires = "receipt_key")]
+    pub receipt_log: Option<PathBuf>,
     /// TLS certificate chain (PEM); with --tls-key, the server speaks HTTPS only.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -210,6 +214,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         },
         log_content: args.log_content,
         watch: (args.watch_secs > 0).then(|| Duration::from_secs(args.watch_secs)),
+        receipt_log: args.receipt_log.clone(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
