@@ -20,6 +20,10 @@
 //! response_format = "..."
 //! language = "English"
 //!
+//! [[core.role_blocks]]             # named role headers and protocol blocks, in this order
+//! name = "researcher_protocol"
+//! text = "..."                     # or { file = "PROTOCOL.md", sha256 = "<hex>" }
+//!
 //! [[core.tools]]                   # the allowlist
 //! name = "file_read"
 //! description = "Read a file"
@@ -99,6 +103,21 @@ pub struct ToolDef {
     pub parameters: Option<ToolSchema>,
 }
 
+/// A named block of the role: a sub-agent's role header or one of its protocols
+/// (`explore_constraints`, `coder_guidelines`, `researcher_protocol`...). Each becomes its own
+/// signed layer-1 section, `core.role.<name>`, after the base role (ADR-0025).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleBlock {
+    /// The block's name: 1-64 characters of `a-z 0-9 _ -`, unique in the definition.
+    pub name: String,
+    /// Its text, inline or a pinned file.
+    pub text: Text,
+}
+
+/// Longest role-block name.
+pub const MAX_ROLE_BLOCK_NAME: usize = 64;
+
 /// Layer 1, as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -108,6 +127,9 @@ pub struct CoreDef {
     /// Role.
     #[serde(default)]
     pub role: Option<Text>,
+    /// Named role headers and protocol blocks, rendered in order after the role.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub role_blocks: Vec<RoleBlock>,
     /// Safety rules.
     #[serde(default)]
     pub safety_rules: Vec<String>,
@@ -448,6 +470,41 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             "role",
             Phase::Constraint,
             resolve_text(r, base, "core.role")?,
+        )?;
+    }
+    // Named role blocks, in the order written, each its own layer-1 section (ADR-0025).
+    let mut names = std::collections::BTreeSet::new();
+    for b in &c.role_blocks {
+        let ok = !b.name.is_empty()
+            && b.name.len() <= MAX_ROLE_BLOCK_NAME
+            && b.name
+                .bytes()
+                .all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || matches!(x, b'_' | b'-'));
+        if !ok {
+            return Err(invalid(format!(
+                "core.role_blocks: name `{}` must be 1-{MAX_ROLE_BLOCK_NAME} characters of a-z 0-9 _ -",
+                b.name.chars().take(80).collect::<String>()
+            )));
+        }
+        if !names.insert(b.name.as_str()) {
+            return Err(invalid(format!(
+                "core.role_blocks: the name `{}` is used twice; give every block its own name",
+                b.name
+            )));
+        }
+        let what = format!("core.role_blocks.{}", b.name);
+        let text = resolve_text(&b.text, base, &what)?;
+        if text.trim().is_empty() {
+            return Err(invalid(format!(
+                "{what} is empty: give it a text or remove it"
+            )));
+        }
+        push(
+            L1,
+            &format!("core.role.{}", b.name),
+            &format!("role.{}", b.name),
+            Phase::Constraint,
+            text,
         )?;
     }
     push(

@@ -18,38 +18,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let agent = Loader::new(&trust, &RollbackGuard::in_memory())
         .load_file(&demo.join("agent.signed.json"))?;
     let dir = tempfile::tempdir()?;
-
+    let read = ToolName::new("file_read")?;
     let runtime = Runtime::builder(agent)
         .sqlite(dir.path().join("memory.db"))
         .provider(Provider::Anthropic, "claude-sonnet-4-5")
         .max_tokens(1024)
-        .tools(vec![AnnouncedTool::new(ToolName::new("file_read")?, "")])
+        .tools(vec![AnnouncedTool::new(read.clone(), "")])
         .build()?;
-    let session = runtime.session("example");
-    let turn = TurnOptions::default();
+    let (session, opts) = (runtime.session("example"), TurnOptions::default());
+    let show = |n: u8, t: PreparedTurn| println!("turn {n}:\n{:#}", t.body);
 
-    let first = session.prepare("What does notes.txt say about deploys?", &turn)?;
-    println!("turn 1:\n{}", serde_json::to_string_pretty(&first.body)?);
-    let call = json!({ "path": "notes.txt" });
-    session.record_reply(&Reply::tool_call(
-        "call_1",
-        ToolName::new("file_read")?,
-        call,
-    ))?;
+    show(1, session.prepare("What does notes.txt say?", &opts)?);
+    let path = json!({"path": "notes.txt"});
+    session.record_reply(&Reply::tool_call("call_1", read, path))?;
     session.record_tool_result("call_1", "Deploys freeze on Fridays at noon.")?;
-
-    let second = session.continue_turn(&turn)?;
-    println!("turn 2:\n{}", serde_json::to_string_pretty(&second.body)?);
-    session.record_reply(&Reply::text(
-        "The notes say deploys freeze on Fridays at noon.",
-    ))?;
-
-    let third = session.prepare("Thanks. Is Thursday afternoon fine?", &turn)?;
-    println!("turn 3:\n{}", serde_json::to_string_pretty(&third.body)?);
-    let r = third.report().request.as_ref().ok_or("no request report")?;
-    println!(
-        "{} messages, {} tokens ({})",
-        r.messages, r.total_tokens, r.count
-    );
+    show(2, session.continue_turn(&opts)?);
+    session.record_reply(&Reply::text("They freeze on Fridays at noon."))?;
+    show(3, session.prepare("Is Thursday afternoon fine?", &opts)?);
     Ok(())
 }

@@ -31,7 +31,7 @@ pub mod report;
 pub mod request;
 pub mod session;
 
-pub use assemble::{Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
+pub use assemble::{narrowed_tools, Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 pub use error::AssembleError;
 pub use input::{RuntimeInput, SectionSpec, TurnSpec};
 pub use output::AssembledContext;
@@ -49,8 +49,12 @@ pub use session::{
     PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError, StoreSpec, ToolCall,
     TurnOptions,
 };
-pub use strata_memory::{LongTermMemory, NewMemory, SearchOptions, SqliteStore};
-pub use strata_registry::{Config, GoalManager, Registry};
+pub use strata_memory::{
+    FileAction, LongTermMemory, MemoryId, NewMemory, SearchOptions, SessionFile, SqliteStore,
+};
+pub use strata_registry::{
+    AssistantOutput, Config, GoalManager, GoalPriority, MarkerReport, Registry, RegistryEvent,
+};
 
 pub use strata_agentdef::{
     AgentDefError, Expiry, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent,

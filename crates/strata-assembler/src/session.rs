@@ -26,17 +26,19 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use strata_agentdef::VerifiedAgent;
 use strata_core::{
-    AnnouncedTool, AssemblyPath, ContentHash, PromptMode, Role, RuntimeLayer, Section, Tier,
-    Tokenizer, ToolName, Turn,
+    AnnouncedTool, AssemblyPath, ContentHash, OperationalMode, PromptMode, Role, RuntimeLayer,
+    Section, Tier, Tokenizer, ToolName, ToolPolicy, Turn,
 };
 use strata_memory::{
-    LongTermMemory, LongTermMemoryContributor, MemoryIndexContributor, NewEntry, SearchOptions,
-    SharedContext, SharedContextReader, SharedFactsContributor, SqliteStore, WorkingMemory,
-    WorkingMemoryContributor,
+    EpisodicContributor, FileAction, LongTermMemory, LongTermMemoryContributor,
+    MemoryIndexContributor, NewEntry, NewMemory, SearchOptions, SessionFilesContributor,
+    SessionState, SharedContext, SharedContextReader, SharedFactsContributor, SqliteStore,
+    StoredGoals, WorkingMemory, WorkingMemoryContributor,
 };
 use strata_registry::{
-    AssistantOutput, Builtins, Config, ContributionContext, Contributor, ContributorMeta,
-    GoalManager, MarkerReport, Registry, RequestInputs, StandardSection, SystemClock,
+    builtins::WorkspaceHints, AssistantOutput, Builtins, Config, ContributionContext, Contributor,
+    ContributorMeta, GoalManager, MarkerReport, Registry, RequestInputs, StandardSection,
+    SystemClock,
 };
 
 use crate::assemble::Assembler;
@@ -74,6 +76,19 @@ pub enum SessionError {
     /// A caller's input is invalid.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A signed operational-mode template is longer than its tier's prompt budget (the seeds'
+    /// 200, 500, 1,000 and 1,500 tokens).
+    #[error("the `{mode}` template for tier {tier} of the agent definition holds {tokens} tokens, over the tier's prompt budget of {budget}; shorten it and sign the definition again")]
+    TierPrompt {
+        /// The operational mode.
+        mode: OperationalMode,
+        /// The tier number.
+        tier: u8,
+        /// Its tokens.
+        tokens: usize,
+        /// The tier's prompt budget.
+        budget: u32,
+    },
 }
 
 /// Where working and long-term memory live.
@@ -86,16 +101,40 @@ pub enum StoreSpec {
     Postgres(String),
 }
 
-/// A store of working memory, long-term memory and shared facts.
-trait Store: WorkingMemory + LongTermMemory + SharedContext + 'static {}
-impl<T: WorkingMemory + LongTermMemory + SharedContext + 'static> Store for T {}
+impl StoreSpec {
+    /// The file used when neither the builder nor `strata.toml` names a store.
+    pub const DEFAULT_SQLITE: &'static str = ".strata/memory.db";
+
+    /// The store `strata.toml`'s `[store]` table names (the default SQLite file when it names
+    /// none).
+    pub fn from_config(store: &strata_registry::StoreConfig) -> Result<StoreSpec, SessionError> {
+        match (&store.sqlite, &store.postgres) {
+            (Some(_), Some(_)) => Err(SessionError::Invalid(
+                "strata.toml names both store.sqlite and store.postgres; keep one".into(),
+            )),
+            (Some(path), None) => Ok(StoreSpec::Sqlite(path.clone())),
+            #[cfg(feature = "postgres")]
+            (None, Some(url)) => Ok(StoreSpec::Postgres(url.clone())),
+            #[cfg(not(feature = "postgres"))]
+            (None, Some(_)) => Err(SessionError::Invalid(
+                "strata.toml names a PostgreSQL store but this build has no `postgres` feature"
+                    .into(),
+            )),
+            (None, None) => Ok(StoreSpec::Sqlite(PathBuf::from(Self::DEFAULT_SQLITE))),
+        }
+    }
+}
+
+/// A store of working memory, long-term memory, shared facts and per-session documents.
+trait Store: WorkingMemory + LongTermMemory + SharedContext + SessionState + 'static {}
+impl<T: WorkingMemory + LongTermMemory + SharedContext + SessionState + 'static> Store for T {}
 
 /// Builds a [`Runtime`].
 #[must_use]
 pub struct RuntimeBuilder {
     agent: VerifiedAgent,
     config: Option<Config>,
-    store: StoreSpec,
+    store: Option<StoreSpec>,
     tokenizer: Option<Arc<dyn Tokenizer>>,
     provider: Provider,
     params: RequestParams,
@@ -104,10 +143,18 @@ pub struct RuntimeBuilder {
     workspace: Option<PathBuf>,
     history_tokens: usize,
     memories: usize,
+    hydrated: usize,
     receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
 }
 
 impl RuntimeBuilder {
+    /// On the hydration path, how many of the runtime's tools are retrieved for a turn that
+    /// brings no retrieved tools of its own (default 5).
+    pub fn hydrated_tools(mut self, n: usize) -> RuntimeBuilder {
+        self.hydrated = n.max(1);
+        self
+    }
+
     /// Sign a receipt of every prepared turn with this runtime key (ADR-0021); the turn then
     /// carries it, naming the exact bytes to send.
     pub fn receipt_key(mut self, key: strata_agentdef::KeyPair) -> RuntimeBuilder {
@@ -129,14 +176,14 @@ impl RuntimeBuilder {
 
     /// Keep memory in this SQLite file (the default is `./.strata/memory.db`).
     pub fn sqlite(mut self, path: impl Into<PathBuf>) -> RuntimeBuilder {
-        self.store = StoreSpec::Sqlite(path.into());
+        self.store = Some(StoreSpec::Sqlite(path.into()));
         self
     }
 
     /// Keep memory in a PostgreSQL database shared by many runtimes.
     #[cfg(feature = "postgres")]
     pub fn postgres(mut self, url: impl Into<String>) -> RuntimeBuilder {
-        self.store = StoreSpec::Postgres(url.into());
+        self.store = Some(StoreSpec::Postgres(url.into()));
         self
     }
 
@@ -203,8 +250,14 @@ impl RuntimeBuilder {
 
     /// Open the store and register the contributors.
     pub fn build(self) -> Result<Runtime, SessionError> {
+        let configured = self.config.is_some();
         let config = self.config.unwrap_or_default();
-        let store: Arc<dyn StoreHandle> = match &self.store {
+        // The store given to the builder, else `strata.toml`'s, else `./.strata/memory.db`.
+        let spec = match self.store {
+            Some(spec) => spec,
+            None => StoreSpec::from_config(&config.store)?,
+        };
+        let store: Arc<dyn StoreHandle> = match &spec {
             StoreSpec::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|e| {
@@ -226,7 +279,15 @@ impl RuntimeBuilder {
         let reg = |r: Result<(), strata_registry::RegistryError>| {
             r.map_err(|e| SessionError::Registry(e.to_string()))
         };
-        reg(Builtins::detect().register(&registry))?;
+        let workspace = self.workspace.or_else(|| config.workspace.dir.clone());
+        // The built-ins with `strata.toml`'s workspace (bootstrap files) and custom
+        // instructions.
+        reg(Builtins {
+            workspace: workspace.clone(),
+            custom_instructions: config.workspace.custom_instructions.clone(),
+            ..Builtins::detect()
+        }
+        .register(&registry))?;
         // Memory contributors take part in the modes and paths the seeds give their kind of
         // section: conversation history, memory and business context (ADR-0016).
         reg(registry.register(Arc::new(
@@ -243,7 +304,6 @@ impl RuntimeBuilder {
             LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
         let memories_meta = seeded(memories.meta(), StandardSection::Memory);
         reg(registry.register(Arc::new(memories.with_meta(memories_meta))))?;
-        let workspace = self.workspace.or_else(|| config.workspace.dir.clone());
         if let Some(ws) = &workspace {
             let index = ws.join(&config.memory.file);
             if index.is_file() {
@@ -252,15 +312,39 @@ impl RuntimeBuilder {
                 reg(registry.register(Arc::new(Restricted { inner: c, meta })))?;
             }
         }
-        let goals = Arc::new(GoalManager::in_memory());
-        reg(registry.register(goals.clone()))?;
+        // Ivy's session files (layer 5), episodic summaries (layer 6) and workspace hints
+        // (layer 3), in the modes and paths of their kind of section (ADR-0016).
+        let files = SessionFilesContributor::new(store.state(), store.name());
+        let files_meta = seeded(files.meta(), StandardSection::SessionContext);
+        reg(registry.register(Arc::new(files.with_meta(files_meta))))?;
+        let episodes = EpisodicContributor::new(store.long_term());
+        let episodes_meta = seeded(episodes.meta(), StandardSection::Memory);
+        reg(registry.register(Arc::new(episodes.with_meta(episodes_meta))))?;
+        if let Some(ws) = workspace.as_ref().filter(|ws| ws.is_dir()) {
+            reg(registry.register(Arc::new(WorkspaceHints::new(ws))))?;
+        }
+        // The operational-mode template of the turn's mode and tier, within the tier's prompt
+        // budget (ADR-0016).
+        check_tier_prompts(&self.agent, &*tokenizer)?;
+        reg(
+            registry.register(Arc::new(strata_registry::OperationalTemplate::new(
+                self.agent.clone(),
+            ))),
+        )?;
+        // Each session's goals, kept in the store (ADR-0016).
+        reg(registry.register(Arc::new(SessionGoals {
+            state: store.state(),
+            store: store.name(),
+        })))?;
         Ok(Runtime {
             agent: Arc::new(self.agent),
-            assembler: Assembler::new(tokenizer),
+            assembler: Assembler::new(tokenizer.clone()),
+            tokenizer,
             registry,
             store,
-            goals,
             config,
+            configured,
+            hydrated: self.hydrated,
             provider: self.provider,
             params: self.params,
             options: self.options,
@@ -333,11 +417,19 @@ trait StoreHandle: Send + Sync {
     fn working(&self) -> Arc<dyn WorkingMemory>;
     fn long_term(&self) -> Arc<dyn LongTermMemory>;
     fn shared(&self) -> SharedContextReader;
+    fn state(&self) -> Arc<dyn SessionState>;
+    fn name(&self) -> String;
 }
 
 struct Handle<S: Store>(Arc<S>);
 
 impl<S: Store> StoreHandle for Handle<S> {
+    fn state(&self) -> Arc<dyn SessionState> {
+        self.0.clone()
+    }
+    fn name(&self) -> String {
+        WorkingMemory::store_name(&*self.0).to_owned()
+    }
     fn working(&self) -> Arc<dyn WorkingMemory> {
         self.0.clone()
     }
@@ -354,9 +446,12 @@ pub struct Runtime {
     agent: Arc<VerifiedAgent>,
     assembler: Assembler,
     registry: Registry,
+    tokenizer: Arc<dyn Tokenizer>,
     store: Arc<dyn StoreHandle>,
-    goals: Arc<GoalManager>,
     config: Config,
+    /// Whether a `strata.toml` was given: its budget then wins over the definition's.
+    configured: bool,
+    hydrated: usize,
     provider: Provider,
     params: RequestParams,
     options: ProviderOptions,
@@ -384,7 +479,7 @@ impl Runtime {
         RuntimeBuilder {
             agent,
             config: None,
-            store: StoreSpec::Sqlite(PathBuf::from(".strata/memory.db")),
+            store: None,
             tokenizer: None,
             provider: Provider::Anthropic,
             params: RequestParams::default(),
@@ -393,6 +488,7 @@ impl Runtime {
             workspace: None,
             history_tokens: 8_000,
             memories: 5,
+            hydrated: 5,
             receipt_key: None,
         }
     }
@@ -405,11 +501,6 @@ impl Runtime {
     /// The registry, to add contributors of your own.
     pub fn registry(&self) -> &Registry {
         &self.registry
-    }
-
-    /// The goal manager (goals are created by the caller; markers in replies update them).
-    pub fn goals(&self) -> &GoalManager {
-        &self.goals
     }
 
     /// Long-term memory, to add or search memories.
@@ -443,6 +534,19 @@ pub struct TurnOptions {
     pub tools: Option<Vec<AnnouncedTool>>,
     /// The time of the turn, Unix milliseconds (default: now).
     pub now_ms: Option<i64>,
+    /// The operational mode (assistant, developer...), which picks the signed template with
+    /// the tier (default: the definition's).
+    pub operational_mode: Option<OperationalMode>,
+    /// What the delegating caller permits of the tools (only narrows the signed allowlist).
+    pub tool_policy: ToolPolicy,
+    /// The hydration path's input: the tools semantic retrieval found for this turn. On that
+    /// path they are the turn's tools; without them the runtime retrieves its own tools that
+    /// best match the user's message. Other paths ignore it.
+    pub retrieved_tools: Option<Vec<AnnouncedTool>>,
+    /// The context path's input: the context the runtime resolved for this turn (documents,
+    /// records, a delegated task...). The context path requires it and it takes part on that
+    /// path only.
+    pub resolved_context: Vec<Section>,
 }
 
 /// A tool call in a model's reply.
@@ -582,9 +686,47 @@ impl Session<'_> {
             )?;
         }
         Ok(self
-            .rt
-            .goals
+            .goals()?
             .apply(&AssistantOutput::new(reply.text.as_str()))?)
+    }
+
+    /// This session's goals, kept in the runtime's store: a restarted process, or another
+    /// process on the same PostgreSQL database, sees the same goals (ADR-0016). Goals are
+    /// created by the caller; markers in replies update them.
+    pub fn goals(&self) -> Result<GoalManager, SessionError> {
+        let store = StoredGoals::new(self.rt.store.state(), self.rt.store.name(), self.id.clone());
+        Ok(GoalManager::in_store(
+            Arc::new(store),
+            Arc::new(SystemClock::new()),
+        )?)
+    }
+
+    /// Note that a tool of this session read, changed or deleted the file at `path`; the
+    /// session-files section lists what the session touched, newest first.
+    pub fn record_file(&self, path: &str, action: FileAction) -> Result<(), SessionError> {
+        strata_memory::record_session_file(
+            &*self.rt.store.state(),
+            &self.id,
+            path,
+            action,
+            now_ms(),
+        )?;
+        Ok(())
+    }
+
+    /// Keep a summary of this session's run as an episode of the agent's long-term memory;
+    /// later sessions show the newest episodes (the episodic-summaries section).
+    pub fn record_episode(&self, summary: &str) -> Result<strata_memory::MemoryId, SessionError> {
+        if summary.trim().is_empty() {
+            return Err(SessionError::Invalid(
+                "the episode summary is empty; give a few sentences on what the run did".into(),
+            ));
+        }
+        let memory = NewMemory::new(self.rt.agent.agent_id(), summary).with_tags([
+            strata_memory::EPISODE_TAG.to_owned(),
+            format!("session:{}", self.id),
+        ]);
+        Ok(self.rt.store.long_term().put(memory)?.id)
     }
 
     /// Record a tool's output for the call `call_id`.
@@ -596,10 +738,15 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Forget this session's conversation; returns the entries removed. The registry's
-    /// section cache is cleared and subscribers are told.
+    /// Forget this session's conversation and the files it touched; returns the conversation
+    /// entries removed. The session's goals stay (the seeds never drop a goal; complete or
+    /// pause it instead). The registry's section cache is cleared and subscribers are told.
     pub fn reset(&self) -> Result<usize, SessionError> {
         let n = self.rt.store.working().clear(&self.id)?;
+        self.rt
+            .store
+            .state()
+            .remove_state(&self.id, strata_memory::state::FILES_DOC)?;
         self.rt.registry.session_reset(&self.id);
         self.rt
             .prompts
@@ -616,43 +763,60 @@ impl Session<'_> {
     ) -> Result<PreparedTurn, SessionError> {
         let rt = self.rt;
         let agent = &rt.agent;
-        let mode = opts.mode.unwrap_or(rt.config.prompt.default_mode);
+        // Default mode: strata.toml's when one was given, else the signed definition's.
+        let mode = opts.mode.unwrap_or(if rt.configured {
+            rt.config.prompt.default_mode
+        } else {
+            agent.default_prompt_mode()
+        });
         let path = opts.path.unwrap_or_default();
+        let operational = opts
+            .operational_mode
+            .unwrap_or_else(|| agent.default_mode());
         // One budget, one tier: used by gathering and assembly alike.
         let budget = match opts.context_window {
             Some(w) => BudgetSpec::ContextWindow(w),
-            None => BudgetSpec::Explicit(rt.config.to_budget()),
+            None if rt.configured => BudgetSpec::Explicit(rt.config.to_budget()),
+            None => BudgetSpec::AgentDefault,
         };
         let tier = match &budget {
             BudgetSpec::ContextWindow(w) => Tier::for_context_window(*w),
             BudgetSpec::Explicit(b) => Tier::for_context_window(b.total_tokens),
             BudgetSpec::AgentDefault => Tier::for_context_window(agent.budget().total_tokens),
         };
-        let tools = opts.tools.clone().unwrap_or_else(|| rt.tools.clone());
+        let resolved_context = match path {
+            AssemblyPath::Context if opts.resolved_context.is_empty() => {
+                return Err(SessionError::Invalid(
+                    "the context path assembles a resolved context: give the turn's \
+                     `resolved_context` sections, or choose another path"
+                        .into(),
+                ))
+            }
+            // The resolved context takes part on the context path only.
+            AssemblyPath::Context => opts.resolved_context.clone(),
+            _ => Vec::new(),
+        };
+        let offered = opts.tools.clone().unwrap_or_else(|| rt.tools.clone());
+        // The hydration path announces the tools retrieved for this turn, not the whole set.
+        let announced = match path {
+            AssemblyPath::Hydration => match &opts.retrieved_tools {
+                Some(retrieved) => retrieved.clone(),
+                None => retrieve_tools(&offered, query.unwrap_or_default(), rt.hydrated),
+            },
+            _ => offered,
+        };
+        let tools = crate::assemble::narrowed_tools(agent, &announced, &opts.tool_policy);
         let now_ms = opts.now_ms.unwrap_or_else(now_ms);
-        let mut ctx = ContributionContext::new(
-            agent.agent_id_arc(),
-            agent.identity_digest(),
-            &*self.id,
+        let (mut sections, omissions) = rt.gather_turn(&Gathering {
+            session: &self.id,
+            query,
+            mode,
+            path,
+            tier,
+            operational,
+            tools: &tools,
             now_ms,
-        );
-        ctx.mode = mode;
-        ctx.path = path;
-        ctx.tier = tier;
-        ctx.query = query.map(Arc::from);
-        ctx.inputs = Arc::new(RequestInputs {
-            tools: tools.clone(),
-            ..RequestInputs::default()
-        });
-        let gathered = rt
-            .registry
-            .gather(&ctx)
-            .map_err(|e| SessionError::Registry(e.to_string()))?;
-        let mut sections: Vec<Section> = gathered
-            .sections
-            .into_iter()
-            .map(native_tool_call)
-            .collect::<Result<_, _>>()?;
+        })?;
         // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
         // cached paths), the request still carries the current exchange: the newest user
         // message and what followed it (ADR-0016).
@@ -661,9 +825,12 @@ impl Session<'_> {
             sections.extend(self.current_exchange()?);
         }
         sections.extend(opts.sections.iter().cloned());
+        sections.extend(resolved_context);
         let req = AssemblyRequest {
             sections,
-            tools,
+            // Everything announced: the assembler narrows it again and reports each refusal.
+            tools: announced,
+            tool_policy: opts.tool_policy.clone(),
             mode,
             path,
             budget: Some(budget),
@@ -674,15 +841,7 @@ impl Session<'_> {
                 .iter()
                 .copied()
                 .collect(),
-            omissions: gathered
-                .omissions
-                .iter()
-                .map(|o| Omission {
-                    id: o.contributor.to_string(),
-                    layer: o.layer.into(),
-                    reason: format!("{:?}", o.reason),
-                })
-                .collect(),
+            omissions,
             provider: Some(rt.provider),
             provider_options: rt.options.clone(),
             now_ms: Some(now_ms),
@@ -730,6 +889,153 @@ impl Session<'_> {
             context,
             receipt,
         })
+    }
+}
+
+/// What one gathering is for.
+struct Gathering<'a> {
+    session: &'a str,
+    query: Option<&'a str>,
+    mode: PromptMode,
+    path: AssemblyPath,
+    tier: Tier,
+    operational: OperationalMode,
+    /// Already narrowed to what the model may see.
+    tools: &'a [AnnouncedTool],
+    now_ms: i64,
+}
+
+impl Runtime {
+    /// Run the contributors for one turn: sections (tool calls turned native, the template
+    /// within its tier budget) and the omissions to report.
+    fn gather_turn(
+        &self,
+        t: &Gathering<'_>,
+    ) -> Result<(Vec<Section>, Vec<Omission>), SessionError> {
+        let agent = &self.agent;
+        // Contributors see only what the model may see: the narrowed tools and the signed
+        // usage hints of those tools, so no built-in can name a refused tool (I4, ADR-0007).
+        let tool_hints = agent
+            .identity()
+            .tools()
+            .iter()
+            .filter(|a| t.tools.iter().any(|x| x.name == a.name))
+            .map(|a| (a.name.clone(), a.usage.clone()))
+            .collect();
+        let mut ctx = ContributionContext::new(
+            agent.agent_id_arc(),
+            agent.identity_digest(),
+            t.session,
+            t.now_ms,
+        );
+        ctx.mode = t.mode;
+        ctx.path = t.path;
+        ctx.tier = t.tier;
+        ctx.operational_mode = t.operational;
+        ctx.query = t.query.map(Arc::from);
+        ctx.inputs = Arc::new(RequestInputs {
+            tools: t.tools.to_vec(),
+            tool_hints,
+            ..RequestInputs::default()
+        });
+        let gathered = self
+            .registry
+            .gather(&ctx)
+            .map_err(|e| SessionError::Registry(e.to_string()))?;
+        let mut omissions: Vec<Omission> = gathered
+            .omissions
+            .iter()
+            .map(|o| Omission {
+                id: o.contributor.to_string(),
+                layer: o.layer.into(),
+                reason: format!("{:?}", o.reason),
+            })
+            .collect();
+        let mut sections: Vec<Section> = Vec::with_capacity(gathered.sections.len() + 4);
+        for s in gathered.sections {
+            let s = native_tool_call(s)?;
+            sections.push(self.within_tier_prompt(s, t.tier, &mut omissions)?);
+        }
+        Ok((sections, omissions))
+    }
+
+    /// The operational-mode template within the tier's prompt budget (200, 500, 1,000 or 1,500
+    /// tokens, from the seeds): a rendering over it is cut to the budget, marked, and the cut
+    /// is reported among the omissions (ADR-0016). Other sections pass unchanged.
+    fn within_tier_prompt(
+        &self,
+        s: Section,
+        tier: Tier,
+        omissions: &mut Vec<Omission>,
+    ) -> Result<Section, SessionError> {
+        if &*s.provenance().name != strata_registry::OperationalTemplate::ID {
+            return Ok(s);
+        }
+        let budget = tier.prompt_budget() as usize;
+        let text = s.content().as_str();
+        let tokens = self.tokenizer.count(text);
+        if tokens <= budget {
+            return Ok(s);
+        }
+        let marker = format!(
+            "\n[cut to the tier-{} prompt budget of {budget} tokens]",
+            tier.number()
+        );
+        let room = budget.saturating_sub(self.tokenizer.count(&marker));
+        let keep = self.tokenizer.prefix_len(text, room);
+        let cut = format!("{}{marker}", &text[..keep]);
+        omissions.push(Omission {
+            id: s.id().as_str().to_owned(),
+            layer: s.layer().into(),
+            reason: format!(
+                "cut to the tier-{} prompt budget: {tokens} tokens, {budget} allowed",
+                tier.number()
+            ),
+        });
+        tracing::warn!(
+            section = s.id().as_str(),
+            tokens,
+            budget,
+            "operational template over the tier's prompt budget; cut"
+        );
+        Ok(s.with_content(cut))
+    }
+
+    /// Assemble one request that keeps no conversation (what `strata assemble` does): the
+    /// runtime's contributors gather for `req`'s mode, path and tier (memory searched with
+    /// `query`, shared facts, the built-ins, the goals and files of `session`), their sections
+    /// join the caller's, and the whole is assembled. Tools are narrowed before contributors
+    /// see them, as in a session.
+    pub fn assemble_request(
+        &self,
+        session: &str,
+        query: Option<&str>,
+        mut req: AssemblyRequest,
+    ) -> Result<AssembledContext, SessionError> {
+        let agent = &self.agent;
+        let budget = req.budget.clone().unwrap_or(BudgetSpec::AgentDefault);
+        let tier = match &budget {
+            BudgetSpec::ContextWindow(w) => Tier::for_context_window(*w),
+            BudgetSpec::Explicit(b) => Tier::for_context_window(b.total_tokens),
+            BudgetSpec::AgentDefault => Tier::for_context_window(agent.budget().total_tokens),
+        };
+        let tools = crate::assemble::narrowed_tools(agent, &req.tools, &req.tool_policy);
+        let now_ms = req.now_ms.unwrap_or_else(now_ms);
+        let (mut sections, omissions) = self.gather_turn(&Gathering {
+            session,
+            query,
+            mode: req.mode,
+            path: req.path,
+            tier,
+            operational: agent.default_mode(),
+            tools: &tools,
+            now_ms,
+        })?;
+        sections.append(&mut req.sections);
+        req.sections = sections;
+        req.omissions.extend(omissions);
+        req.now_ms = Some(now_ms);
+        Ok(self.assembler.assemble(agent, &req)?)
     }
 }
 
@@ -784,6 +1090,92 @@ fn native_tool_call(s: Section) -> Result<Section, SessionError> {
         name: Some(name),
         ..turn
     }))
+}
+
+/// Refuse a definition whose signed template for a mode and tier is over the tier's prompt
+/// budget (the seeds' 200, 500, 1,000 and 1,500 tokens; ADR-0016). The fallback template, which
+/// serves every tier, is checked at render time instead.
+fn check_tier_prompts(
+    agent: &VerifiedAgent,
+    tokenizer: &dyn Tokenizer,
+) -> Result<(), SessionError> {
+    for mode in OperationalMode::ALL.iter().copied() {
+        for tier in Tier::ALL {
+            let Some(text) = agent.templates().get(mode, tier) else {
+                continue;
+            };
+            let budget = tier.prompt_budget();
+            let tokens = tokenizer.count(text);
+            if tokens > budget as usize {
+                return Err(SessionError::TierPrompt {
+                    mode,
+                    tier: tier.number(),
+                    tokens,
+                    budget,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The hydration path's own retrieval: the `top` tools of `tools` whose names and descriptions
+/// share the most words with `query` (ties broken by name, so the choice is deterministic);
+/// tools sharing no word are left out.
+fn retrieve_tools(tools: &[AnnouncedTool], query: &str, top: usize) -> Vec<AnnouncedTool> {
+    let words = |t: &str| -> std::collections::BTreeSet<String> {
+        t.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.len() > 3)
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let asked = words(query);
+    let mut scored: Vec<(usize, &AnnouncedTool)> = tools
+        .iter()
+        .map(|t| {
+            let about = words(&format!("{} {}", t.name, t.description.as_str()));
+            (about.intersection(&asked).count(), t)
+        })
+        .filter(|(n, _)| *n > 0)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    scored
+        .into_iter()
+        .take(top)
+        .map(|(_, t)| t.clone())
+        .collect()
+}
+
+/// The goal contributor of a runtime: the active goal of the gathering's session, read from
+/// the store, sticky in layer 4 (ADR-0016).
+struct SessionGoals {
+    state: Arc<dyn SessionState>,
+    store: String,
+}
+
+impl Contributor for SessionGoals {
+    fn id(&self) -> &str {
+        GoalManager::ID
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::Delegated
+    }
+    fn meta(&self) -> ContributorMeta {
+        GoalManager::in_memory().meta()
+    }
+    fn contribute(
+        &self,
+        ctx: &ContributionContext,
+    ) -> Result<Vec<Section>, strata_registry::ContributorError> {
+        let store = StoredGoals::new(
+            self.state.clone(),
+            self.store.clone(),
+            ctx.session_id.clone(),
+        );
+        GoalManager::in_store(Arc::new(store), Arc::new(SystemClock::new()))
+            .map_err(|e| strata_registry::ContributorError::Source(e.to_string()))?
+            .contribute(ctx)
+    }
 }
 
 fn now_ms() -> i64 {

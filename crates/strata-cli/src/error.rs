@@ -62,6 +62,10 @@ pub enum CliError {
     /// Anything else, with a message that says what to do.
     #[error("{0}")]
     Other(String),
+    /// The reader of standard output went away (`strata demo | head -1`): not a failure of
+    /// the command, which stops quietly with exit code 0.
+    #[error("standard output was closed by its reader")]
+    OutputClosed,
 }
 
 impl CliError {
@@ -73,6 +77,7 @@ impl CliError {
             CliError::LogRefused(strata_assembler::LogError::Io { .. }) => EXIT_ERROR,
             CliError::LogRefused(_) => EXIT_REFUSED,
             CliError::Usage(_) => EXIT_USAGE,
+            CliError::OutputClosed => EXIT_OK,
             CliError::AgentDef { .. }
             | CliError::Io { .. }
             | CliError::Failed(_)

@@ -176,6 +176,8 @@ fn main() -> ExitCode {
     let out = Output::new(cli.quiet);
     match run(cli.command, &out) {
         Ok(()) => ExitCode::from(EXIT_OK),
+        // The reader of standard output went away (`| head`): stop quietly.
+        Err(CliError::OutputClosed) => ExitCode::from(EXIT_OK),
         Err(e) => {
             match &e {
                 CliError::Refused(_) | CliError::ReceiptRefused(_) => out.error(&e.to_string()),

@@ -25,12 +25,21 @@ impl Output {
         let mut out = std::io::stdout().lock();
         out.write_all(text.as_bytes())
             .and_then(|()| out.flush())
-            .map_err(|e| CliError::Other(format!("cannot write to standard output: {e}")))
+            .map_err(|e| match e.kind() {
+                // The reader stopped reading (`| head`): stop quietly, nothing went wrong.
+                std::io::ErrorKind::BrokenPipe => CliError::OutputClosed,
+                _ => CliError::Other(format!("cannot write to standard output: {e}")),
+            })
     }
 
     /// Write a result line to stdout.
     pub fn line(&self, line: &str) -> Result<(), CliError> {
         self.result(&format!("{line}\n"))
+    }
+
+    /// Whether `--quiet` was given (commands that print a report print a short summary).
+    pub fn quiet(&self) -> bool {
+        self.quiet
     }
 
     /// Write a status line to stderr unless `--quiet` was given.

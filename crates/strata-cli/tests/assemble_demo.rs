@@ -311,3 +311,117 @@ fn demo_runs_with_no_setup_and_shows_the_fenced_injection() {
     let r = strata(tmp.path(), &["demo", "--dir", "demo-here"], None);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// Verifies ADR-0016: `strata assemble` reads memory from the store strata.toml names: the
+/// memory matching the newest user message reaches the assembly, fenced as data; without a
+/// store nothing is gathered.
+#[test]
+fn assemble_reads_memory_from_the_configured_store() {
+    use strata_memory::{LongTermMemory as _, NewMemory, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    demo_assets(dir.path());
+    let db = dir.path().join("team.db");
+    SqliteStore::open(&db)
+        .unwrap()
+        .put(NewMemory::new(
+            "ada-demo",
+            "Deploys freeze every Friday at noon.",
+        ))
+        .unwrap();
+    std::fs::write(
+        dir.path().join("strata.toml"),
+        "[store]\nsqlite = \"team.db\"\n",
+    )
+    .unwrap();
+    let input = r#"{"turns": [{"role": "user", "content": "When do deploys freeze?"}]}"#;
+    std::fs::write(dir.path().join("turn.json"), input).unwrap();
+    let base = [
+        "assemble",
+        "--agent",
+        "agent.signed.json",
+        "--trust",
+        "trust.toml",
+        "--input",
+        "turn.json",
+        "--format",
+        "json",
+    ];
+    let with: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--config", "strata.toml"])
+        .collect();
+    let r = strata(dir.path(), &with, None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.contains("Deploys freeze every Friday at noon."),
+        "{text}"
+    );
+    let mem = v["report"]["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"].as_str().unwrap().starts_with("mem/"))
+        .unwrap();
+    assert_eq!(mem["layer"], "long_term_memory");
+    // The same with --store and no configuration; and nothing without a store.
+    let flag: Vec<&str> = base.iter().copied().chain(["--store", "team.db"]).collect();
+    let r = strata(dir.path(), &flag, None);
+    assert!(
+        r.stdout.contains("Deploys freeze every Friday at noon."),
+        "{}",
+        r.stderr
+    );
+    let r = strata(dir.path(), &base, None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("Deploys freeze every Friday"));
+}
+
+/// The demo on the session API: a reader that stops early (`strata demo | head -1`) is not an
+/// error; `--quiet` prints one summary line; the help and the output explain the fixed clock;
+/// the host's program paths stay out of the request.
+#[test]
+fn demo_is_quiet_when_asked_survives_a_closed_pipe_and_keeps_host_paths_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A reader that reads one line and closes the pipe.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["demo", "--dir", "d1"])
+        .current_dir(tmp.path())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+
+    let r = strata(tmp.path(), &["--quiet", "demo", "--dir", "d2"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout.lines().count(), 1, "{}", r.stdout);
+    assert!(r.stdout.contains("6 of 6 checks passed"), "{}", r.stdout);
+
+    let r = strata(tmp.path(), &["demo", "--dir", "d3"], None);
+    assert!(r
+        .stdout
+        .contains("the clock is fixed at 2026-11-21 00:00 UTC"));
+    let request = std::fs::read_to_string(tmp.path().join("d3/last-request.json")).unwrap();
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        let dir = dir.to_string_lossy().into_owned();
+        if dir.len() > 1 {
+            assert!(
+                !request.contains(&format!("{dir}/")),
+                "{dir} in the request"
+            );
+        }
+    }
+    let help = strata(tmp.path(), &["demo", "--help"], None);
+    assert!(help.stdout.contains("clock is fixed"), "{}", help.stdout);
+}

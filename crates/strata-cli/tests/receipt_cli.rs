@@ -145,7 +145,7 @@ fn the_audit_story_in_five_commands() {
     assert!(show.stdout.starts_with("VERIFIED"), "{}", show.stdout);
     for words in [
         "Sent: request-body (anthropic)",
-        "Agent: ada-demo version 1",
+        "Agent: ada-demo version 2",
         "(user authority)",
         "(data authority)",
         "Tool refused: send_email",

@@ -483,3 +483,259 @@ impl Contributor for MemoryIndexContributor {
             .build()])
     }
 }
+
+/// Layer 5: the files this session read or changed, newest first (the seeds' session-files
+/// section, which grows with a long conversation and competes with other memory for room).
+/// The list comes from the session's `files` document in the store, which the runtime writes
+/// when its tools read or change a file ([`crate::state::record_session_file`]). Defaults: id
+/// `session.files`, phase `memory`, priority 78, dynamic, at most 50 files shown.
+pub struct SessionFilesContributor {
+    id: String,
+    state: Arc<dyn crate::state::SessionState>,
+    name: String,
+    max_files: usize,
+    meta: ContributorMeta,
+}
+
+impl std::fmt::Debug for SessionFilesContributor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionFilesContributor")
+            .field("id", &self.id)
+            .field("store", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionFilesContributor {
+    /// The files of each gathering's session, from `state` (a store named `store_name`).
+    pub fn new(
+        state: Arc<dyn crate::state::SessionState>,
+        store_name: impl Into<String>,
+    ) -> SessionFilesContributor {
+        SessionFilesContributor {
+            id: "session.files".into(),
+            state,
+            name: store_name.into(),
+            max_files: 50,
+            meta: ContributorMeta {
+                priority: 78,
+                phase: Phase::Memory,
+                stability: Stability::Dynamic,
+                source: SourceKind::Store,
+                ..ContributorMeta::default()
+            },
+        }
+    }
+
+    /// Show at most `n` files (the newest).
+    #[must_use]
+    pub fn with_max_files(mut self, n: usize) -> Self {
+        self.max_files = n.max(1);
+        self
+    }
+
+    /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
+    #[must_use]
+    pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
+        self.meta = ContributorMeta {
+            source: SourceKind::Store,
+            ..meta
+        };
+        self
+    }
+}
+
+impl Contributor for SessionFilesContributor {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::WorkingMemory
+    }
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+    fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let files =
+            crate::state::session_files(&*self.state, &ctx.session_id).map_err(source_err)?;
+        if files.is_empty() {
+            return Ok(Vec::new());
+        }
+        let shown = files.len().min(self.max_files);
+        let mut text = String::from("Files in this session (newest first):");
+        for f in files.iter().rev().take(shown) {
+            text.push_str(&format!("\n- {}: {}", f.action.label(), f.path));
+        }
+        if files.len() > shown {
+            text.push_str(&format!("\n- ... and {} older", files.len() - shown));
+        }
+        Ok(vec![self
+            .meta
+            .section(&self.id, RuntimeLayer::WorkingMemory, "session-files", text)
+            .map_err(core_err)?
+            .source(SourceKind::Store, &self.name)
+            .build()])
+    }
+}
+
+/// The tag of memories that summarise a past run or session (the seeds' episodic summaries).
+pub const EPISODE_TAG: &str = "episode";
+
+/// Layer 6: summaries of the agent's past runs, the newest first: its long-term memories
+/// tagged [`EPISODE_TAG`], one section each. They come from the runtime, which stores a summary
+/// when a run ends. Defaults: id `memory.episodes`, phase `memory`, priority 40, dynamic, the
+/// newest 3.
+pub struct EpisodicContributor {
+    id: String,
+    store: Arc<dyn LongTermMemory>,
+    newest: usize,
+    meta: ContributorMeta,
+}
+
+impl std::fmt::Debug for EpisodicContributor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpisodicContributor")
+            .field("id", &self.id)
+            .field("newest", &self.newest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EpisodicContributor {
+    /// The newest episodes of each gathering's agent in `store`.
+    pub fn new(store: Arc<dyn LongTermMemory>) -> EpisodicContributor {
+        EpisodicContributor {
+            id: "memory.episodes".into(),
+            store,
+            newest: 3,
+            meta: ContributorMeta {
+                priority: 40,
+                phase: Phase::Memory,
+                stability: Stability::Dynamic,
+                source: SourceKind::Store,
+                ..ContributorMeta::default()
+            },
+        }
+    }
+
+    /// Show the newest `n` episodes.
+    #[must_use]
+    pub fn with_newest(mut self, n: usize) -> Self {
+        self.newest = n.max(1);
+        self
+    }
+
+    /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
+    #[must_use]
+    pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
+        self.meta = ContributorMeta {
+            source: SourceKind::Store,
+            ..meta
+        };
+        self
+    }
+}
+
+impl Contributor for EpisodicContributor {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::LongTermMemory
+    }
+    fn meta(&self) -> ContributorMeta {
+        self.meta.clone()
+    }
+    fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let mut episodes = self
+            .store
+            .list(
+                &crate::long_term::ListOptions::all()
+                    .agent(ctx.agent_id.to_string())
+                    .tags([EPISODE_TAG]),
+            )
+            .map_err(source_err)?;
+        episodes.sort_by(|a, b| {
+            b.created_ms
+                .cmp(&a.created_ms)
+                .then_with(|| b.id.as_str().cmp(a.id.as_str()))
+        });
+        episodes.truncate(self.newest);
+        let n = u32::try_from(episodes.len()).unwrap_or(u32::MAX);
+        let store_name = self.store.store_name().to_owned();
+        episodes
+            .iter()
+            .enumerate()
+            .map(|(i, rec)| {
+                let r = u32::try_from(i).unwrap_or(u32::MAX);
+                Ok(self
+                    .meta
+                    .section(
+                        &self.id,
+                        RuntimeLayer::LongTermMemory,
+                        section_id("episode/", rec.id.as_str()),
+                        rec.content.clone(),
+                    )
+                    .map_err(core_err)?
+                    // Newest first: the newest gets the highest priority.
+                    .priority(self.meta.priority.saturating_add(n - r))
+                    .source(SourceKind::Store, &store_name)
+                    .record(Some(rec.id.as_str()), Some(rec.created_ms), None)
+                    .build())
+            })
+            .collect()
+    }
+}
+
+/// One session's goal book in a store's per-session documents, for
+/// `strata_registry::GoalManager::in_store` (ADR-0016).
+pub struct StoredGoals {
+    state: Arc<dyn crate::state::SessionState>,
+    store_name: String,
+    session: Arc<str>,
+}
+
+impl StoredGoals {
+    /// The goals of `session` in `state` (a store named `store_name`).
+    pub fn new(
+        state: Arc<dyn crate::state::SessionState>,
+        store_name: impl Into<String>,
+        session: impl Into<Arc<str>>,
+    ) -> StoredGoals {
+        StoredGoals {
+            state,
+            store_name: store_name.into(),
+            session: session.into(),
+        }
+    }
+}
+
+impl strata_registry::GoalStore for StoredGoals {
+    fn describe(&self) -> String {
+        format!("{} (session `{}`)", self.store_name, self.session)
+    }
+    fn load(&self) -> Result<Option<(String, u64)>, strata_registry::GoalError> {
+        self.state
+            .state(&self.session, crate::state::GOALS_DOC)
+            .map(|d| d.map(|d| (d.value, d.version)))
+            .map_err(|e| self.err(e))
+    }
+    fn save(
+        &self,
+        json: &str,
+        expected: Option<u64>,
+    ) -> Result<Option<u64>, strata_registry::GoalError> {
+        self.state
+            .put_state(&self.session, crate::state::GOALS_DOC, json, expected)
+            .map_err(|e| self.err(e))
+    }
+}
+
+impl StoredGoals {
+    fn err(&self, e: MemoryError) -> strata_registry::GoalError {
+        strata_registry::GoalError::Store {
+            store: strata_registry::GoalStore::describe(self),
+            reason: e.to_string(),
+        }
+    }
+}

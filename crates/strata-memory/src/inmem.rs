@@ -2,7 +2,7 @@
 //! runtimes. Nothing survives the process.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use strata_core::{Content, Role};
 
@@ -41,6 +41,7 @@ pub struct InMemoryStore {
     working: Mutex<Working>,
     long_term: RwLock<LongTerm>,
     shared: RwLock<BTreeMap<(Scope, Arc<str>), Fact>>,
+    state: Mutex<BTreeMap<(String, String), crate::state::StateDoc>>,
 }
 
 impl Default for InMemoryStore {
@@ -76,6 +77,7 @@ impl InMemoryStore {
             working: Mutex::default(),
             long_term: RwLock::default(),
             shared: RwLock::default(),
+            state: Mutex::default(),
         }
     }
 
@@ -333,6 +335,48 @@ impl SharedContextWriter for InMemoryStore {
     fn remove_fact(&self, scope: &Scope, key: &str) -> Result<bool> {
         Ok(write(&self.shared)
             .remove(&(scope.clone(), Arc::from(key)))
+            .is_some())
+    }
+}
+
+impl crate::state::SessionState for InMemoryStore {
+    fn state(&self, session: &str, name: &str) -> Result<Option<crate::state::StateDoc>> {
+        crate::state::check_state_key(session, name)?;
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(state.get(&(session.to_owned(), name.to_owned())).cloned())
+    }
+
+    fn put_state(
+        &self,
+        session: &str,
+        name: &str,
+        value: &str,
+        expected: Option<u64>,
+    ) -> Result<Option<u64>> {
+        crate::state::check_state_key(session, name)?;
+        self.options.check_size("session state", value)?;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (session.to_owned(), name.to_owned());
+        if state.get(&key).map(|d| d.version) != expected {
+            return Ok(None);
+        }
+        let version = expected.map_or(1, |v| v.saturating_add(1));
+        state.insert(
+            key,
+            crate::state::StateDoc {
+                value: value.to_owned(),
+                version,
+                updated_ms: self.options.now_ms(),
+            },
+        );
+        Ok(Some(version))
+    }
+
+    fn remove_state(&self, session: &str, name: &str) -> Result<bool> {
+        crate::state::check_state_key(session, name)?;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(state
+            .remove(&(session.to_owned(), name.to_owned()))
             .is_some())
     }
 }

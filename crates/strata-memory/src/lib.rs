@@ -49,13 +49,15 @@ pub mod pg;
 mod quant;
 pub mod shared;
 pub mod sqlite;
+pub mod state;
 pub mod text;
 pub mod working;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contrib::{
-    LongTermMemoryContributor, MemoryIndexContributor, SharedFactsContributor,
-    WorkingMemoryContributor,
+    EpisodicContributor, LongTermMemoryContributor, MemoryIndexContributor,
+    SessionFilesContributor, SharedFactsContributor, StoredGoals, WorkingMemoryContributor,
+    EPISODE_TAG,
 };
 #[cfg(feature = "http")]
 pub use embed::OpenAiEmbedder;
@@ -73,4 +75,7 @@ pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
 pub use pg::PgStore;
 pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
 pub use sqlite::{SqliteStore, VectorCacheStats};
+pub use state::{
+    record_session_file, session_files, FileAction, SessionFile, SessionState, StateDoc,
+};
 pub use working::{select_recent, Entry, NewEntry, WorkingMemory};

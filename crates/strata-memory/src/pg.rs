@@ -37,7 +37,7 @@ use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
 
 /// The schema version this build writes.
-pub const PG_SCHEMA_VERSION: i64 = 2;
+pub const PG_SCHEMA_VERSION: i64 = 3;
 
 /// The share of all memories above which a query term counts as common.
 const COMMON_TERM_SHARE: f64 = 0.2;
@@ -114,6 +114,20 @@ END
 $fn$;
 CREATE TRIGGER memories_deleted AFTER DELETE ON {s}.memories
     FOR EACH ROW EXECUTE FUNCTION {s}.note_memory_deletion();
+",
+    ),
+    // Version 3: versioned per-session documents (the session's goals).
+    (
+        3,
+        r"
+CREATE TABLE {s}.session_state (
+    session    text NOT NULL,
+    name       text NOT NULL,
+    value      text NOT NULL,
+    version    bigint NOT NULL,
+    updated_ms bigint NOT NULL,
+    PRIMARY KEY (session, name)
+);
 ",
     ),
 ];
@@ -1004,6 +1018,76 @@ impl SharedContextWriter for PgStore {
             c.execute(
                 &format!("DELETE FROM {s}.shared_facts WHERE scope = $1 AND key = $2"),
                 &[&scope.as_str(), &key],
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.err(e))
+        })
+    }
+}
+
+impl crate::state::SessionState for PgStore {
+    fn state(&self, session: &str, name: &str) -> Result<Option<crate::state::StateDoc>> {
+        crate::state::check_state_key(session, name)?;
+        let s = self.s();
+        let row = self.with_client(|c| {
+            c.query_opt(
+                &format!(
+                    "SELECT value, version, updated_ms FROM {s}.session_state WHERE session = $1 AND name = $2"
+                ),
+                &[&session, &name],
+            )
+            .map_err(|e| self.err(e))
+        })?;
+        Ok(row.map(|r| crate::state::StateDoc {
+            value: r.get(0),
+            version: crate::state::version_of(r.get(1)),
+            updated_ms: r.get(2),
+        }))
+    }
+
+    /// One statement each way, so concurrent writers from many processes serialise on the row:
+    /// an insert that finds the row, or an update that finds another version, changes nothing.
+    fn put_state(
+        &self,
+        session: &str,
+        name: &str,
+        value: &str,
+        expected: Option<u64>,
+    ) -> Result<Option<u64>> {
+        crate::state::check_state_key(session, name)?;
+        self.options.check_size("session state", value)?;
+        let now = self.options.now_ms();
+        let s = self.s();
+        let n = self.with_client(|c| match expected {
+            None => c
+                .execute(
+                    &format!(
+                        "INSERT INTO {s}.session_state (session, name, value, version, updated_ms) \
+                         VALUES ($1, $2, $3, 1, $4) ON CONFLICT (session, name) DO NOTHING"
+                    ),
+                    &[&session, &name, &value, &now],
+                )
+                .map_err(|e| self.err(e)),
+            Some(v) => c
+                .execute(
+                    &format!(
+                        "UPDATE {s}.session_state SET value = $3, version = version + 1, updated_ms = $4 \
+                         WHERE session = $1 AND name = $2 AND version = $5"
+                    ),
+                    &[&session, &name, &value, &now, &crate::state::stored_version(v)],
+                )
+                .map_err(|e| self.err(e)),
+        })?;
+        Ok((n == 1).then(|| expected.map_or(1, |v| v.saturating_add(1))))
+    }
+
+    fn remove_state(&self, session: &str, name: &str) -> Result<bool> {
+        crate::state::check_state_key(session, name)?;
+        let s = self.s();
+        self.with_client(|c| {
+            c.execute(
+                &format!("DELETE FROM {s}.session_state WHERE session = $1 AND name = $2"),
+                &[&session, &name],
             )
             .map(|n| n > 0)
             .map_err(|e| self.err(e))

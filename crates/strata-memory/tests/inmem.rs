@@ -61,3 +61,10 @@ fn shared_context_reader_cannot_write() {
     const { assert!(Probe::<strata_memory::SqliteStore>::IS_WRITER) };
     const { assert!(!Probe::<SharedContextReader>::IS_WRITER) };
 }
+
+/// Verifies ADR-0016: in-memory session state conforms.
+#[test]
+fn session_state_conforms() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::session_state(&store(&clock), &clock);
+}

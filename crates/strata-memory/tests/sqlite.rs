@@ -327,3 +327,35 @@ fn vector_ranking_matches_exact_search() {
         }
     }
 }
+
+/// Verifies ADR-0016: SQLite session state conforms, survives reopening, and a damaged row
+/// fails its checksum instead of being read.
+#[test]
+fn session_state_conforms_and_is_checked() {
+    use strata_memory::SessionState as _;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::session_state(&open(&dir, &clock), &clock);
+    {
+        let s = open(&dir, &clock);
+        assert_eq!(
+            s.put_state("k", "goals", "{\"a\":1}", None).unwrap(),
+            Some(1)
+        );
+    }
+    let s = open(&dir, &clock);
+    assert_eq!(s.state("k", "goals").unwrap().unwrap().version, 1);
+    drop(s);
+    let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
+    c.execute(
+        "UPDATE session_state SET value = '{\"a\":2}' WHERE session = 'k'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let s = open(&dir, &clock);
+    assert!(matches!(
+        s.state("k", "goals"),
+        Err(MemoryError::Corrupt { .. })
+    ));
+}

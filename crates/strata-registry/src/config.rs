@@ -26,6 +26,10 @@
 //! [workspace]
 //! dir = "."                        # bootstrap files: SOUL.md, AGENTS.md, ...
 //! custom_instructions = ""
+//!
+//! [store]                          # working and long-term memory, goals
+//! sqlite = ".strata/memory.db"     # the default; or, shared by many runtimes:
+//! # postgres = "postgresql://strata@db.internal/strata"
 //! ```
 //!
 //! Every table and key is optional and defaults to the numbers of the seed systems. Unknown
@@ -61,6 +65,20 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// The workspace folder and custom instructions.
     pub workspace: WorkspaceConfig,
+    /// Where memory, conversations and goals are kept.
+    pub store: StoreConfig,
+}
+
+/// `[store]`: a SQLite file (the default, `.strata/memory.db`) or a PostgreSQL database.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// The SQLite file, relative to the working directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sqlite: Option<PathBuf>,
+    /// A PostgreSQL connection string or URL; many runtimes may share the database.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<String>,
 }
 
 /// `[prompt]`.
@@ -411,6 +429,23 @@ impl Config {
             return Err(fail(
                 "memory.max_chars",
                 "must be at least 1 (default 20000)".into(),
+            ));
+        }
+        if self.store.sqlite.is_some() && self.store.postgres.is_some() {
+            return Err(fail(
+                "store.postgres",
+                "give either store.sqlite or store.postgres, not both".into(),
+            ));
+        }
+        if self
+            .store
+            .postgres
+            .as_deref()
+            .is_some_and(|p| p.trim().is_empty())
+        {
+            return Err(fail(
+                "store.postgres",
+                "must be a connection string such as postgresql://user@host/db".into(),
             ));
         }
         Ok(())

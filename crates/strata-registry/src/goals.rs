@@ -424,7 +424,45 @@ pub enum GoalError {
         /// What is wrong.
         reason: String,
     },
+    /// The store holding the goals failed or holds something that is not a goal book.
+    #[error("goal store {store}: {reason}")]
+    Store {
+        /// The store (and the session the goals belong to).
+        store: String,
+        /// What went wrong, and what to do.
+        reason: String,
+    },
+    /// Other writers kept changing the goals while this update was being applied.
+    #[error("goals of {store} changed {attempts} times while an update was applied; retry the operation")]
+    Contended {
+        /// The store.
+        store: String,
+        /// How many times the update was tried.
+        attempts: u32,
+    },
 }
+
+/// A versioned store of one scope's goal book (for example a session's, in the runtime's
+/// database), so that every process sharing it sees the same goals (ADR-0016).
+///
+/// The book travels as JSON text; a write succeeds only if the stored version is still the one
+/// that was read, which is how concurrent writers in different processes keep each other's
+/// updates.
+pub trait GoalStore: Send + Sync {
+    /// A name for messages (the store and the scope).
+    fn describe(&self) -> String;
+    /// The stored book and its version, if any.
+    fn load(&self) -> Result<Option<(String, u64)>, GoalError>;
+    /// Store `json` if the stored version is `expected` (`None`: nothing stored yet); the new
+    /// version, or `None` when another writer came first.
+    fn save(&self, json: &str, expected: Option<u64>) -> Result<Option<u64>, GoalError>;
+}
+
+/// A goal store and the version of the book last read from it.
+type StoreLink = (Arc<dyn GoalStore>, Mutex<Option<u64>>);
+
+/// How many times an update is retried against a [`GoalStore`] that other writers change.
+const STORE_ATTEMPTS: u32 = 16;
 
 /// A marker read from assistant output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -632,6 +670,8 @@ pub struct GoalManager {
     path: Option<PathBuf>,
     book: Mutex<GoalBook>,
     clock: Arc<dyn Clock>,
+    /// Where the book lives when it is kept in a shared store, with the version last read.
+    store: Option<StoreLink>,
 }
 
 impl std::fmt::Debug for GoalManager {
@@ -662,6 +702,7 @@ impl GoalManager {
             path,
             book: Mutex::new(book),
             clock,
+            store: None,
         }
     }
 
@@ -725,12 +766,67 @@ impl GoalManager {
         self
     }
 
+    /// Goals kept in `store` (for example one session's goals in the runtime's database):
+    /// every read sees what the store holds now, and every update is written with a version
+    /// check, retried when another process changed the goals in between (ADR-0016).
+    pub fn in_store(
+        store: Arc<dyn GoalStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<GoalManager, GoalError> {
+        let mut m = GoalManager::with_clock(
+            None,
+            GoalBook {
+                version: BOOK_VERSION,
+                ..GoalBook::default()
+            },
+            clock,
+        );
+        m.store = Some((store, Mutex::new(None)));
+        m.refresh()?;
+        Ok(m)
+    }
+
+    /// Read the goals again from the store (a no-op for files and memory).
+    pub fn refresh(&self) -> Result<(), GoalError> {
+        let Some((store, seen)) = &self.store else {
+            return Ok(());
+        };
+        let loaded = store.load()?;
+        let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut book = self.book.lock().unwrap_or_else(PoisonError::into_inner);
+        match loaded {
+            Some((json, version)) => {
+                if *seen != Some(version) {
+                    *book = parse_book(&json).map_err(|reason| GoalError::Store {
+                        store: store.describe(),
+                        reason: format!("{reason}; remove the stored goals to start afresh"),
+                    })?;
+                    *seen = Some(version);
+                }
+            }
+            None => {
+                *book = GoalBook {
+                    version: BOOK_VERSION,
+                    ..GoalBook::default()
+                };
+                *seen = None;
+            }
+        }
+        Ok(())
+    }
+
     /// The file it persists to, if any.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 
+    /// The book, read again from the store first when there is one. A store that cannot be
+    /// read leaves the last book read (and says so in the log); [`GoalManager::refresh`] and
+    /// the contributor report the error instead.
     fn lock(&self) -> MutexGuard<'_, GoalBook> {
+        if let Err(e) = self.refresh() {
+            tracing::warn!(error = %e, "could not read the goals again; using the last read");
+        }
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -738,8 +834,11 @@ impl GoalManager {
     /// changes, in memory or on disk.
     fn mutate<T>(
         &self,
-        f: impl FnOnce(&mut GoalBook, i64) -> Result<T, GoalError>,
+        mut f: impl FnMut(&mut GoalBook, i64) -> Result<T, GoalError>,
     ) -> Result<T, GoalError> {
+        if let Some((store, seen)) = &self.store {
+            return self.mutate_in_store(&**store, seen, f);
+        }
         let now = self.clock.unix_ms();
         let mut guard = self.lock();
         let mut next = guard.clone();
@@ -752,6 +851,46 @@ impl GoalManager {
             *guard = next;
         }
         Ok(out)
+    }
+
+    /// [`GoalManager::mutate`] against a shared store: read, apply, write if the version is
+    /// unchanged; when another writer came first, read again and apply again.
+    fn mutate_in_store<T>(
+        &self,
+        store: &dyn GoalStore,
+        seen: &Mutex<Option<u64>>,
+        mut f: impl FnMut(&mut GoalBook, i64) -> Result<T, GoalError>,
+    ) -> Result<T, GoalError> {
+        for attempt in 1..=STORE_ATTEMPTS {
+            self.refresh()?;
+            let now = self.clock.unix_ms();
+            let current = self
+                .book
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let expected = *seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut next = current.clone();
+            next.version = BOOK_VERSION;
+            let out = f(&mut next, now)?;
+            if next == current {
+                return Ok(out);
+            }
+            let json = serde_json::to_string(&next).map_err(|e| GoalError::Store {
+                store: store.describe(),
+                reason: e.to_string(),
+            })?;
+            if let Some(version) = store.save(&json, expected)? {
+                *self.book.lock().unwrap_or_else(PoisonError::into_inner) = next;
+                *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(version);
+                return Ok(out);
+            }
+            tracing::debug!(store = %store.describe(), attempt, "goals changed meanwhile; applying the update again");
+        }
+        Err(GoalError::Contended {
+            store: store.describe(),
+            attempts: STORE_ATTEMPTS,
+        })
     }
 
     fn goal_mut<'a>(book: &'a mut GoalBook, id: &str) -> Result<&'a mut Goal, GoalError> {
@@ -1259,6 +1398,18 @@ fn apply_marker(
 
 /// Write `book` to `path` through a temporary file in the same folder, flushed to disk, then
 /// renamed over the old file, so a crash leaves either the old or the new file, never half.
+/// A goal book from its JSON text, of the supported version.
+fn parse_book(json: &str) -> Result<GoalBook, String> {
+    let book: GoalBook = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    if book.version != BOOK_VERSION {
+        return Err(format!(
+            "version {} is not the supported version {BOOK_VERSION}",
+            book.version
+        ));
+    }
+    Ok(book)
+}
+
 fn save_atomically(path: &Path, book: &GoalBook) -> Result<(), GoalError> {
     use std::io::Write;
     let io = |source| GoalError::Io {
@@ -1315,6 +1466,10 @@ impl Contributor for GoalManager {
         if self.session.as_ref().is_some_and(|s| *s != ctx.session_id) {
             return Ok(Vec::new());
         }
+        // A store that cannot be read fails the gathering: the goal is sticky, never silently
+        // left out.
+        self.refresh()
+            .map_err(|e| ContributorError::Source(e.to_string()))?;
         let Some(goal) = self.active_goal() else {
             return Ok(Vec::new());
         };

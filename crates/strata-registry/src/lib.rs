@@ -42,13 +42,13 @@ pub mod templates;
 
 pub use builtins::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, StoreConfig};
 pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
 pub use gather::{GatherError, Gathered, Omission, OmissionReason, Run, RunOutcome};
 pub use goals::{
-    parse_markers, AssistantOutput, Goal, GoalError, GoalManager, GoalPriority, Marker,
+    parse_markers, AssistantOutput, Goal, GoalError, GoalManager, GoalPriority, GoalStore, Marker,
     MarkerOutcome, MarkerReport,
 };
 pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};

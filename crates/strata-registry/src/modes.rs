@@ -85,6 +85,8 @@ pub enum StandardSection {
     BootstrapFiles,
     /// Operator or user custom instructions (layer 3).
     CustomInstructions,
+    /// The structure of the workspace folder (layer 3).
+    WorkspaceHints,
     /// Built-in tool guides and skill instructions (layer 4).
     SkillInstructions,
     /// Strict skill workflow enforcement (layer 4).
@@ -188,6 +190,7 @@ impl StandardSection {
         StandardSection::SpecialActions,
         StandardSection::BootstrapFiles,
         StandardSection::CustomInstructions,
+        StandardSection::WorkspaceHints,
         StandardSection::SkillInstructions,
         StandardSection::SkillMode,
         StandardSection::ThinkingGuidance,
@@ -226,7 +229,8 @@ impl StandardSection {
             | S::GenerationModels
             | S::SpecialActions
             | S::BootstrapFiles
-            | S::CustomInstructions => Owner::Runtime(RuntimeLayer::Shared),
+            | S::CustomInstructions
+            | S::WorkspaceHints => Owner::Runtime(RuntimeLayer::Shared),
             S::SkillInstructions
             | S::SkillMode
             | S::ThinkingGuidance
@@ -258,6 +262,7 @@ impl StandardSection {
             | S::InboundContext
             | S::VoiceMode
             | S::BootstrapFiles
+            | S::WorkspaceHints
             | S::Memory
             | S::SessionContext
             | S::ConversationHistory
@@ -298,6 +303,7 @@ impl StandardSection {
             S::VoiceMode => 1710,
             S::TemporalContext | S::RuntimeInfo => 1720,
             S::BootstrapFiles => 1730,
+            S::WorkspaceHints => 1735,
             S::Memory => 1740,
             S::SessionContext | S::ConversationHistory => 1750,
         }
@@ -317,9 +323,11 @@ impl StandardSection {
             S::OperationalTemplate => Phase::Task,
             S::InboundContext => Phase::User,
             S::ConversationHistory => Phase::History,
-            S::SessionContext | S::Memory | S::BootstrapFiles | S::WorkspaceProfile => {
-                Phase::Memory
-            }
+            S::SessionContext
+            | S::Memory
+            | S::BootstrapFiles
+            | S::WorkspaceProfile
+            | S::WorkspaceHints => Phase::Memory,
             _ => Phase::Constraint,
         }
     }

@@ -311,6 +311,9 @@ fn capabilities_are_detected_on_the_search_path() {
     assert!(text.contains("- Python 3: `python3`"), "{text}");
     assert!(text.contains("- FFmpeg: `ffmpeg`"), "{text}");
     assert!(text.ends_with("Not found: node, git"), "{text}");
+    // The host's paths stay out of the prompt.
+    let dir = bin.path().to_string_lossy().into_owned();
+    assert!(!text.contains(&dir) && !text.contains('/'), "{text}");
 }
 
 /// Verifies ADR-0006: workspace files named SOUL.md or IDENTITY.md are layer 3 content from

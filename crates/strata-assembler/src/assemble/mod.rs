@@ -35,6 +35,29 @@ use crate::provider::RequestTool;
 use crate::report::{Breakpoint, LayerReport, Report, RequestReport, SectionReport, SectionStatus};
 use crate::request::{AssemblyRequest, BudgetSpec};
 
+/// The tools of `announced` that an assembly of `agent` under `policy` keeps: in layer 1's
+/// allowlist, permitted by the delegated policy, announced once, with a schema and description
+/// that match a pinned signed entry (I4, ADR-0007). The same narrowing as assembly itself, for
+/// callers that must hand contributors only what the model may see.
+pub fn narrowed_tools(
+    agent: &VerifiedAgent,
+    announced: &[strata_core::AnnouncedTool],
+    policy: &strata_core::ToolPolicy,
+) -> Vec<strata_core::AnnouncedTool> {
+    let req = AssemblyRequest {
+        tools: announced.to_vec(),
+        tool_policy: policy.clone(),
+        ..AssemblyRequest::default()
+    };
+    let (report, _, _) = select::narrow_tools(agent, &req);
+    let mut seen = std::collections::BTreeSet::new();
+    announced
+        .iter()
+        .filter(|t| report.effective.contains(&t.name) && seen.insert(t.name.clone()))
+        .cloned()
+        .collect()
+}
+
 /// The id of the tool catalog section the assembler writes from announced tools.
 pub const TOOL_CATALOG_ID: &str = "strata.tools";
 /// The conflict key of the tool catalog; other catalogs claiming it lose to the assembler's.

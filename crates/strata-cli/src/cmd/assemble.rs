@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use strata_assembler::{
     AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, Expiry, Loader,
-    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard, RuntimeInput,
-    RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
+    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard, Runtime,
+    RuntimeInput, RuntimeLayer, Section, SourceKind, SystemRole, ToolDescriptions, VerifiedAgent,
 };
 
 use crate::cmd::explain::{terminal, Explained};
@@ -105,9 +105,21 @@ pub struct AssembleArgs {
     /// Accept an expired or not-yet-valid definition. For audits only.
     #[arg(long)]
     pub ignore_expiry_dangerously: bool,
-    /// A strata.toml with budgets, default mode, protected priorities and max_total_chars.
+    /// A strata.toml with budgets, default mode, protected priorities and max_total_chars; its
+    /// `[store]` table names the memory store read for this assembly.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Read memory from this SQLite store (overrides strata.toml's `[store]`): long-term
+    /// memory searched with the newest user message, shared facts, episodes, the session's
+    /// goals and files, with the built-in contributors.
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// Read memory from this PostgreSQL database instead (a connection string or URL).
+    #[arg(long, value_name = "URL", conflicts_with = "store")]
+    pub postgres: Option<String>,
+    /// The session whose goals and files are read from the store.
+    #[arg(long, value_name = "ID", default_value = "cli")]
+    pub session: String,
     /// Runtime input as JSON (`-` for standard input); repeatable.
     #[arg(long, value_name = "FILE")]
     pub input: Vec<PathBuf>,
@@ -350,11 +362,60 @@ pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
         args.ignore_expiry_dangerously,
     )?;
     let req = build_request(args, &agent)?;
-    let ctx = Assembler::o200k()
-        .assemble(&agent, &req)
-        .map_err(|e| CliError::Other(e.to_string()))?;
+    let ctx = match runtime_for(args, &agent)? {
+        // A store is configured: the runtime gathers from it and assembles (ADR-0016).
+        Some(rt) => {
+            let query = newest_user_message(&req);
+            rt.assemble_request(&args.session, query.as_deref(), req)
+                .map_err(|e| CliError::Other(e.to_string()))?
+        }
+        None => Assembler::o200k()
+            .assemble(&agent, &req)
+            .map_err(|e| CliError::Other(e.to_string()))?,
+    };
     if args.report {
         out.status(&terminal(ctx.report(), 40));
     }
     out.result(&render(&ctx, args.format, args)?)
+}
+
+/// The session runtime when a store is configured (`--store`, `--postgres`, or strata.toml's
+/// `[store]`); `None` assembles only the given input.
+fn runtime_for(args: &AssembleArgs, agent: &VerifiedAgent) -> Result<Option<Runtime>, CliError> {
+    let config = match &args.config {
+        Some(path) => {
+            Some(strata_registry::Config::load(path).map_err(|e| CliError::Other(format!("{e}")))?)
+        }
+        None => None,
+    };
+    let configured = config
+        .as_ref()
+        .is_some_and(|c| c.store.sqlite.is_some() || c.store.postgres.is_some());
+    if !configured && args.store.is_none() && args.postgres.is_none() {
+        return Ok(None);
+    }
+    let mut b = Runtime::builder(agent.clone()).config(config.unwrap_or_default());
+    if let Some(path) = &args.store {
+        super::require_file(path, "memory store")?;
+        b = b.sqlite(path);
+    }
+    if let Some(url) = &args.postgres {
+        b = b.postgres(url);
+    }
+    b.build()
+        .map(Some)
+        .map_err(|e| CliError::Other(format!("opening the memory store: {e}")))
+}
+
+/// The text of the newest user turn of the input, which memory search looks for.
+fn newest_user_message(req: &AssemblyRequest) -> Option<String> {
+    req.sections
+        .iter()
+        .filter(|s| {
+            s.layer() == RuntimeLayer::WorkingMemory
+                && s.turn()
+                    .is_some_and(|t| t.role == strata_assembler::Role::User)
+        })
+        .max_by_key(|s| s.turn().map(|t| t.seq))
+        .map(|s| s.content().as_str().to_owned())
 }

@@ -41,9 +41,10 @@ pub struct SessionArgs {
     /// The session id.
     #[arg(long, value_name = "ID")]
     pub id: String,
-    /// The SQLite memory file (created if missing).
-    #[arg(long, value_name = "FILE", default_value = ".strata/memory.db")]
-    pub store: PathBuf,
+    /// The SQLite memory file (created if missing). Default: strata.toml's `[store]`, else
+    /// `.strata/memory.db`.
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
     /// A PostgreSQL connection string instead of the SQLite file.
     #[arg(
         long,
@@ -149,10 +150,12 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
             .config_file(c)
             .map_err(|e| CliError::Other(e.to_string()))?;
     }
-    builder = match &args.postgres {
-        Some(url) => builder.postgres(url),
-        None => builder.sqlite(&args.store),
-    };
+    // Flags win over strata.toml's `[store]`, which wins over the default file.
+    if let Some(url) = &args.postgres {
+        builder = builder.postgres(url);
+    } else if let Some(path) = &args.store {
+        builder = builder.sqlite(path);
+    }
     let fail = |e: strata_assembler::SessionError| CliError::Other(e.to_string());
     match &args.step {
         Step::Prepare {

@@ -64,11 +64,17 @@ pub fn sign_agent(dir: &Path, version: u64, extra_top: &str) -> (PathBuf, PathBu
         std::fs::copy(demo.join("SOUL.md"), dir.join("SOUL.md")).unwrap();
     }
     let toml = std::fs::read_to_string(demo.join("agent.toml")).unwrap();
-    let toml = toml.replacen(
-        "version = 1\n",
-        &format!("version = {version}\n{extra_top}"),
-        1,
-    );
+    // Whatever version the demo definition has, this one is `version`.
+    let toml: String = toml
+        .lines()
+        .map(|l| {
+            if l.starts_with("version = ") {
+                format!("version = {version}\n{extra_top}")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
     assert!(toml.contains(&format!("version = {version}")));
     std::fs::write(dir.join("agent.toml"), toml).unwrap();
     strata(

@@ -575,3 +575,47 @@ pub fn shared_context<S: SharedContextWriter + 'static>(
     assert_eq!(reader.fact(&global, "tz").unwrap(), None);
     assert_eq!(reader.facts(&[global]).unwrap().len(), 1);
 }
+
+/// Session state: absent documents, versioned writes, lost races refused, sessions apart,
+/// removal, and the session-files list built on it. Verifies ADR-0016.
+pub fn session_state(st: &dyn strata_memory::SessionState, clock: &ManualClock) {
+    use strata_memory::{record_session_file, session_files, FileAction};
+    assert_eq!(st.state("s1", "goals").unwrap(), None);
+    // The first write needs "absent"; a writer that believes otherwise loses.
+    assert_eq!(st.put_state("s1", "goals", "{}", Some(1)).unwrap(), None);
+    assert_eq!(st.put_state("s1", "goals", "one", None).unwrap(), Some(1));
+    assert_eq!(st.put_state("s1", "goals", "again", None).unwrap(), None);
+    clock.advance(5);
+    assert_eq!(
+        st.put_state("s1", "goals", "two", Some(1)).unwrap(),
+        Some(2)
+    );
+    // A writer that read version 1 lost the race: nothing changes.
+    assert_eq!(st.put_state("s1", "goals", "stale", Some(1)).unwrap(), None);
+    let doc = st.state("s1", "goals").unwrap().unwrap();
+    assert_eq!((doc.value.as_str(), doc.version), ("two", 2));
+    assert_eq!(doc.updated_ms, T0 + 5);
+    // Another session and another name are other documents.
+    assert_eq!(st.state("s2", "goals").unwrap(), None);
+    assert_eq!(st.state("s1", "files").unwrap(), None);
+    invalid(st.state("", "goals"));
+    invalid(st.put_state("s1", "bad name", "x", None));
+    assert!(st.remove_state("s1", "goals").unwrap());
+    assert!(!st.remove_state("s1", "goals").unwrap());
+    assert_eq!(st.state("s1", "goals").unwrap(), None);
+
+    record_session_file(st, "s3", "src/a.rs", FileAction::Read, T0).unwrap();
+    record_session_file(st, "s3", "src/b.rs", FileAction::Modified, T0 + 1).unwrap();
+    record_session_file(st, "s3", "src/a.rs", FileAction::Modified, T0 + 2).unwrap();
+    let files = session_files(st, "s3").unwrap();
+    let got: Vec<(&str, FileAction)> = files.iter().map(|f| (f.path.as_str(), f.action)).collect();
+    assert_eq!(
+        got,
+        [
+            ("src/b.rs", FileAction::Modified),
+            ("src/a.rs", FileAction::Modified)
+        ]
+    );
+    assert!(session_files(st, "s4").unwrap().is_empty());
+    invalid(record_session_file(st, "s3", "  ", FileAction::Read, T0));
+}

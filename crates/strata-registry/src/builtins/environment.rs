@@ -307,8 +307,10 @@ impl Contributor for RuntimeCapabilities {
         if found.is_empty() {
             text.push_str(" none of the programs looked for.");
         }
-        for (program, (label, path)) in &found {
-            text.push_str(&format!("\n- {label}: `{program}` ({})", path.display()));
+        // Names only: where the host keeps its programs (home folders, version managers) is
+        // none of the model's business and would leak the machine's layout into every prompt.
+        for (program, (label, _)) in &found {
+            text.push_str(&format!("\n- {label}: `{program}`"));
         }
         let missing: Vec<&str> = self
             .candidates

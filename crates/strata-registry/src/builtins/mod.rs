@@ -13,6 +13,7 @@ mod environment;
 mod prompt;
 mod request;
 mod tools;
+mod workspace;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ pub use request::{
     ActiveSkills, CustomInstructions, InboundContext, ResponseLanguage, ThinkingGuidance, VoiceMode,
 };
 pub use tools::{ToolCatalog, ToolGuidance};
+pub use workspace::WorkspaceHints;
 
 use crate::contributor::{ContributorError, ContributorMeta};
 use crate::inputs::TimeZone;

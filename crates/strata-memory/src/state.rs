@@ -1,0 +1,164 @@
+//! Per-session state documents: small named texts a runtime keeps beside a session's
+//! conversation (the session's goals, for example), versioned for optimistic concurrency.
+//!
+//! A document is read with its version and written only if the stored version is still the one
+//! the writer read ([`SessionState::put_state`]), so two processes sharing one store never lose
+//! each other's updates: the loser is told and reads again. The session API keeps each session's
+//! goals and touched files here (ADR-0016). The store never interprets the text (ADR-0012);
+//! whoever reads it treats it as untrusted data like everything else in a store.
+
+use crate::error::Result;
+
+/// Longest document name, in bytes.
+pub const MAX_STATE_NAME_BYTES: usize = 100;
+
+/// A stored document and its version (1 for the first write, then one more per write).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDoc {
+    /// The text.
+    pub value: String,
+    /// The version.
+    pub version: u64,
+    /// When it was written, Unix milliseconds.
+    pub updated_ms: i64,
+}
+
+/// Versioned per-session documents.
+pub trait SessionState: Send + Sync {
+    /// The document `name` of `session`, if any.
+    fn state(&self, session: &str, name: &str) -> Result<Option<StateDoc>>;
+
+    /// Write `value` as the document `name` of `session` if its stored version is `expected`
+    /// (`None`: the document must not exist yet). Returns the new version, or `None` when another
+    /// writer got there first (read again and retry).
+    fn put_state(
+        &self,
+        session: &str,
+        name: &str,
+        value: &str,
+        expected: Option<u64>,
+    ) -> Result<Option<u64>>;
+
+    /// Remove the document; whether it existed.
+    fn remove_state(&self, session: &str, name: &str) -> Result<bool>;
+}
+
+/// Check a session id and document name before they reach a store.
+pub(crate) fn check_state_key(session: &str, name: &str) -> Result<()> {
+    crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
+    crate::options::check_name("session state name", name, MAX_STATE_NAME_BYTES)
+}
+
+/// Version arithmetic shared by the adapters: a stored version as `u64`.
+pub(crate) fn version_of(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// `expected` as the signed integer stores keep.
+pub(crate) fn stored_version(expected: u64) -> i64 {
+    i64::try_from(expected).unwrap_or(i64::MAX)
+}
+
+/// The name of the document holding a session's goal book.
+pub const GOALS_DOC: &str = "goals";
+/// The name of the document holding the files a session read or changed.
+pub const FILES_DOC: &str = "files";
+/// Most files a session remembers; the oldest are forgotten first.
+pub const MAX_SESSION_FILES: usize = 200;
+/// How many times a read-modify-write of a document is tried when other writers interleave.
+const ATTEMPTS: u32 = 16;
+
+/// What a session did with a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileAction {
+    /// The file was read.
+    Read,
+    /// The file was created or changed.
+    Modified,
+    /// The file was deleted.
+    Deleted,
+}
+
+impl FileAction {
+    /// The lower-case word shown to the model.
+    pub const fn label(self) -> &'static str {
+        match self {
+            FileAction::Read => "read",
+            FileAction::Modified => "modified",
+            FileAction::Deleted => "deleted",
+        }
+    }
+}
+
+/// A file a session touched: its path as the runtime gave it, the last action and when.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionFile {
+    /// The path (untrusted text; it is fenced like every store content).
+    pub path: String,
+    /// The last thing done with it.
+    pub action: FileAction,
+    /// When, Unix milliseconds.
+    pub at_ms: i64,
+}
+
+/// The files a session read or changed, newest last (the seeds' session-files section).
+pub fn session_files(state: &dyn SessionState, session: &str) -> Result<Vec<SessionFile>> {
+    match state.state(session, FILES_DOC)? {
+        None => Ok(Vec::new()),
+        Some(doc) => serde_json::from_str(&doc.value).map_err(|e| {
+            crate::error::MemoryError::invalid(
+                "session files",
+                format!(
+                    "the stored list of session `{session}` is not valid JSON ({e}); remove the `{FILES_DOC}` document of the session to start afresh"
+                ),
+            )
+        }),
+    }
+}
+
+/// Note that `session` did `action` with the file at `path` (a later action on the same path
+/// replaces the earlier one; at most [`MAX_SESSION_FILES`] are kept). Safe against other
+/// processes writing the same session at once.
+pub fn record_session_file(
+    state: &dyn SessionState,
+    session: &str,
+    path: &str,
+    action: FileAction,
+    at_ms: i64,
+) -> Result<()> {
+    let path = path.trim();
+    if path.is_empty() || path.len() > 4096 || path.chars().any(char::is_control) {
+        return Err(crate::error::MemoryError::invalid(
+            "session file",
+            "give a path of 1-4096 bytes without control characters".to_owned(),
+        ));
+    }
+    for _ in 0..ATTEMPTS {
+        let doc = state.state(session, FILES_DOC)?;
+        let mut files = match &doc {
+            None => Vec::new(),
+            Some(_) => session_files(state, session)?,
+        };
+        files.retain(|f| f.path != path);
+        files.push(SessionFile {
+            path: path.to_owned(),
+            action,
+            at_ms,
+        });
+        let excess = files.len().saturating_sub(MAX_SESSION_FILES);
+        files.drain(..excess);
+        let json = serde_json::to_string(&files)
+            .map_err(|e| crate::error::MemoryError::invalid("session files", e.to_string()))?;
+        if state
+            .put_state(session, FILES_DOC, &json, doc.map(|d| d.version))?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    Err(crate::error::MemoryError::invalid(
+        "session files",
+        format!("session `{session}` changed {ATTEMPTS} times while a file was recorded; retry"),
+    ))
+}
