@@ -786,6 +786,9 @@ fn appending_reopens_and_refuses_tampered_logs() {
     assert_eq!(second.seq, 1);
     let a = receipt_log::audit(&p, Some(&runtime_trust()), Some(&second.digest)).unwrap();
     assert_eq!(a.entries[1].prev, first.digest);
+    // One writer per log: while this one is open, another is refused.
+    assert_eq!(ReceiptLog::open(&p).unwrap_err().cause(), "locked");
+    drop(log);
     let mut bytes = std::fs::read(&p).unwrap();
     let n = bytes.len();
     bytes[n - 10] ^= 0x01;
