@@ -3,6 +3,7 @@ file with known tokens, the demo agent, and the `listening ...` line read from i
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -13,7 +14,9 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[3]
 DEMO = REPO / "crates" / "strata-cli" / "demo"
@@ -26,6 +29,15 @@ HASHED_TOKEN = "client-tests-hashed-token-fedcba9876543210"
 """Accepted: the token file holds only its SHA-256 (`sha256:<hex>`)."""
 
 MODEL = "claude-sonnet-5-5"
+
+
+def demo_definition() -> dict[str, Any]:
+    """The demo agent's definition, read from its signed envelope's payload (TOML)."""
+    envelope = json.loads((DEMO / "agent.signed.json").read_text())
+    return tomllib.loads(base64.b64decode(envelope["payload"]).decode())
+
+
+DEMO_ID: str = demo_definition()["id"]
 START_TIMEOUT = 120.0
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from strata_client import StrataClient, UnauthorizedError
 
-from strata_server import Server
+from strata_server import DEMO_ID, Server
 
 
 def test_the_generated_token_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -19,7 +19,7 @@ def test_the_generated_token_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         token_file = tmp_path / ".strata" / "serve.token"
         assert token_file.stat().st_mode & 0o777 == 0o600
         with StrataClient(server.url, token_file=token_file) as client:
-            assert client.agent().agent_id == "ada-demo"
+            assert client.agent().agent_id == DEMO_ID
         with StrataClient(server.url) as anonymous, pytest.raises(UnauthorizedError):
             anonymous.agent()
     finally:

@@ -20,7 +20,7 @@ from strata_client import (
     UnknownSessionError,
 )
 
-from strata_server import HASHED_TOKEN, TOKEN, Server
+from strata_server import DEMO_ID, HASHED_TOKEN, TOKEN, Server
 
 
 @pytest.fixture(autouse=True)
@@ -56,15 +56,15 @@ def test_token_from_hash_file_and_env(
 ) -> None:
     # The server's file holds only the SHA-256 of this token.
     with StrataClient(server.url, token=HASHED_TOKEN) as hashed:
-        assert hashed.agent().agent_id == "ada-demo"
+        assert hashed.agent().agent_id == DEMO_ID
     # The client reads the first plain token of a token file, skipping comments and hashes.
     token_file = tmp_path / "token"
     token_file.write_text(f"# mine\nsha256:{'0' * 64}\n\n{TOKEN}\n")
     with StrataClient(server.url, token_file=token_file) as from_file:
-        assert from_file.agent().agent_id == "ada-demo"
+        assert from_file.agent().agent_id == DEMO_ID
     monkeypatch.setenv("STRATA_TOKEN", TOKEN)
     with StrataClient(server.url) as from_env:
-        assert from_env.agent().agent_id == "ada-demo"
+        assert from_env.agent().agent_id == DEMO_ID
 
 
 def test_unknown_session(client: StrataClient) -> None:

@@ -14,7 +14,7 @@ import pytest
 from strata_client import InvalidRequestError, StrataClient, UnknownSessionError
 
 import scenario
-from strata_server import DEMO, MODEL, Server
+from strata_server import DEMO, MODEL, Server, demo_definition
 
 
 def test_tool_using_conversation(client: StrataClient, session_id: str) -> None:
@@ -87,8 +87,8 @@ def test_agent_health_and_metrics(client: StrataClient, server: Server) -> None:
     assert client.readyz().status == "ready"
 
     agent = client.agent()
-    assert agent.agent_id == "ada-demo"
-    assert agent.version == 1
+    definition = demo_definition()
+    assert (agent.agent_id, agent.version) == (definition["id"], definition["version"])
     assert re.fullmatch(r"blake3:[0-9a-f]{64}", agent.identity_digest)
     # The signed payload and the trusted key, read from the demo files themselves.
     envelope = json.loads((DEMO / "agent.signed.json").read_text())

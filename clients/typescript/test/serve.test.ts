@@ -32,7 +32,7 @@ import {
 } from "@strata/client";
 import { readTokenFile } from "@strata/client/node";
 import { runTurn } from "../examples/openai_turn.js";
-import { HASHED_TOKEN, MODEL, PACKAGE, Server, TOKEN } from "./server.js";
+import { DEMO_AGENT, HASHED_TOKEN, MODEL, PACKAGE, Server, TOKEN } from "./server.js";
 
 type Message = {
   role: string;
@@ -235,8 +235,7 @@ describe("the server", () => {
     assert.deepEqual(await client.healthz(), { status: "ok" });
     assert.deepEqual(await client.readyz(), { status: "ready" });
     const agent = await client.agent();
-    assert.equal(agent.agent_id, "ada-demo");
-    assert.equal(agent.version, 1);
+    assert.deepEqual([agent.agent_id, agent.version], [DEMO_AGENT.id, DEMO_AGENT.version]);
     assert.equal(agent.provider, "openai-chat");
     assert.equal(agent.model, MODEL);
     assert.ok(agent.signers.length >= 1);
@@ -271,7 +270,7 @@ describe("refusals", () => {
     assert.deepEqual(await wrong.healthz(), { status: "ok" }, "the token goes only where it is needed");
     await refusal(wrong.prepareTurn("any", { message: "hi" }), UnauthorizedError, 401, "unauthorized");
     const hashed = new StrataClient({ baseUrl: server.url, token: HASHED_TOKEN });
-    assert.equal((await hashed.agent()).agent_id, "ada-demo");
+    assert.equal((await hashed.agent()).agent_id, DEMO_AGENT.id);
   });
 
   it("reads the first plain token of a token file", async () => {

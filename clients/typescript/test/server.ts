@@ -23,6 +23,14 @@ export const TOKEN = "client-tests-token-0123456789abcdef";
 /** Accepted: the token file holds only its SHA-256 (`sha256:<hex>`). */
 export const HASHED_TOKEN = "client-tests-hashed-token-fedcba9876543210";
 export const MODEL = "gpt-4o-mini";
+
+/** The demo agent's id and version, read from its signed envelope's payload (TOML). */
+export const DEMO_AGENT = (() => {
+  const envelope = JSON.parse(readFileSync(join(DEMO, "agent.signed.json"), "utf8")) as { payload: string };
+  const toml = Buffer.from(envelope.payload, "base64").toString("utf8");
+  const field = (name: string) => new RegExp(`^${name} = (.+)$`, "m").exec(toml)?.[1] ?? "";
+  return { id: JSON.parse(field("id")) as string, version: Number(field("version")) };
+})();
 const START_TIMEOUT_MS = 120_000;
 
 /** `$STRATA_BIN`, else the debug binary `cargo build -p strata-cli` leaves in the target dir. */
