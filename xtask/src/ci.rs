@@ -2,9 +2,11 @@
 //!
 //! Steps: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test` (unit, integration,
 //! doc and compile-fail tests), `cargo xtask docs --check`, the example programs of
-//! strata-assembler, and a short fuzz run of every target. Each step prints its command and
-//! its duration. The test step's output is passed through unchanged and its counts are added
-//! up into one closing line.
+//! strata-assembler, the client packages' checks (`mypy --strict` and pytest for Python,
+//! `tsc` and `node --test` for TypeScript, against a real `strata serve`), and a short fuzz run
+//! of every target. Each step prints its command and its duration. The test steps' output is
+//! passed through unchanged and their counts (libtest, pytest and node's runner) are added up
+//! into one closing line.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -12,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::process::{describe, human};
-use crate::{fuzz, Error};
+use crate::{clients, fuzz, Error};
 
 /// Options of `cargo xtask ci`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +23,8 @@ pub struct CiOptions {
     pub thorough: bool,
     /// Leave out the fuzz step.
     pub skip_fuzz: bool,
+    /// Leave out the client packages' checks.
+    pub skip_clients: bool,
     /// Seconds per fuzz target.
     pub fuzz_seconds: u64,
 }
@@ -39,11 +43,15 @@ enum Action {
     Fuzz(u64),
 }
 
+/// A check made before a step runs, failing with what to install.
+type Precheck = fn(&Path) -> Result<(), Error>;
+
 /// One step of the plan.
 #[derive(Debug)]
 struct Step {
     name: String,
     action: Action,
+    precheck: Option<Precheck>,
 }
 
 impl Step {
@@ -89,6 +97,7 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
         Step {
             name: "fmt".into(),
             action: Action::Command(cargo(&["fmt", "--all", "--", "--check"])),
+            precheck: None,
         },
         Step {
             name: "clippy".into(),
@@ -101,6 +110,7 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
                 "-D",
                 "warnings",
             ])),
+            precheck: None,
         },
     ];
     let mut test = cargo(&["test", "--workspace", "--locked"]);
@@ -110,12 +120,14 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
     steps.push(Step {
         name: "test".into(),
         action: Action::Tests(test),
+        precheck: None,
     });
     steps.push(Step {
         name: "docs".into(),
         action: Action::Command(cargo(&[
             "run", "--locked", "-p", "xtask", "--", "docs", "--check",
         ])),
+        precheck: None,
     });
     for example in examples(root) {
         steps.push(Step {
@@ -129,18 +141,69 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
                 "--example",
                 &example,
             ])),
+            precheck: None,
         });
+    }
+    if !opts.skip_clients {
+        steps.extend(client_steps(root));
     }
     if !opts.skip_fuzz && root.join("fuzz/Cargo.toml").is_file() {
         steps.push(Step {
             name: "fuzz".into(),
             action: Action::Fuzz(opts.fuzz_seconds),
+            precheck: None,
         });
     }
     steps
 }
 
-/// Totals of libtest's `test result:` lines.
+/// The client packages' steps: build the binary their tests start; check the Python client's
+/// formatting, lints and types and run its tests; check the TypeScript client's formatting,
+/// build it and run its tests.
+fn client_steps(root: &Path) -> Vec<Step> {
+    let node: Option<Precheck> = Some(clients::check_node_modules);
+    let step = |name: &str, action: Action, precheck: Option<Precheck>| Step {
+        name: format!("clients: {name}"),
+        action,
+        precheck,
+    };
+    vec![
+        step("build strata", Action::Command(clients::build()), None),
+        step(
+            "python format",
+            Action::Command(clients::python_format(root)),
+            None,
+        ),
+        step(
+            "python lint",
+            Action::Command(clients::python_lint(root)),
+            None,
+        ),
+        step(
+            "python mypy",
+            Action::Command(clients::python_types(root)),
+            None,
+        ),
+        step(
+            "python tests",
+            Action::Tests(clients::python_tests(root)),
+            None,
+        ),
+        step(
+            "typescript format",
+            Action::Command(clients::typescript_format(root)),
+            node,
+        ),
+        step(
+            "typescript tests",
+            Action::Tests(clients::typescript_tests(root)),
+            node,
+        ),
+    ]
+}
+
+/// Totals of the test runners' summary lines: libtest's `test result:`, pytest's closing
+/// `N passed, M failed in 1.2s` and the `# pass N` / `# fail N` lines of node's runner.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TestCounts {
     /// Tests that passed.
@@ -149,14 +212,18 @@ pub struct TestCounts {
     pub failed: u64,
     /// Tests that were ignored.
     pub ignored: u64,
-    /// Number of `test result:` lines seen (one per test binary).
+    /// Number of summaries seen (one per test binary or suite).
     pub binaries: u64,
 }
 
 impl TestCounts {
-    /// Adds one line of output if it is a `test result:` line.
+    /// Adds one line of output if it is a summary line of one of the runners.
     pub fn add_line(&mut self, line: &str) {
-        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+        let line = line.trim();
+        if self.add_node_line(line) || self.add_pytest_line(line) {
+            return;
+        }
+        let Some(rest) = line.strip_prefix("test result: ") else {
             return;
         };
         let number_before = |word: &str| -> u64 {
@@ -170,6 +237,66 @@ impl TestCounts {
         self.failed += number_before("failed");
         self.ignored += number_before("ignored");
         self.binaries += 1;
+    }
+
+    /// node's runner, TAP (`# pass 3`) or spec (`ℹ pass 3`) reporter.
+    fn add_node_line(&mut self, line: &str) -> bool {
+        let Some(rest) = line
+            .strip_prefix("# ")
+            .or_else(|| line.strip_prefix("\u{2139} "))
+        else {
+            return false;
+        };
+        let Some((word, n)) = rest.split_once(' ') else {
+            return false;
+        };
+        let Ok(n) = n.parse::<u64>() else {
+            return false;
+        };
+        match word {
+            "tests" => self.binaries += 1,
+            "pass" => self.passed += n,
+            "fail" | "cancelled" => self.failed += n,
+            "skipped" | "todo" => self.ignored += n,
+            _ => return false,
+        }
+        true
+    }
+
+    /// pytest's closing line, `12 passed, 1 skipped in 3.45s`, with or without `=` around it.
+    fn add_pytest_line(&mut self, line: &str) -> bool {
+        let line = line.trim_matches(|c: char| c == '=' || c == ' ');
+        let Some((counts, time)) = line.rsplit_once(" in ") else {
+            return false;
+        };
+        let seconds = time.split(' ').next().unwrap_or("");
+        if seconds
+            .strip_suffix('s')
+            .is_none_or(|s| s.parse::<f64>().is_err())
+        {
+            return false;
+        }
+        let mut found = TestCounts::default();
+        for part in counts.split(", ") {
+            let Some((n, word)) = part.split_once(' ') else {
+                return false;
+            };
+            let Ok(n) = n.parse::<u64>() else {
+                return false;
+            };
+            match word {
+                "passed" | "xpassed" => found.passed += n,
+                "failed" | "error" | "errors" => found.failed += n,
+                "skipped" | "xfailed" | "deselected" => found.ignored += n,
+                "warning" | "warnings" => {}
+                _ => return false,
+            }
+        }
+        self.passed += found.passed;
+        self.failed += found.failed;
+        self.ignored += found.ignored;
+        self.binaries += 1;
+        true
     }
 }
 
@@ -199,7 +326,15 @@ fn run_tests(cmd: &mut Command, counts: &mut TestCounts) -> Result<(), Error> {
 
 /// Runs the plan; prints each step's name and time and a summary at the end.
 pub fn run(root: &Path, opts: &CiOptions) -> Result<(), Error> {
-    let steps = plan(root, opts);
+    run_steps(root, plan(root, opts))
+}
+
+/// Runs only the client packages' steps (`cargo xtask clients`).
+pub fn run_clients(root: &Path) -> Result<(), Error> {
+    run_steps(root, client_steps(root))
+}
+
+fn run_steps(root: &Path, steps: Vec<Step>) -> Result<(), Error> {
     let total = steps.len();
     let started = Instant::now();
     let mut done: Vec<(String, Duration)> = Vec::new();
@@ -213,7 +348,11 @@ pub fn run(root: &Path, opts: &CiOptions) -> Result<(), Error> {
             step.describe()
         );
         let t = Instant::now();
-        let result = match &mut step.action {
+        let ready = match step.precheck {
+            Some(check) => check(root),
+            None => Ok(()),
+        };
+        let result = ready.and_then(|()| match &mut step.action {
             Action::Command(cmd) => crate::process::run(cmd),
             Action::Tests(cmd) => run_tests(cmd, &mut counts),
             Action::Fuzz(seconds) => fuzz::run(
@@ -224,7 +363,7 @@ pub fn run(root: &Path, opts: &CiOptions) -> Result<(), Error> {
                     targets: Vec::new(),
                 },
             ),
-        };
+        });
         let took = t.elapsed();
         match result {
             Ok(()) => {
@@ -240,7 +379,7 @@ pub fn run(root: &Path, opts: &CiOptions) -> Result<(), Error> {
     }
     println!("\nci summary ({} in all):", human(started.elapsed()));
     for (name, took) in &done {
-        println!("  ok      {name:<24} {}", human(*took));
+        println!("  ok      {name:<28} {}", human(*took));
     }
     if let Some((name, _)) = &failure {
         println!("  FAILED  {name}");
@@ -279,17 +418,70 @@ mod tests {
     }
 
     #[test]
+    fn counts_pytest_and_node_summaries() {
+        let mut c = TestCounts::default();
+        c.add_line("18 passed, 1 skipped, 2 warnings in 6.41s");
+        c.add_line(
+            "==================== 1 failed, 3 passed in 0.52s (0:00:00) ====================",
+        );
+        c.add_line("# tests 9");
+        c.add_line("# suites 4");
+        c.add_line("# pass 8");
+        c.add_line("# fail 1");
+        c.add_line("# skipped 0");
+        c.add_line("\u{2139} tests 2");
+        c.add_line("\u{2139} pass 2");
+        // Not summaries.
+        c.add_line("tests/test_session.py ....                       [ 40%]");
+        c.add_line("the release trains leave in 3 days");
+        c.add_line("# Subtest: a tool-using conversation");
+        assert_eq!(
+            c,
+            TestCounts {
+                passed: 31,
+                failed: 2,
+                ignored: 1,
+                binaries: 4
+            }
+        );
+    }
+
+    #[test]
     fn plan_follows_the_documented_order() {
         let root = crate::workspace_root();
         let opts = CiOptions {
             thorough: true,
             skip_fuzz: true,
+            skip_clients: false,
             fuzz_seconds: 10,
         };
         let steps = plan(&root, &opts);
         let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(&names[..4], ["fmt", "clippy", "test", "docs"]);
-        assert!(names[4..].iter().all(|n| n.starts_with("example ")));
+        let examples = names.iter().filter(|n| n.starts_with("example ")).count();
+        assert!(names[4..4 + examples]
+            .iter()
+            .all(|n| n.starts_with("example ")));
+        assert_eq!(
+            &names[4 + examples..],
+            [
+                "clients: build strata",
+                "clients: python format",
+                "clients: python lint",
+                "clients: python mypy",
+                "clients: python tests",
+                "clients: typescript format",
+                "clients: typescript tests"
+            ]
+        );
+        let without = plan(
+            &root,
+            &CiOptions {
+                skip_clients: true,
+                ..opts.clone()
+            },
+        );
+        assert_eq!(without.len(), steps.len() - 7);
         assert_eq!(
             steps[2].describe(),
             "PROPTEST_CASES=10000 cargo test --workspace --locked"

@@ -2,7 +2,8 @@
 //! `.cargo/config.toml`.
 //!
 //! - `ci`: the whole test suite as the CI runs it (format, lints, tests, documentation check,
-//!   example programs, a fuzz smoke run).
+//!   example programs, the Python and TypeScript clients' tests, a fuzz smoke run).
+//! - `clients`: only the client packages' checks of `ci`.
 //! - `docs`: documentation generated from the decision records and the code (ADR-0005).
 //! - `fuzz`: runs the fuzz targets of `fuzz/` for a few seconds each.
 //!
@@ -16,6 +17,7 @@
 
 mod args;
 mod ci;
+mod clients;
 mod docs;
 mod fuzz;
 mod layering;
@@ -35,10 +37,15 @@ Developer tasks for strata.
 Usage: cargo xtask <TASK> [OPTIONS]
 
 Tasks:
-  ci     Run the full check: fmt, clippy, tests, docs --check, examples, fuzz smoke run
+  ci     Run the full check: fmt, clippy, tests, docs --check, examples, client tests,
+         fuzz smoke run
            --thorough          run property tests with PROPTEST_CASES=10000
+           --skip-clients      leave out the Python and TypeScript client checks
            --skip-fuzz         leave out the fuzz smoke run
            --fuzz-seconds N    seconds per fuzz target (default 10)
+  clients
+         Only the client packages' checks of `ci`: build strata, then ruff, mypy and pytest
+         for clients/python, prettier, tsc and node --test for clients/typescript
   docs   Generate docs/ from adr/*.md and the ADR and invariant citations in the code
            --check             compare with the files on disk and fail when stale or broken
   fuzz   Run the fuzz targets of fuzz/Cargo.toml (all, or the ones named)
@@ -76,10 +83,15 @@ fn run(argv: Vec<String>) -> Result<(), Error> {
             let opts = ci::CiOptions {
                 thorough: args.flag("--thorough"),
                 skip_fuzz: args.flag("--skip-fuzz"),
+                skip_clients: args.flag("--skip-clients"),
                 fuzz_seconds: args.number("--fuzz-seconds")?.unwrap_or(10),
             };
             args.finish_empty()?;
             ci::run(&root, &opts)
+        }
+        "clients" => {
+            args.finish_empty()?;
+            ci::run_clients(&root)
         }
         "docs" => {
             let check = args.flag("--check");

@@ -1,0 +1,169 @@
+"""The asyncio client, ``AsyncStrataClient``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from . import _operations as ops
+from ._types import (
+    AgentInfo,
+    AnnouncedTool,
+    MemoryHit,
+    PreparedTurn,
+    RecordedReply,
+    SessionHistory,
+    Status,
+    ToolCall,
+    memory_id,
+    openapi_document,
+    recorded,
+    removed_count,
+    search_results,
+)
+
+
+class AsyncStrataClient:
+    """An asyncio client of `strata serve`: the same methods as ``StrataClient``, awaited.
+
+    ``base_url`` defaults to ``http://127.0.0.1:8177``; the bearer token comes from ``token``,
+    else the first token of ``token_file``, else ``$STRATA_TOKEN``. ``uds`` connects over the
+    server's Unix socket (``strata serve --unix PATH``) instead of TCP. ``timeout`` is in seconds.
+    Every method raises a ``StrataError`` subclass when the server refuses the request.
+
+    Use it as an async context manager, or await ``aclose()``, to release its connections.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
+        timeout: float | None = ops.DEFAULT_TIMEOUT,
+        uds: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._auth = ops.auth_headers(ops.resolve_token(token, token_file))
+        self._where = f"over the Unix socket {os.fspath(uds)}" if uds is not None else ""
+        transport = httpx.AsyncHTTPTransport(uds=os.fspath(uds)) if uds is not None else None
+        self._http = httpx.AsyncClient(
+            base_url=ops.base_url(base_url, uds),
+            headers=ops.headers(),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncStrataClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Closes the connections."""
+        await self._http.aclose()
+
+    async def _send(
+        self, name: str, session_id: str | None = None, body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        op = ops.OPERATIONS[name]
+        path = ops.path_of(name, session_id)
+        try:
+            return await self._http.request(
+                op.method, path, json=body, headers=self._auth if op.auth else None
+            )
+        except httpx.HTTPError as err:
+            url = f"{self._http.base_url.join(path)}{self._where and ' ' + self._where}"
+            raise ops.transport_error(err, op.method, url) from err
+
+    async def _json(
+        self, name: str, session_id: str | None = None, body: dict[str, Any] | None = None
+    ) -> Any:
+        return ops.json_of(await self._send(name, session_id, body))
+
+    async def healthz(self) -> Status:
+        """Whether the process is up (no token needed)."""
+        return Status.from_json(await self._json("healthz"))
+
+    async def readyz(self) -> Status:
+        """Whether the agent is valid now (no token needed); raises ``AgentUnavailableError``
+        when it has expired or is not yet valid."""
+        return Status.from_json(await self._json("readyz"))
+
+    async def openapi(self) -> dict[str, Any]:
+        """The server's OpenAPI 3.1 document (no token needed)."""
+        return openapi_document(await self._json("openapi"))
+
+    async def metrics(self) -> str:
+        """The server's metrics in the Prometheus text format."""
+        response = await self._send("metrics")
+        ops.check(response)
+        return response.text
+
+    async def agent(self) -> AgentInfo:
+        """The verified agent the server serves: id, version, identity digest, signers, validity."""
+        return AgentInfo.from_json(await self._json("agent"))
+
+    async def prepare_turn(
+        self,
+        session_id: str,
+        message: str | None = None,
+        *,
+        mode: str | None = None,
+        path: str | None = None,
+        context_window: int | None = None,
+        tools: Sequence[AnnouncedTool] | None = None,
+        sections: Sequence[Mapping[str, Any]] | None = None,
+    ) -> PreparedTurn:
+        """Records the user's ``message`` and prepares the provider request for it; without a
+        message, prepares the next request after tool results (``UnknownSessionError`` if the
+        session has no turns). ``tools`` and ``sections`` apply to this turn only."""
+        body = ops.turn_body(message, mode, path, context_window, tools, sections)
+        return PreparedTurn.from_json(await self._json("prepare_turn", session_id, body))
+
+    async def record_reply(
+        self,
+        session_id: str,
+        text: str | None = None,
+        *,
+        tool_calls: Sequence[ToolCall] | None = None,
+    ) -> RecordedReply:
+        """Records the model's reply: its text and its tool calls."""
+        body = ops.reply_body(text, tool_calls)
+        return RecordedReply.from_json(await self._json("record_reply", session_id, body))
+
+    async def record_tool_result(self, session_id: str, call_id: str, output: str) -> bool:
+        """Records a tool's output for the call ``call_id``; true once it is stored."""
+        body = {"call_id": call_id, "output": output}
+        return recorded(await self._json("record_tool_result", session_id, body))
+
+    async def session(self, session_id: str) -> SessionHistory:
+        """The session's recorded turns, oldest first."""
+        return SessionHistory.from_json(await self._json("session", session_id))
+
+    async def reset_session(self, session_id: str) -> int:
+        """Forgets the session's turns; returns how many were removed."""
+        return removed_count(await self._json("reset_session", session_id))
+
+    async def delete_session(self, session_id: str) -> int:
+        """Deletes the session; returns how many turns were removed."""
+        return removed_count(await self._json("delete_session", session_id))
+
+    async def add_memory(self, content: str, tags: Sequence[str] | None = None) -> str:
+        """Stores a long-term memory; returns its id."""
+        return memory_id(await self._json("add_memory", body=ops.memory_body(content, tags)))
+
+    async def search_memories(self, query: str, limit: int | None = None) -> list[MemoryHit]:
+        """Searches long-term memory; best hits first."""
+        return search_results(
+            await self._json("search_memories", body=ops.search_body(query, limit))
+        )

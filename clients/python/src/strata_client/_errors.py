@@ -1,0 +1,130 @@
+"""Errors of the strata serve API: one class per stable error code, all under ``StrataError``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+class StrataError(Exception):
+    """A request the server refused or could not answer.
+
+    ``status`` is the HTTP status (``None`` when no response arrived), ``code`` the server's
+    stable error code (``unauthorized``, ``unknown_session``...), ``message`` what went wrong
+    and what to do. ``retry_after`` is the server's ``Retry-After`` in seconds, when it sent one.
+    """
+
+    def __init__(
+        self,
+        status: int | None,
+        code: str,
+        message: str,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(status, code, message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        where = f"HTTP {self.status}" if self.status is not None else "no response"
+        return f"{self.code} ({where}): {self.message}"
+
+
+class UnauthorizedError(StrataError):
+    """``unauthorized``: the bearer token is missing or wrong."""
+
+
+class InvalidRequestError(StrataError):
+    """``invalid_request``: bad JSON, an unknown field or a bad value."""
+
+
+class UnknownSessionError(StrataError):
+    """``unknown_session``: the session has no turns (or never existed)."""
+
+
+class NotFoundError(StrataError):
+    """``not_found``: no such route."""
+
+
+class MethodNotAllowedError(StrataError):
+    """``method_not_allowed``: the route exists, but not with this HTTP method."""
+
+
+class BodyTooLargeError(StrataError):
+    """``body_too_large``: the request body is over the server's limit."""
+
+
+class BudgetError(StrataError):
+    """``budget``: the identity and sticky sections do not fit the token budget."""
+
+
+class OverloadedError(StrataError):
+    """``overloaded``: the server is at its concurrency limit; retry after ``retry_after``."""
+
+
+class ServerTimeoutError(StrataError):
+    """``timeout``: the server gave up on the request after its per-request timeout."""
+
+
+class AgentUnavailableError(StrataError):
+    """``agent_unavailable``: the loaded agent definition has expired or is not yet valid."""
+
+
+class InternalServerError(StrataError):
+    """``internal``: the server failed; its log says why."""
+
+
+class TransportError(StrataError):
+    """No usable response: the connection failed or timed out, or the reply was not the API's."""
+
+
+ERROR_CLASSES: Mapping[str, type[StrataError]] = {
+    "unauthorized": UnauthorizedError,
+    "invalid_request": InvalidRequestError,
+    "unknown_session": UnknownSessionError,
+    "not_found": NotFoundError,
+    "method_not_allowed": MethodNotAllowedError,
+    "body_too_large": BodyTooLargeError,
+    "budget": BudgetError,
+    "overloaded": OverloadedError,
+    "timeout": ServerTimeoutError,
+    "agent_unavailable": AgentUnavailableError,
+    "internal": InternalServerError,
+}
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def error_from_response(status: int, headers: Mapping[str, str], body: bytes) -> StrataError:
+    """The error a non-2xx response stands for, from its ``{"error": {...}}`` body."""
+    retry_after = _retry_after(headers)
+    try:
+        data: Any = json.loads(body)
+        error = data["error"]
+        code = error["code"]
+        message = error["message"]
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise TypeError("code and message must be strings")
+    except (ValueError, KeyError, TypeError):
+        text = body.decode("utf-8", "replace").strip()[:200]
+        return TransportError(
+            status,
+            "unexpected_response",
+            f"the server answered HTTP {status} without a strata error body ({text!r}); "
+            "check that the base URL points at `strata serve`",
+            retry_after=retry_after,
+        )
+    cls = ERROR_CLASSES.get(code, StrataError)
+    return cls(status, code, message, retry_after=retry_after)

@@ -1,0 +1,110 @@
+"""The blocking client against a real `strata serve`: a tool-using conversation, memory,
+session reset and delete, the agent, health and metrics."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import uuid
+
+import pytest
+
+from strata_client import InvalidRequestError, StrataClient, UnknownSessionError
+
+import scenario
+from strata_server import DEMO, MODEL, Server, demo_definition
+
+
+def test_tool_using_conversation(client: StrataClient, session_id: str) -> None:
+    digest = client.agent().identity_digest
+
+    first = client.prepare_turn(session_id, scenario.QUESTION, tools=[scenario.FILE_READ])
+    scenario.check_first(first, session_id, digest)
+    client.record_reply(session_id, tool_calls=[scenario.CALL])
+    assert client.record_tool_result(session_id, scenario.CALL["id"], scenario.RESULT) is True
+
+    second = client.prepare_turn(session_id, tools=[scenario.FILE_READ])
+    scenario.check_continued(second, session_id, digest)
+    client.record_reply(session_id, scenario.ANSWER)
+
+    third = client.prepare_turn(session_id, scenario.FOLLOW_UP, tools=[scenario.FILE_READ])
+    scenario.check_follow_up(third, session_id, digest)
+
+    scenario.check_history(client.session(session_id), session_id)
+
+
+def test_session_ids_are_one_path_segment(client: StrataClient) -> None:
+    odd = f"team:a.b_c-{uuid.uuid4().hex[:8]}"
+    turn = client.prepare_turn(odd, "hello")
+    assert turn.session_id == odd
+    history = client.session(odd)
+    assert history.session_id == odd
+    assert [t.content for t in history.turns] == ["hello"]
+    # A slash or a query stays inside the segment: the server refuses the id, not the route.
+    # (Asked with a GET: the server answers a refused POST without reading its body and then
+    # drops the kept-alive connection, which the next request on it may find closed.)
+    for bad in ["team/a", "a?x=1", "a#b", "a b"]:
+        with pytest.raises(InvalidRequestError):
+            client.session(bad)
+
+
+def test_memory_add_search_and_use(client: StrataClient, session_id: str) -> None:
+    word = f"zebrafish{uuid.uuid4().hex[:8]}"
+    content = f"Release trains named {word} leave on Tuesdays at nine."
+    memory_id = client.add_memory(content, tags=["ops", "release"])
+    assert memory_id
+
+    hits = client.search_memories(f"when does the {word} release train leave", limit=3)
+    assert 1 <= len(hits) <= 3
+    assert hits[0].id == memory_id
+    assert hits[0].content == content
+    assert sorted(hits[0].tags) == ["ops", "release"]
+    assert isinstance(hits[0].score, float)
+
+    # Long-term memory is searched with the user's message and reaches the prompt.
+    turn = client.prepare_turn(session_id, f"When does the {word} release train leave?")
+    assert content in json.dumps(turn.request, ensure_ascii=False)
+
+
+def test_reset_and_delete(client: StrataClient, session_id: str) -> None:
+    client.prepare_turn(session_id, "first question")
+    client.record_reply(session_id, "first answer")
+    assert client.reset_session(session_id) == 2
+    with pytest.raises(UnknownSessionError):
+        client.session(session_id)
+
+    client.prepare_turn(session_id, "second question")
+    assert [t.content for t in client.session(session_id).turns] == ["second question"]
+    assert client.delete_session(session_id) == 1
+    with pytest.raises(UnknownSessionError):
+        client.session(session_id)
+
+
+def test_agent_health_and_metrics(client: StrataClient, server: Server) -> None:
+    assert client.healthz().status == "ok"
+    assert client.readyz().status == "ready"
+
+    agent = client.agent()
+    definition = demo_definition()
+    assert (agent.agent_id, agent.version) == (definition["id"], definition["version"])
+    assert re.fullmatch(r"blake3:[0-9a-f]{64}", agent.identity_digest)
+    # The signed payload and the trusted key, read from the demo files themselves.
+    envelope = json.loads((DEMO / "agent.signed.json").read_text())
+    payload = base64.b64decode(envelope["payload"])
+    assert agent.payload_sha256.removeprefix("sha256:") == hashlib.sha256(payload).hexdigest()
+    trusted = re.findall(r'^id = "([0-9a-f]{64})"', (DEMO / "trust.toml").read_text(), re.M)
+    assert list(agent.signers) == trusted
+    assert agent.provider == "anthropic"
+    assert agent.model == MODEL
+    assert agent.loaded_at_ms > 1_700_000_000_000
+
+    client.prepare_turn(f"metrics-{uuid.uuid4().hex[:8]}", "count me")
+    text = client.metrics()
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert samples, "metrics has samples"
+    sample = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? -?[0-9.eE+-]+|.* (NaN|[+-]Inf)")
+    bad = [line for line in samples if not sample.fullmatch(line)]
+    assert not bad, f"not Prometheus text-format samples: {bad[:5]}"
+    assert "# TYPE " in text
