@@ -373,6 +373,35 @@ fn refusals_are_json_errors_with_stable_codes() {
     );
     assert_eq!(orphan.code(), "invalid_request", "{:?}", orphan.body);
 
+    // A pooling client keeps working after refusals that leave a body unread: the server
+    // reads it or closes the connection, never leaves bytes behind for the next request.
+    let pooled = serve_harness::client();
+    for i in 0..20 {
+        let (path, auth) = if i % 2 == 0 {
+            ("/v1/sessions/a/turns", None)
+        } else {
+            (
+                "/v1/sessions/bad%20id/turns",
+                Some(format!("Bearer {TOKEN}")),
+            )
+        };
+        let mut req = pooled
+            .post(&format!("{}{path}", srv.url))
+            .header("Content-Type", "application/json");
+        if let Some(a) = &auth {
+            req = req.header("Authorization", a);
+        }
+        let refused = req.send(json!({"message": "x".repeat(3000)}).to_string());
+        let status = refused.unwrap().status().as_u16();
+        assert!(status == 401 || status == 400, "{status}");
+        let next = pooled.get(&format!("{}/healthz", srv.url)).call();
+        assert_eq!(
+            next.unwrap().status().as_u16(),
+            200,
+            "request {i} after a refusal"
+        );
+    }
+
     // Unknown route, wrong method: JSON too.
     let r = srv.get("/v2/nothing");
     assert_eq!((r.status, r.code()), (404, "not_found"));

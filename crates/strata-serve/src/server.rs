@@ -492,8 +492,10 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
         );
         return resp;
     }
+    let has_body =
+        declared.is_some_and(|l| l > 0) || req.headers().contains_key(header::TRANSFER_ENCODING);
     st.metrics.in_flight(1);
-    let resp = match tokio::time::timeout(st.limits.request_timeout, next.run(req)).await {
+    let mut resp = match tokio::time::timeout(st.limits.request_timeout, next.run(req)).await {
         Ok(r) => r,
         Err(_) => ApiError::new(
             ErrorCode::Timeout,
@@ -506,6 +508,15 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     };
     st.metrics.in_flight(-1);
     drop(permit);
+    // A refusal may leave part of the request body unread (an extractor refused the path
+    // before reading it): close the connection so a pooling client does not send its next
+    // request into the leftover bytes.
+    if has_body && (resp.status().is_client_error() || resp.status().is_server_error()) {
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
     let secs = started.elapsed().as_secs_f64();
     let status = resp.status().as_u16();
     st.metrics.request(&route, method.as_str(), status, secs);
@@ -529,19 +540,17 @@ async fn require_token(State(st): State<Arc<AppState>>, req: Request, next: Next
             let (scheme, rest) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         });
-    match presented {
-        None => ApiError::new(
-            ErrorCode::Unauthorized,
-            "send `Authorization: Bearer <token>` with a token from the server's token file",
-        )
-        .into_response(),
-        Some(t) if !st.tokens.accepts(t) => ApiError::new(
-            ErrorCode::Unauthorized,
-            "the bearer token is not accepted; use one from the server's token file",
-        )
-        .into_response(),
-        Some(_) => next.run(req).await,
-    }
+    let refusal = match presented {
+        None => "send `Authorization: Bearer <token>` with a token from the server's token file",
+        Some(t) if !st.tokens.accepts(t) => {
+            "the bearer token is not accepted; use one from the server's token file"
+        }
+        Some(_) => return next.run(req).await,
+    };
+    // Read (and discard) what the client is sending, bounded by the body limit, so that it
+    // receives the 401 on a connection left in a clean state.
+    let _ = axum::body::to_bytes(req.into_body(), st.limits.max_body_bytes).await;
+    ApiError::new(ErrorCode::Unauthorized, refusal).into_response()
 }
 
 async fn not_found() -> ApiError {

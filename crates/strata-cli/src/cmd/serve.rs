@@ -77,7 +77,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "anthropic")]
     pub provider: Provider,
     /// Model named in the requests.
-    #[arg(long, default_value = "claude-sonnet-4-5")]
+    #[arg(long, default_value = "claude-sonnet-5-5")]
     pub model: String,
     /// Maximum output tokens written into the requests.
     #[arg(long, default_value_t = 1024)]
