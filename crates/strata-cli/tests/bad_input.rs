@@ -313,6 +313,19 @@ fn keygen_out_a_folder_says_to_give_a_file_path() {
 }
 
 #[test]
+fn demo_dir_naming_a_file_says_to_give_a_folder_and_leaves_the_file_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("notes.txt"), "keep me").unwrap();
+    let r = strata(tmp.path(), &["demo", "--dir", "notes.txt"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("is a file, not a folder"), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("notes.txt")).unwrap(),
+        "keep me"
+    );
+}
+
+#[test]
 fn an_empty_trust_store_says_how_to_add_a_key() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

@@ -72,6 +72,12 @@ const TURNS: &[&str] = &[
 ];
 
 fn prepare(dir: &Path) -> Result<(), CliError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::Other(format!(
+            "--dir {} is a file, not a folder; give a folder for the demo's files (it is created if missing)",
+            dir.display()
+        )));
+    }
     std::fs::create_dir_all(dir)
         .map_err(|e| CliError::io(dir, e, "choose a writable folder with --dir"))?;
     for name in [
