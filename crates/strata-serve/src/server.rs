@@ -83,6 +83,22 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Refuse a message, extra section, tool output or memory over the section limit.
+    fn check_section(&self, what: &str, len: usize) -> Result<(), ApiError> {
+        let max = self.max_section_bytes;
+        if len <= max {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::BodyTooLarge,
+            format!(
+                "{what} is {len} bytes, over the {max}-byte section limit (--max-section-bytes); shorten it, or raise the limit"
+            ),
+        ))
+    }
+}
+
 /// How each runtime is built from a verified agent.
 #[derive(Debug, Clone)]
 pub struct RuntimeSettings {
@@ -677,31 +693,16 @@ fn turn_options(
         }
         opts.tools = Some(out);
     }
-    let max = st.limits.max_section_bytes;
     if let Some(m) = &req.message {
-        if m.len() > max {
-            return Err(ApiError::new(
-                ErrorCode::BodyTooLarge,
-                format!(
-                    "the message is {} bytes, over the {max}-byte section limit (--max-section-bytes)",
-                    m.len()
-                ),
-            ));
-        }
+        st.limits.check_section("the message", m.len())?;
     }
     for (i, v) in req.sections.unwrap_or_default().into_iter().enumerate() {
         let spec: SectionSpec = serde_json::from_value(v)
             .map_err(|e| ApiError::invalid(format!("sections[{i}]: {e}")))?;
-        if spec.content.len() > max {
-            return Err(ApiError::new(
-                ErrorCode::BodyTooLarge,
-                format!(
-                    "sections[{i}] (`{}`) is {} bytes, over the {max}-byte section limit (--max-section-bytes)",
-                    spec.id,
-                    spec.content.len()
-                ),
-            ));
-        }
+        st.limits.check_section(
+            &format!("sections[{i}] (`{}`)", spec.id),
+            spec.content.len(),
+        )?;
         let s = spec
             .into_section()
             .map_err(|e| ApiError::invalid(format!("sections[{i}]: {e}")))?;
@@ -858,16 +859,8 @@ async fn record_tool_result(
     ApiJson(req): ApiJson<ToolResultRequest>,
 ) -> Result<Json<Recorded>, ApiError> {
     let loaded = st.current_valid()?;
-    let max = st.limits.max_section_bytes;
-    if req.output.len() > max {
-        return Err(ApiError::new(
-            ErrorCode::BodyTooLarge,
-            format!(
-                "the tool output is {} bytes, over the {max}-byte section limit (--max-section-bytes); shorten it before recording",
-                req.output.len()
-            ),
-        ));
-    }
+    st.limits
+        .check_section("the tool output", req.output.len())?;
     if st.log_content {
         tracing::debug!(session = %id, call = %req.call_id, output = %req.output, "tool result content");
     }
@@ -975,16 +968,7 @@ async fn add_memory(
     ApiJson(req): ApiJson<MemoryRequest>,
 ) -> Result<(StatusCode, Json<MemoryCreated>), ApiError> {
     let loaded = st.current_valid()?;
-    let max = st.limits.max_section_bytes;
-    if req.content.len() > max {
-        return Err(ApiError::new(
-            ErrorCode::BodyTooLarge,
-            format!(
-                "the memory is {} bytes, over the {max}-byte section limit (--max-section-bytes)",
-                req.content.len()
-            ),
-        ));
-    }
+    st.limits.check_section("the memory", req.content.len())?;
     if req.content.trim().is_empty() {
         return Err(ApiError::invalid("a memory needs non-empty `content`"));
     }
