@@ -346,8 +346,8 @@ fn status_of(s: &SectionStatus) -> (&'static str, Option<String>, Option<u64>) {
     match s {
         SectionStatus::Kept => ("kept", None, None),
         SectionStatus::Cut { full_tokens } => ("cut", None, Some(*full_tokens)),
-        SectionStatus::Dropped { reason } => ("dropped", Some(reason.clone()), None),
-        SectionStatus::Filtered { reason } => ("filtered", Some(reason.clone()), None),
+        SectionStatus::Dropped { reason } => ("dropped", Some(reason.to_string()), None),
+        SectionStatus::Filtered { reason } => ("filtered", Some(reason.to_string()), None),
         SectionStatus::Overridden {
             by_layer,
             by_id,
@@ -398,7 +398,7 @@ fn section_record(
         None => Authority::Signed,
     };
     SectionRecord {
-        id: r.id.clone(),
+        id: r.id.to_string(),
         layer: r.layer,
         authority: authority.name().to_owned(),
         source: r.provenance.source.label(),

@@ -1,7 +1,9 @@
 //! The assembly report: what was kept, cut and dropped, and why.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
-use strata_core::{Layer, Provenance, Tier, ToolName};
+use strata_core::{Layer, Provenance, SectionId, Tier, ToolName};
 
 /// What happened to one runtime section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,12 +19,14 @@ pub enum SectionStatus {
     /// Left out to fit the budget.
     Dropped {
         /// `layer_budget`, `budget`, `max_total_chars`, `section_cap` or `history_start`.
-        reason: String,
+        /// Borrowed from the assembler's fixed set, so dropping thousands of sections
+        /// allocates nothing for their reasons.
+        reason: Cow<'static, str>,
     },
     /// Not taking part in this mode or path.
     Filtered {
-        /// `mode` or `path`.
-        reason: String,
+        /// `mode`, `path`, `reserved`, `empty` or `unpaired`.
+        reason: Cow<'static, str>,
     },
     /// Lost a conflict to a higher layer (I4).
     Overridden {
@@ -38,8 +42,8 @@ pub enum SectionStatus {
 /// One runtime section in the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SectionReport {
-    /// Id.
-    pub id: String,
+    /// Id: the section's own, shared rather than copied (serialized as a string).
+    pub id: SectionId,
     /// Layer.
     pub layer: Layer,
     /// Tokens it takes in the output (0 unless kept or cut). A dropped section's tokens are

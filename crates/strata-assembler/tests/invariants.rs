@@ -487,3 +487,105 @@ proptest! {
         prop_assert_eq!(r.idle_tokens, if any_dropped { r.prompt_budget - used } else { 0 });
     }
 }
+
+/// One change between two calls of a long-lived assembler.
+#[derive(Debug, Clone)]
+enum Change {
+    /// New text for the section at this position (modulo the length).
+    Edit(usize, String),
+    /// The section at this position left out.
+    Remove(usize),
+    /// A new section.
+    Add(Box<Section>),
+    /// The sections in another order.
+    Shuffle(u64),
+    /// Another prompt budget.
+    Budget(u32),
+    /// Nothing changed: the same request again.
+    Same,
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        3 => (any::<usize>(), content()).prop_map(|(i, t)| Change::Edit(i, t)),
+        1 => any::<usize>().prop_map(Change::Remove),
+        1 => section().prop_map(|s| Change::Add(Box::new(s))),
+        1 => any::<u64>().prop_map(Change::Shuffle),
+        1 => (0u32..1500).prop_map(Change::Budget),
+        2 => Just(Change::Same),
+    ]
+}
+
+fn apply(req: &mut AssemblyRequest, change: &Change) {
+    let n = req.sections.len();
+    match change {
+        Change::Edit(i, text) if n > 0 => {
+            let s = &req.sections[i % n];
+            req.sections[i % n] = s.with_content(format!("{}{text}", s.content()));
+        }
+        Change::Remove(i) if n > 0 => {
+            req.sections.remove(i % n);
+        }
+        Change::Add(s) => req.sections.push((**s).clone()),
+        Change::Shuffle(seed) if n > 1 => {
+            for i in 0..n {
+                req.sections
+                    .swap(i, (*seed as usize).wrapping_add(i * 7) % n);
+            }
+        }
+        Change::Budget(extra) => {
+            if let Some(BudgetSpec::Explicit(b)) = &mut req.budget {
+                b.total_tokens = 140 + 80 + extra + b.response_reserve;
+            }
+        }
+        _ => {}
+    }
+}
+
+proptest! {
+    /// Verifies ADR-0024: the caches (elements, probes over the room, cut results, lower
+    /// bounds) and the orders kept from the last call never change an assembly. One assembler
+    /// taken through a random sequence of requests (text edited, sections added, removed and
+    /// reordered, the budget moved, the same request again), with a roomy or a tiny cache
+    /// limit, gives at every step exactly the bytes, the provider conversation and the report
+    /// of a fresh assembler, or the same error.
+    #[test]
+    fn warm_assembly_equals_cold(
+        first in request(),
+        changes in proptest::collection::vec(change(), 1..6),
+        tiny_cache in proptest::bool::weighted(0.25),
+        provider in proptest::option::of(proptest::sample::select(&[
+            Provider::OpenAiChat,
+            Provider::Anthropic,
+        ][..])),
+    ) {
+        let warm = if tiny_cache {
+            Assembler::o200k().with_cache_limit(4_096)
+        } else {
+            Assembler::o200k()
+        };
+        let mut req = first;
+        req.provider = provider;
+        req.provider_options.pairs = PairPolicy::DropUnpaired;
+        for (step, change) in std::iter::once(&Change::Same).chain(&changes).enumerate() {
+            apply(&mut req, change);
+            let a = warm.assemble(agent(), &req);
+            let b = Assembler::o200k().assemble(agent(), &req);
+            match (a, b) {
+                (Ok(a), Ok(b)) => {
+                    prop_assert_eq!(a.text(), b.text(), "step {}: {:?}", step, change);
+                    prop_assert_eq!(a.conversation(), b.conversation(), "step {}", step);
+                    prop_assert_eq!(a.report(), b.report(), "step {}: {:?}", step, change);
+                }
+                (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                (a, b) => {
+                    return Err(TestCaseError::fail(format!(
+                        "step {step}: warm {:?}, cold {:?}",
+                        a.map(|c| c.text().len()),
+                        b.map(|c| c.text().len())
+                    )))
+                }
+            }
+        }
+    }
+}

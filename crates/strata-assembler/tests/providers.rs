@@ -321,7 +321,7 @@ proptest! {
             let events = tool_events(p, &body);
             let kept: BTreeSet<String> = ctx.report().sections.iter()
                 .filter(|s| matches!(s.status, SectionStatus::Kept | SectionStatus::Cut { .. }))
-                .map(|s| s.id.clone())
+                .map(|s| s.id.to_string())
                 .collect();
             let conv = ctx.conversation().unwrap();
             let expected_calls = conv.messages.iter().flat_map(|m| &m.blocks)

@@ -918,8 +918,8 @@ proptest! {
             let (status, reason, full) = match &y.status {
                 SectionStatus::Kept => ("kept", None, None),
                 SectionStatus::Cut { full_tokens } => ("cut", None, Some(*full_tokens)),
-                SectionStatus::Dropped { reason } => ("dropped", Some(reason.as_str()), None),
-                SectionStatus::Filtered { reason } => ("filtered", Some(reason.as_str()), None),
+                SectionStatus::Dropped { reason } => ("dropped", Some(reason.as_ref()), None),
+                SectionStatus::Filtered { reason } => ("filtered", Some(reason.as_ref()), None),
                 SectionStatus::Overridden { by_id, .. } => ("overridden", Some(by_id.as_str()), None),
             };
             prop_assert_eq!(x.status.as_str(), status);

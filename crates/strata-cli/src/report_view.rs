@@ -152,7 +152,7 @@ pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> St
         ),
         SectionStatus::Dropped { reason } => {
             let need = input.map(|i| i.tokens);
-            match reason.as_str() {
+            match reason.as_ref() {
                 "budget" => {
                     let mut t = format!(
                         "layer {n} yields to {} when the prompt budget ({} tokens) runs out",

@@ -81,6 +81,53 @@ macro_rules! str_newtype_impls {
                 f.write_str(&self.0)
             }
         }
+        impl std::ops::Deref for $t {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+        impl AsRef<str> for $t {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+        // Hash, Eq and Ord are those of the text, so the text can look it up in maps.
+        impl std::borrow::Borrow<str> for $t {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                *self.0 == *other
+            }
+        }
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                *self.0 == **other
+            }
+        }
+        impl PartialEq<String> for $t {
+            fn eq(&self, other: &String) -> bool {
+                *self.0 == **other
+            }
+        }
+        impl PartialEq<$t> for String {
+            fn eq(&self, other: &$t) -> bool {
+                **self == *other.0
+            }
+        }
+        impl PartialEq<$t> for str {
+            fn eq(&self, other: &$t) -> bool {
+                *self == *other.0
+            }
+        }
+        impl PartialEq<$t> for &str {
+            fn eq(&self, other: &$t) -> bool {
+                **self == *other.0
+            }
+        }
         impl FromStr for $t {
             type Err = CoreError;
             fn from_str(s: &str) -> Result<Self, CoreError> {

@@ -9,14 +9,13 @@
 //! Hand-off: [`Fitted`], the drops per layer and the reason of each dropped unit; the units of
 //! [`Measured`] are marked dropped or filled, and kept candidates carry their rendered element.
 
-use std::borrow::Cow;
 use std::cmp::Reverse;
 
 use strata_core::format::Encoding;
 use strata_core::{Budget, RuntimeLayer};
 
 use super::measure::Measured;
-use super::{marker_text, Assembler, Cand, MIN_CUT_TOKENS};
+use super::{marker_text, Assembler, Cand, Unit, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
 use crate::request::AssemblyRequest;
 
@@ -61,10 +60,10 @@ impl Assembler {
         room: u64,
     ) -> Member {
         let native = req.provider.is_some();
-        let enc = req.render.encodings[cand.section.layer().index()];
+        let enc = req.render.encodings[cand.section().layer().index()];
         let cap = cap.filter(|_| !cand.sticky);
         let limit = cap.map_or(room, |c| c.min(room));
-        if let Some(r) = self.probe(&cand.section, enc, native, limit) {
+        if let Some(r) = self.probe(cand.section(), enc, native, limit) {
             cand.rendered = r;
             return Member::Fits;
         }
@@ -72,11 +71,11 @@ impl Assembler {
             return Member::Over;
         };
         // Over the cap (the probe had the whole room above it): cut to the cap.
-        match self.cut_to(&cand.section, enc, cap, native) {
+        match self.cut_to(cand.section(), enc, cap, native) {
             Some((cut, r)) => {
-                let full = self.render(&cand.section, enc, None, native).tokens;
+                let full = self.render(cand.section(), enc, None, native).tokens;
                 cand.cut_from = Some(full);
-                cand.section = Cow::Owned(cut);
+                cand.cut = Some(Box::new(cut));
                 cand.rendered = r;
                 Member::Fits
             }
@@ -108,9 +107,9 @@ impl Assembler {
                     Member::Over | Member::Capped => {
                         // Not even an empty body fits the cap: keep it whole, as a sticky
                         // unit's member (the cap yields to stickiness).
-                        let enc = req.render.encodings[cands[c].section.layer().index()];
+                        let enc = req.render.encodings[cands[c].section().layer().index()];
                         cands[c].rendered =
-                            self.render(&cands[c].section, enc, None, native.is_some());
+                            self.render(cands[c].section(), enc, None, native.is_some());
                     }
                 }
                 u.tokens += cands[c].rendered.tokens;
@@ -139,9 +138,9 @@ impl Assembler {
                     break;
                 }
                 let have = cands[c].rendered.tokens;
-                let enc = req.render.encodings[cands[c].section.layer().index()];
+                let enc = req.render.encodings[cands[c].section().layer().index()];
                 let Some((cut, r)) = self.cut_to(
-                    &cands[c].section,
+                    cands[c].section(),
                     enc,
                     have.saturating_sub(excess),
                     native.is_some(),
@@ -153,7 +152,7 @@ impl Assembler {
                 units[u].chars = units[u].chars - cands[c].rendered.chars + r.chars;
                 excess = excess.saturating_sub(have - r.tokens);
                 cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(have));
-                cands[c].section = Cow::Owned(cut);
+                cands[c].cut = Some(Box::new(cut));
                 cands[c].rendered = r;
             }
         }
@@ -178,8 +177,28 @@ impl Assembler {
         // Keep order: lower layer first; inside a layer turns before other sections, newest
         // first, then the highest score, then the canonical order of selection (which orders
         // equal scores by id, so no string is compared here).
-        let mut order: Vec<usize> = (0..units.len()).filter(|u| !units[*u].sticky).collect();
-        order.sort_unstable_by_key(|u| {
+        // The sort starts from the last call's keep order when that holds the same units (a
+        // request that changed little is then nearly sorted, and the merge sort costs about one
+        // comparison per unit); the key ends with a unique index, so the result is the same
+        // from any start (ADR-0024).
+        let fresh: Vec<usize> = (0..units.len()).filter(|u| !units[*u].sticky).collect();
+        let mut order = {
+            let hint = std::mem::take(&mut self.hints().keep);
+            let mut member = vec![false; units.len()];
+            for &u in &fresh {
+                member[u] = true;
+            }
+            let same = hint.len() == fresh.len()
+                && hint
+                    .iter()
+                    .all(|&u| u < member.len() && std::mem::replace(&mut member[u], false));
+            if same {
+                hint
+            } else {
+                fresh
+            }
+        };
+        order.sort_by_key(|u| {
             let u = &units[*u];
             (
                 u.layer,
@@ -189,6 +208,7 @@ impl Assembler {
                 u.first,
             )
         });
+        self.hints().keep.clone_from(&order);
 
         // Upper bounds of each layer's omission marker, from the most sections and bytes it
         // could state. A layer's bound is reserved until the layer is done; if the layer drops
@@ -233,13 +253,22 @@ impl Assembler {
         // tiktoken encodings: with the element floor, a lower bound of a unit's tokens known
         // without rendering it (ADR-0024). Other encodings rewrite the words, so they get none.
         let words_count = self.tokenizer.splits_ascii_words();
-        let word_floor = |c: &Cand<'_>| -> u64 {
-            let enc = req.render.encodings[c.section.layer().index()];
-            if words_count && enc == Encoding::Escaped {
-                c.section.ascii_words() as u64
-            } else {
+        // A unit's floor: its members' element floors and, where words count, its words. A
+        // unit not measured yet has its members as offered, whose words measure counted; one
+        // measured may hold a cut member, whose words are counted again.
+        let unit_floor = |unit: &Unit, cands: &[Cand<'_>]| -> u64 {
+            let i = unit.layer.index();
+            let words = if !(words_count && req.render.encodings[i] == Encoding::Escaped) {
                 0
-            }
+            } else if unit.measured {
+                unit.members
+                    .iter()
+                    .map(|c| cands[*c].section().ascii_words() as u64)
+                    .sum()
+            } else {
+                unit.words
+            };
+            unit.members.len() as u64 * floors[i] + words
         };
 
         for (k, &u) in order.iter().enumerate() {
@@ -270,14 +299,11 @@ impl Assembler {
                 "budget"
             };
             let mut verdict: Result<(), &'static str> = Ok(());
-            let floor: u64 = units[u]
-                .members
-                .iter()
-                .map(|c| floors[i] + word_floor(&cands[*c]))
-                .sum();
-            if room < min_floor || floor > room {
+            // Past the point where nothing fits, a unit costs this one comparison.
+            if room < min_floor || unit_floor(&units[u], cands) > room {
                 verdict = Err(why);
             } else {
+                units[u].measured = true;
                 let mut left = room;
                 for &c in &units[u].members {
                     match self.measure_member(&mut cands[c], req, cap, left) {
@@ -306,17 +332,18 @@ impl Assembler {
             // The first unit that does not fit may be kept in cut form, in the room it leaves.
             if verdict == Err(why) && !cut_tried && units[u].members.len() == 1 {
                 cut_tried = true;
+                units[u].measured = true;
                 let c = units[u].members.first;
                 // Kept in cut form, the unit drops nothing, so the last of a layer may use
                 // the layer's marker reservation like a whole unit.
                 if room >= MIN_CUT_TOKENS {
                     let enc = req.render.encodings[i];
-                    if let Some((cut, r)) = self.cut_to(&cands[c].section, enc, room, native_b) {
+                    if let Some((cut, r)) = self.cut_to(cands[c].section(), enc, room, native_b) {
                         let chars_ok = max_chars.is_none_or(|mc| used.1 + r.chars <= mc);
                         if chars_ok {
-                            let full = self.render(&cands[c].section, enc, None, native_b);
+                            let full = self.render(cands[c].section(), enc, None, native_b);
                             cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full.tokens));
-                            cands[c].section = Cow::Owned(cut);
+                            cands[c].cut = Some(Box::new(cut));
                             cost = (r.tokens, r.chars);
                             cands[c].rendered = r;
                             verdict = Ok(());
@@ -360,14 +387,10 @@ impl Assembler {
                     u64::from(lb).saturating_sub(layer_used[i] + held)
                 });
                 let room = fit_budget.saturating_sub(used.0).min(room_layer);
-                let floor: u64 = units[u]
-                    .members
-                    .iter()
-                    .map(|c| floors[i] + word_floor(&cands[*c]))
-                    .sum();
-                if room < min_floor || floor > room {
+                if room < min_floor || unit_floor(&units[u], cands) > room {
                     continue;
                 }
+                units[u].measured = true;
                 let mut left = room;
                 let mut fits = true;
                 for &c in &units[u].members {

@@ -5,14 +5,11 @@
 //!
 //! Hand-off: [`Measured`], the candidates and their units.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use strata_core::{RuntimeLayer, Section};
 
-use super::{report_of, strip_invisible, Assembler, Cand, Members, Rendered, Unit};
-use crate::report::{SectionReport, SectionStatus};
+use super::{strip_invisible, Assembler, Base, Cand, FastMap, Members, Rendered, Unit};
 use crate::request::{AssemblyRequest, Invisible};
 
 /// Candidates with their trimming units.
@@ -24,24 +21,24 @@ pub(super) struct Measured<'a> {
 }
 
 impl Assembler {
-    /// Turn the winners of selection into candidates and units; reports of the candidates are
-    /// appended to `reports`.
+    /// Turn the winners of selection into candidates and units. Their reports are written when
+    /// the assembly is done, in report order, so nothing is built here and moved later.
     pub(super) fn measure<'a>(
         &self,
         winners: Vec<&'a Section>,
         req: &AssemblyRequest,
-        reports: &mut Vec<SectionReport>,
     ) -> Measured<'a> {
         let unmeasured = Arc::new(Rendered::default());
         let mut cands: Vec<Cand<'a>> = Vec::with_capacity(winners.len());
         let mut units: Vec<Unit> = Vec::with_capacity(winners.len());
-        let mut unit_of_call: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut unit_of_call: FastMap<Arc<str>, usize> = FastMap::default();
         for s in winners {
             let sticky = s.sticky() || req.protected_priorities.contains(&s.priority());
-            let section = match req.render.invisible {
-                Invisible::Escape => Cow::Borrowed(s),
-                Invisible::Strip => Cow::Owned(strip_invisible(s)),
+            let base = match req.render.invisible {
+                Invisible::Escape => Base::Borrowed(s),
+                Invisible::Strip => Base::Owned(Box::new(strip_invisible(s))),
             };
+            let section = base.get();
             let call = section
                 .turn()
                 .filter(|_| section.layer() == RuntimeLayer::WorkingMemory)
@@ -59,6 +56,8 @@ impl Assembler {
                         tokens: 0,
                         chars: 0,
                         bytes: 0,
+                        words: 0,
+                        measured: false,
                         dropped: false,
                         filled: false,
                     });
@@ -78,14 +77,14 @@ impl Assembler {
                 }
             }
             u.bytes += section.content().as_str().len() as u64;
-            reports.push(report_of(&section, sticky, SectionStatus::Kept));
+            u.words += section.ascii_words() as u64;
             cands.push(Cand {
-                section,
+                base,
+                cut: None,
                 sticky,
                 rendered: unmeasured.clone(),
                 cut_from: None,
                 unit,
-                report_idx: reports.len() - 1,
             });
         }
         Measured { cands, units }

@@ -11,6 +11,10 @@
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::HashMap;
+
+/// Hash maps keyed by caller-chosen strings on the per-call path: a fast keyed hash that is
+/// still seeded per process, so crafted ids cannot force collisions.
+type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 use std::sync::{Arc, Mutex};
 
 use strata_agentdef::VerifiedAgent;
@@ -151,12 +155,25 @@ struct Cache {
     bytes: usize,
 }
 
+/// The orders of the last call, where the next call's sorts start (ADR-0024). Only a starting
+/// point: every sort breaks ties down to the input position, so its result is the same from any
+/// start, and a hint of another length is ignored. Memory: one index per section of the last
+/// request, per order.
+#[derive(Default)]
+struct Hints {
+    /// The canonical order of selection, as positions in the sections that take part.
+    select: Vec<usize>,
+    /// The keep order of the units that are not sticky.
+    keep: Vec<usize>,
+}
+
 /// The Context Assembler: the single enforcement point for priority, immutability, budgets and
 /// fencing (ADR-0006). Share one per tokenizer across sessions; it caches rendered elements and
 /// their token counts by content hash.
 pub struct Assembler {
     tokenizer: Arc<dyn Tokenizer>,
     cache: Mutex<Cache>,
+    hints: Mutex<Hints>,
     cache_limit: usize,
 }
 
@@ -169,14 +186,42 @@ impl std::fmt::Debug for Assembler {
 }
 
 struct Cand<'a> {
-    /// The section: borrowed from the request until it is cut or stripped.
-    section: Cow<'a, Section>,
+    /// The section as offered (borrowed from the request, or owned once stripped of invisible
+    /// characters): the section its report describes.
+    base: Base<'a>,
+    /// The section in cut form, once cut.
+    cut: Option<Box<Section>>,
     sticky: bool,
     /// The rendered element; an empty placeholder until fitting measures it (ADR-0024).
     rendered: Arc<Rendered>,
     cut_from: Option<u64>,
     unit: usize,
-    report_idx: usize,
+}
+
+impl Cand<'_> {
+    /// The section as it is rendered: cut, or as offered.
+    fn section(&self) -> &Section {
+        match &self.cut {
+            Some(cut) => cut,
+            None => self.base.get(),
+        }
+    }
+}
+
+/// A section borrowed from the request, or owned when assembly had to change it. A pointer in
+/// either case, so candidates stay small to build and move.
+enum Base<'a> {
+    Borrowed(&'a Section),
+    Owned(Box<Section>),
+}
+
+impl Base<'_> {
+    fn get(&self) -> &Section {
+        match self {
+            Base::Borrowed(s) => s,
+            Base::Owned(s) => s,
+        }
+    }
 }
 
 /// The candidates of a unit: one for most units, more for a tool call with its result. The
@@ -235,6 +280,11 @@ struct Unit {
     chars: u64,
     /// Bytes of content of the members (known without rendering).
     bytes: u64,
+    /// Separate ASCII words of the members as offered (known without rendering): part of the
+    /// unit's lower bound of tokens (ADR-0024).
+    words: u64,
+    /// Fitting has measured a member (which may since be cut).
+    measured: bool,
     dropped: bool,
     /// Kept in room left after a more important unit was dropped (ADR-0024).
     filled: bool,
@@ -246,6 +296,7 @@ impl Assembler {
         Assembler {
             tokenizer,
             cache: Mutex::new(Cache::default()),
+            hints: Mutex::new(Hints::default()),
             cache_limit: DEFAULT_CACHE_BYTES,
         }
     }
@@ -277,6 +328,13 @@ impl Assembler {
             bytes: c.bytes,
             ..c.stats
         }
+    }
+
+    fn hints(&self) -> std::sync::MutexGuard<'_, Hints> {
+        // Hints are only where sorts start: a poisoned value is still a valid start.
+        self.hints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -718,9 +776,14 @@ impl Assembler {
             winners,
             mut reports,
             conflicts,
-        } = select::select(agent, req, input)?;
+        } = {
+            let mut hint = std::mem::take(&mut self.hints().select);
+            let selected = select::select(agent, req, input, &mut hint);
+            self.hints().select = hint;
+            selected?
+        };
         reports.extend(reserved);
-        let mut measured = self.measure(winners, req, &mut reports);
+        let mut measured = self.measure(winners, req);
         let Fitted {
             drops,
             dropped_bytes,
@@ -743,7 +806,7 @@ impl Assembler {
             .filter(|c| !units[cands[*c].unit].dropped)
             .collect();
         // Keys are computed once per section and hold no strings (linear cost, ADR-0024).
-        kept.sort_by_cached_key(|c| order_key(&cands[*c].section, *c));
+        kept.sort_by_cached_key(|c| order_key(cands[*c].section(), *c));
 
         let laid = match native {
             Some(provider) => {
@@ -795,47 +858,48 @@ impl Assembler {
             cut_n,
             conversation: placed,
         } = laid;
-        // Finish the report.
+        // Finish the report, in report order: the kept sections in output order, then the
+        // other candidates in the canonical order of selection, then the sections filtered
+        // before it, by layer and id (few; no other string is sorted per call). Each entry is
+        // written once, where it belongs.
+        let mut why_of: Vec<Option<&'static str>> = vec![None; cands.len()];
         for (u, why) in dropped_reason
             .iter()
             .enumerate()
             .filter_map(|(u, w)| w.map(|w| (u, w)))
         {
             for &m in &units[u].members {
-                reports[cands[m].report_idx].status = SectionStatus::Dropped { reason: why.into() };
+                why_of[m] = Some(why);
             }
         }
-        for c in &cands {
-            let r = &mut reports[c.report_idx];
-            if matches!(r.status, SectionStatus::Kept) {
-                r.tokens = c.rendered.tokens;
-                r.chars = c.rendered.chars;
-                r.filled = units[c.unit].filled;
-                if let Some(full) = c.cut_from {
-                    r.status = SectionStatus::Cut { full_tokens: full };
-                }
+        let cand_report = |c: usize| {
+            let cand = &cands[c];
+            let status = match (why_of[c], cand.cut_from) {
+                (Some(why), _) => SectionStatus::Dropped {
+                    reason: Cow::Borrowed(why),
+                },
+                (None, Some(full)) => SectionStatus::Cut { full_tokens: full },
+                (None, None) => SectionStatus::Kept,
+            };
+            let mut r = report_of(cand.base.get(), cand.sticky, status);
+            if why_of[c].is_none() {
+                r.tokens = cand.rendered.tokens;
+                r.chars = cand.rendered.chars;
+                r.filled = units[cand.unit].filled;
             }
+            r
+        };
+        let mut sections: Vec<SectionReport> = Vec::with_capacity(cands.len() + reports.len());
+        let mut in_output = vec![false; cands.len()];
+        for &c in &kept {
+            in_output[c] = true;
+            sections.push(cand_report(c));
         }
-        // Report order: the kept sections in output order, then the other candidates in the
-        // canonical order of selection, then the sections filtered before it, by layer and id
-        // (few; no other string is sorted per call).
-        let mut placed_at: Vec<Option<usize>> = vec![None; reports.len()];
-        for (rank, c) in kept.iter().enumerate() {
-            placed_at[cands[*c].report_idx] = Some(rank);
+        for (c, _) in in_output.iter().enumerate().filter(|(_, done)| !**done) {
+            sections.push(cand_report(c));
         }
-        let mut slots: Vec<Option<SectionReport>> = reports.into_iter().map(Some).collect();
-        let mut sections: Vec<SectionReport> = Vec::with_capacity(slots.len());
-        for c in &kept {
-            sections.extend(slots[cands[*c].report_idx].take());
-        }
-        for c in &cands {
-            if placed_at[c.report_idx].is_none() {
-                sections.extend(slots[c.report_idx].take());
-            }
-        }
-        let mut rest: Vec<SectionReport> = slots.into_iter().flatten().collect();
-        rest.sort_by(|a, b| (a.layer, &a.id).cmp(&(b.layer, &b.id)));
-        sections.extend(rest);
+        reports.sort_by(|a, b| (a.layer, &a.id).cmp(&(b.layer, &b.id)));
+        sections.extend(reports);
         let dropped_any = units.iter().any(|u| u.dropped);
         let layers = RuntimeLayer::ALL
             .iter()
@@ -956,7 +1020,7 @@ fn marker_text(l: RuntimeLayer, count: u64, bytes: u64) -> String {
 
 fn report_of(s: &Section, sticky: bool, status: SectionStatus) -> SectionReport {
     SectionReport {
-        id: s.id().to_string(),
+        id: s.id().clone(),
         layer: s.layer().into(),
         tokens: 0,
         chars: 0,

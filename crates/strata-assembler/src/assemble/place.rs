@@ -34,23 +34,23 @@ impl Assembler {
         (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Result<Placed, AssembleError> {
         let is_turn = |c: &Cand<'_>| {
-            c.section.layer() == RuntimeLayer::WorkingMemory && c.section.turn().is_some()
+            c.section().layer() == RuntimeLayer::WorkingMemory && c.section().turn().is_some()
         };
-        let seq = |c: &Cand<'_>| c.section.turn().map_or(0, |t| t.seq);
+        let seq = |c: &Cand<'_>| c.section().turn().map_or(0, |t| t.seq);
         let mut turns: Vec<usize> = kept
             .iter()
             .copied()
             .filter(|c| is_turn(&cands[*c]))
             .collect();
-        turns.sort_by_cached_key(|c| (seq(&cands[*c]), cands[*c].section.id().clone()));
+        turns.sort_by_cached_key(|c| (seq(&cands[*c]), cands[*c].section().id().clone()));
         let (stable, dynamic): (Vec<usize>, Vec<usize>) = kept
             .iter()
             .copied()
             .filter(|c| !is_turn(&cands[*c]))
-            .partition(|c| cands[*c].section.stability() == Stability::Stable);
+            .partition(|c| cands[*c].section().stability() == Stability::Stable);
         if stable.is_empty() {
             while let Some(&first) = turns.first() {
-                if cands[first].section.turn().map(|t| t.role) == Some(Role::User) {
+                if cands[first].section().turn().map(|t| t.role) == Some(Role::User) {
                     break;
                 }
                 let u = cands[first].unit;
@@ -62,7 +62,7 @@ impl Assembler {
         let newest = turns
             .last()
             .copied()
-            .filter(|c| cands[*c].section.turn().map(|t| t.role) == Some(Role::User));
+            .filter(|c| cands[*c].section().turn().map(|t| t.role) == Some(Role::User));
         if newest.is_some() {
             turns.pop();
         }
@@ -84,7 +84,7 @@ impl Assembler {
             cut_n: [0; 4],
         };
         let count = |placed: &mut Placed, c: &Cand<'_>| {
-            let i = c.section.layer().index();
+            let i = c.section().layer().index();
             placed.layer_out[i] += c.rendered.tokens;
             placed.chars += c.rendered.chars;
             if c.cut_from.is_some() {
@@ -114,7 +114,7 @@ impl Assembler {
         for &c in &turns {
             let cand = &cands[c];
             count(&mut placed, cand);
-            let Some(t) = cand.section.turn() else {
+            let Some(t) = cand.section().turn() else {
                 continue;
             };
             let text = cand.rendered.text.clone();
@@ -188,7 +188,7 @@ impl Assembler {
         let mut pos = 0;
         for l in RuntimeLayer::ALL {
             let i = l.index();
-            while pos < dynamic.len() && cands[dynamic[pos]].section.layer() == l {
+            while pos < dynamic.len() && cands[dynamic[pos]].section().layer() == l {
                 let c = &cands[dynamic[pos]];
                 text.push_str(&c.rendered.text);
                 tokens += c.rendered.content_tokens;
@@ -308,9 +308,9 @@ impl Assembler {
         let mut pos = 0;
         for l in RuntimeLayer::ALL {
             let i = l.index();
-            while pos < kept.len() && cands[kept[pos]].section.layer() == l {
+            while pos < kept.len() && cands[kept[pos]].section().layer() == l {
                 let cand = &cands[kept[pos]];
-                if cand.section.stability() != Stability::Stable {
+                if cand.section().stability() != Stability::Stable {
                     stable_run = false;
                 }
                 text.push_str(&cand.rendered.text);
