@@ -64,7 +64,7 @@ impl Assembler {
         let cap = cap.filter(|_| !cand.sticky);
         let limit = cap.map_or(room, |c| c.min(room));
         if let Some(r) = self.probe(cand.section(), enc, native, limit) {
-            cand.rendered = r;
+            cand.element = Some(r);
             return Member::Fits;
         }
         let Some(cap) = cap.filter(|c| *c <= room) else {
@@ -76,7 +76,7 @@ impl Assembler {
                 let full = self.render(cand.section(), enc, None, native).tokens;
                 cand.cut_from = Some(full);
                 cand.cut = Some(Box::new(cut));
-                cand.rendered = r;
+                cand.element = Some(r);
                 Member::Fits
             }
             None => Member::Capped,
@@ -108,12 +108,12 @@ impl Assembler {
                         // Not even an empty body fits the cap: keep it whole, as a sticky
                         // unit's member (the cap yields to stickiness).
                         let enc = req.render.encodings[cands[c].section().layer().index()];
-                        cands[c].rendered =
-                            self.render(cands[c].section(), enc, None, native.is_some());
+                        cands[c].element =
+                            Some(self.render(cands[c].section(), enc, None, native.is_some()));
                     }
                 }
-                u.tokens += cands[c].rendered.tokens;
-                u.chars += cands[c].rendered.chars;
+                u.tokens += cands[c].rendered().tokens;
+                u.chars += cands[c].rendered().chars;
             }
         }
         // A sticky tool call keeps its result with it; a result that is not sticky itself is
@@ -132,12 +132,12 @@ impl Assembler {
                 .flat_map(|u| u.members.iter().copied())
                 .filter(|c| !cands[*c].sticky)
                 .collect();
-            shrinkable.sort_by_key(|c| (Reverse(cands[*c].rendered.tokens), *c));
+            shrinkable.sort_by_key(|c| (Reverse(cands[*c].rendered().tokens), *c));
             for c in shrinkable {
                 if excess == 0 {
                     break;
                 }
-                let have = cands[c].rendered.tokens;
+                let have = cands[c].rendered().tokens;
                 let enc = req.render.encodings[cands[c].section().layer().index()];
                 let Some((cut, r)) = self.cut_to(
                     cands[c].section(),
@@ -149,11 +149,11 @@ impl Assembler {
                 };
                 let u = cands[c].unit;
                 units[u].tokens = units[u].tokens - have + r.tokens;
-                units[u].chars = units[u].chars - cands[c].rendered.chars + r.chars;
+                units[u].chars = units[u].chars - cands[c].rendered().chars + r.chars;
                 excess = excess.saturating_sub(have - r.tokens);
                 cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(have));
                 cands[c].cut = Some(Box::new(cut));
-                cands[c].rendered = r;
+                cands[c].element = Some(r);
             }
         }
         // Sticky sections must fit with identity, or the assembly fails (I2).
@@ -307,7 +307,7 @@ impl Assembler {
                 let mut left = room;
                 for &c in &units[u].members {
                     match self.measure_member(&mut cands[c], req, cap, left) {
-                        Member::Fits => left -= cands[c].rendered.tokens.min(left),
+                        Member::Fits => left -= cands[c].rendered().tokens.min(left),
                         Member::Over => {
                             verdict = Err(why);
                             break;
@@ -322,8 +322,8 @@ impl Assembler {
             let mut cost = (0u64, 0u64);
             if verdict.is_ok() {
                 for &c in &units[u].members {
-                    cost.0 += cands[c].rendered.tokens;
-                    cost.1 += cands[c].rendered.chars;
+                    cost.0 += cands[c].rendered().tokens;
+                    cost.1 += cands[c].rendered().chars;
                 }
                 if room_chars.is_some_and(|rc| cost.1 > rc) {
                     verdict = Err("max_total_chars");
@@ -345,7 +345,7 @@ impl Assembler {
                             cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full.tokens));
                             cands[c].cut = Some(Box::new(cut));
                             cost = (r.tokens, r.chars);
-                            cands[c].rendered = r;
+                            cands[c].element = Some(r);
                             verdict = Ok(());
                         }
                     }
@@ -395,7 +395,7 @@ impl Assembler {
                 let mut fits = true;
                 for &c in &units[u].members {
                     match self.measure_member(&mut cands[c], req, cap, left) {
-                        Member::Fits => left -= cands[c].rendered.tokens.min(left),
+                        Member::Fits => left -= cands[c].rendered().tokens.min(left),
                         Member::Over | Member::Capped => {
                             fits = false;
                             break;
@@ -403,7 +403,10 @@ impl Assembler {
                     }
                 }
                 let cost = units[u].members.iter().fold((0, 0), |(t, ch), c| {
-                    (t + cands[*c].rendered.tokens, ch + cands[*c].rendered.chars)
+                    (
+                        t + cands[*c].rendered().tokens,
+                        ch + cands[*c].rendered().chars,
+                    )
                 });
                 if !fits || max_chars.is_some_and(|mc| used.1 + cost.1 > mc) {
                     continue;

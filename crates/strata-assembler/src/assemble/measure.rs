@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use strata_core::{RuntimeLayer, Section};
 
-use super::{strip_invisible, Assembler, Base, Cand, FastMap, Members, Rendered, Unit};
+use super::{strip_invisible, Assembler, Base, Cand, FastMap, Members, Unit};
 use crate::request::{AssemblyRequest, Invisible};
 
 /// Candidates with their trimming units.
@@ -28,7 +28,6 @@ impl Assembler {
         winners: Vec<&'a Section>,
         req: &AssemblyRequest,
     ) -> Measured<'a> {
-        let unmeasured = Arc::new(Rendered::default());
         let mut cands: Vec<Cand<'a>> = Vec::with_capacity(winners.len());
         let mut units: Vec<Unit> = Vec::with_capacity(winners.len());
         let mut unit_of_call: FastMap<Arc<str>, usize> = FastMap::default();
@@ -82,7 +81,7 @@ impl Assembler {
                 base,
                 cut: None,
                 sticky,
-                rendered: unmeasured.clone(),
+                element: None,
                 cut_from: None,
                 unit,
             });

@@ -192,13 +192,26 @@ struct Cand<'a> {
     /// The section in cut form, once cut.
     cut: Option<Box<Section>>,
     sticky: bool,
-    /// The rendered element; an empty placeholder until fitting measures it (ADR-0024).
-    rendered: Arc<Rendered>,
+    /// The rendered element, once fitting has measured it (ADR-0024).
+    element: Option<Arc<Rendered>>,
     cut_from: Option<u64>,
     unit: usize,
 }
 
+/// What an unmeasured candidate reports: nothing rendered, nothing counted.
+static UNMEASURED: Rendered = Rendered {
+    text: String::new(),
+    tokens: 0,
+    chars: 0,
+    content_tokens: 0,
+};
+
 impl Cand<'_> {
+    /// The rendered element, or an empty one before fitting measures the candidate.
+    fn rendered(&self) -> &Rendered {
+        self.element.as_deref().unwrap_or(&UNMEASURED)
+    }
+
     /// The section as it is rendered: cut, or as offered.
     fn section(&self) -> &Section {
         match &self.cut {
@@ -883,8 +896,8 @@ impl Assembler {
             };
             let mut r = report_of(cand.base.get(), cand.sticky, status);
             if why_of[c].is_none() {
-                r.tokens = cand.rendered.tokens;
-                r.chars = cand.rendered.chars;
+                r.tokens = cand.rendered().tokens;
+                r.chars = cand.rendered().chars;
                 r.filled = units[cand.unit].filled;
             }
             r

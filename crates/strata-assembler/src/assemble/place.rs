@@ -85,8 +85,8 @@ impl Assembler {
         };
         let count = |placed: &mut Placed, c: &Cand<'_>| {
             let i = c.section().layer().index();
-            placed.layer_out[i] += c.rendered.tokens;
-            placed.chars += c.rendered.chars;
+            placed.layer_out[i] += c.rendered().tokens;
+            placed.chars += c.rendered().chars;
             if c.cut_from.is_some() {
                 placed.cut_n[i] += 1;
             } else {
@@ -98,8 +98,8 @@ impl Assembler {
             let mut text = String::new();
             let mut tokens = user_frame;
             for &c in &stable {
-                text.push_str(&cands[c].rendered.text);
-                tokens += cands[c].rendered.content_tokens;
+                text.push_str(&cands[c].rendered().text);
+                tokens += cands[c].rendered().content_tokens;
                 count(&mut placed, &cands[c]);
             }
             placed.conversation.messages.push(Message {
@@ -117,7 +117,7 @@ impl Assembler {
             let Some(t) = cand.section().turn() else {
                 continue;
             };
-            let text = cand.rendered.text.clone();
+            let text = cand.rendered().text.clone();
             let msgs = &mut placed.conversation.messages;
             let last = msgs.last_mut().filter(|m| m.kind == MessageKind::History);
             match t.role {
@@ -131,7 +131,7 @@ impl Assembler {
                         role,
                         kind: MessageKind::History,
                         blocks: vec![Block::Text { text }],
-                        tokens: cand.rendered.tokens,
+                        tokens: cand.rendered().tokens,
                     });
                 }
                 Role::ToolCall => {
@@ -142,7 +142,7 @@ impl Assembler {
                         }),
                         arguments: text,
                     };
-                    let call_tokens = cand.rendered.tokens - self.frame_msg("assistant");
+                    let call_tokens = cand.rendered().tokens - self.frame_msg("assistant");
                     match last.filter(|m| m.role == MessageRole::Assistant) {
                         Some(m) => {
                             m.blocks.push(block);
@@ -152,7 +152,7 @@ impl Assembler {
                             role: MessageRole::Assistant,
                             kind: MessageKind::History,
                             blocks: vec![block],
-                            tokens: cand.rendered.tokens,
+                            tokens: cand.rendered().tokens,
                         }),
                     }
                 }
@@ -170,13 +170,13 @@ impl Assembler {
                     match last.filter(|m| only_results(m)) {
                         Some(m) => {
                             m.blocks.push(block);
-                            m.tokens += cand.rendered.tokens;
+                            m.tokens += cand.rendered().tokens;
                         }
                         None => msgs.push(Message {
                             role: MessageRole::User,
                             kind: MessageKind::History,
                             blocks: vec![block],
-                            tokens: cand.rendered.tokens,
+                            tokens: cand.rendered().tokens,
                         }),
                     }
                 }
@@ -190,8 +190,8 @@ impl Assembler {
             let i = l.index();
             while pos < dynamic.len() && cands[dynamic[pos]].section().layer() == l {
                 let c = &cands[dynamic[pos]];
-                text.push_str(&c.rendered.text);
-                tokens += c.rendered.content_tokens;
+                text.push_str(&c.rendered().text);
+                tokens += c.rendered().content_tokens;
                 count(&mut placed, c);
                 pos += 1;
             }
@@ -219,9 +219,9 @@ impl Assembler {
                 role: MessageRole::User,
                 kind: MessageKind::NewestUser,
                 blocks: vec![Block::Text {
-                    text: cand.rendered.text.clone(),
+                    text: cand.rendered().text.clone(),
                 }],
-                tokens: cand.rendered.tokens,
+                tokens: cand.rendered().tokens,
             });
         }
         if placed.conversation.messages.is_empty() {
@@ -289,7 +289,9 @@ impl Assembler {
         (drops, dropped_bytes): ([u64; 4], [u64; 4]),
     ) -> Laid {
         let mut text = String::with_capacity(
-            identity_text.len() + cands.iter().map(|c| c.rendered.text.len()).sum::<usize>() + 256,
+            identity_text.len()
+                + cands.iter().map(|c| c.rendered().text.len()).sum::<usize>()
+                + 256,
         );
         text.push_str(identity_text);
         let identity_end = Breakpoint {
@@ -313,10 +315,10 @@ impl Assembler {
                 if cand.section().stability() != Stability::Stable {
                     stable_run = false;
                 }
-                text.push_str(&cand.rendered.text);
-                tokens_so_far += cand.rendered.tokens;
-                chars_so_far += cand.rendered.chars;
-                layer_out[i] += cand.rendered.tokens;
+                text.push_str(&cand.rendered().text);
+                tokens_so_far += cand.rendered().tokens;
+                chars_so_far += cand.rendered().chars;
+                layer_out[i] += cand.rendered().tokens;
                 if cand.cut_from.is_some() {
                     cut_n[i] += 1;
                 } else {

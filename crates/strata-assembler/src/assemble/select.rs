@@ -66,22 +66,41 @@ pub(super) fn select<'a>(
     // Canonical order for conflict resolution: higher layer first, then score, id, hash, and
     // the input position, so the order is total and does not depend on where the sort starts.
     // The sort starts from the previous call's order (`hint`, when it has the same length):
-    // a request that changed little is already nearly sorted, and the merge sort then costs
-    // about one comparison per section instead of a full sort (ADR-0024). The result is the
-    // same from any starting order.
-    let mut perm: Vec<usize> = if hint.len() == live.len() {
+    // a request that changed little is then already sorted or nearly, which the sort detects
+    // in about one comparison per section (ADR-0024). The result is the same from any start.
+    let start: Vec<usize> = if hint.len() == live.len() {
         std::mem::take(hint)
     } else {
         (0..live.len()).collect()
     };
-    perm.sort_by(|&a, &b| {
-        let (x, y) = (live[a], live[b]);
-        (x.layer(), Reverse(x.score()))
-            .cmp(&(y.layer(), Reverse(y.score())))
-            .then_with(|| x.id().cmp(y.id()))
-            .then_with(|| x.content_hash().cmp(&y.content_hash()))
-            .then(a.cmp(&b))
-    });
+    // Sort compact keys (layer, score, position), read once per section, then order each run
+    // of equal layer and score by id and hash: strings are compared only inside such runs.
+    let mut keys: Vec<(RuntimeLayer, Reverse<u64>, usize)> = start
+        .iter()
+        .map(|&i| (live[i].layer(), Reverse(live[i].score()), i))
+        .collect();
+    keys.sort_unstable();
+    let mut perm: Vec<usize> = start;
+    perm.clear();
+    perm.extend(keys.iter().map(|k| k.2));
+    let mut run = 0;
+    while run < keys.len() {
+        let end = run
+            + keys[run..]
+                .iter()
+                .take_while(|k| (k.0, k.1) == (keys[run].0, keys[run].1))
+                .count();
+        if end - run > 1 {
+            perm[run..end].sort_by(|&a, &b| {
+                let (x, y) = (live[a], live[b]);
+                x.id()
+                    .cmp(y.id())
+                    .then_with(|| x.content_hash().cmp(&y.content_hash()))
+                    .then(a.cmp(&b))
+            });
+        }
+        run = end;
+    }
     let live: Vec<&'a Section> = perm.iter().map(|&i| live[i]).collect();
     *hint = perm;
     let n = live.len();
