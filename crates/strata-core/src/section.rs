@@ -416,7 +416,8 @@ impl Section {
         let content = content.into();
         let provenance = Provenance {
             source: SourceKind::Caller,
-            name: Arc::from(id.as_str()),
+            // The id's own text, shared: one allocation for both.
+            name: id.0.clone(),
             content_hash: content.hash(),
             record: None,
             created_ms: None,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use strata_agentdef::VerifiedAgent;
 use strata_core::{
-    Layer, Phase, Role, RuntimeLayer, Section, SectionId, SectionKey, SourceKind, Stability,
-    ToolName, ToolPolicy, ToolSchema,
+    Layer, Phase, Role, RuntimeLayer, Section, SectionId, SourceKind, Stability, ToolName,
+    ToolPolicy, ToolSchema,
 };
 
 use super::{report_of, FastMap, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
@@ -108,30 +108,31 @@ pub(super) fn select<'a>(
     // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps of
     // reference-counted ids: no string is copied or compared in order per section.
     let identity = agent.identity();
-    let mut by_key: FastMap<SectionKey, (Layer, SectionId)> =
+    // Keys borrow the sections' own text: no reference count is touched per section.
+    let mut by_key: FastMap<&str, (Layer, &SectionId)> =
         FastMap::with_capacity_and_hasher(n, Default::default());
-    let mut by_id: FastMap<SectionId, Layer> =
-        FastMap::with_capacity_and_hasher(n, Default::default());
+    let mut by_id: FastMap<&str, Layer> = FastMap::with_capacity_and_hasher(n, Default::default());
     for s in identity.sections() {
         if let Some(k) = s.key() {
-            by_key.insert(k.clone(), (s.layer().into(), s.id().clone()));
+            by_key.insert(k.as_str(), (s.layer().into(), s.id()));
         }
-        by_id.insert(s.id().clone(), s.layer().into());
+        by_id.insert(s.id().as_str(), s.layer().into());
     }
     let mut winners = Vec::with_capacity(n);
     for s in live {
         // One hash of the id per section: the entry is looked up once, and filled only if the
         // section wins.
-        let slot = match by_id.entry(s.id().clone()) {
+        let slot = match by_id.entry(s.id().as_str()) {
             Entry::Occupied(o) => Err(((*o.get(), s.id().clone()), format!("id:{}", s.id()))),
             Entry::Vacant(v) => Ok(v),
         };
         let lost = match slot {
             Err(lost) => Some(lost),
-            Ok(v) => match s
-                .key()
-                .and_then(|k| by_key.get(k).map(|w| (w.clone(), k.to_string())))
-            {
+            Ok(v) => match s.key().and_then(|k| {
+                by_key
+                    .get(k.as_str())
+                    .map(|w| ((w.0, w.1.clone()), k.to_string()))
+            }) {
                 Some(lost) => Some(lost),
                 None => {
                     v.insert(s.layer().into());
@@ -157,7 +158,7 @@ pub(super) fn select<'a>(
             continue;
         }
         if let Some(k) = s.key() {
-            by_key.insert(k.clone(), (s.layer().into(), s.id().clone()));
+            by_key.insert(k.as_str(), (s.layer().into(), s.id()));
         }
         winners.push(s);
     }
