@@ -142,14 +142,14 @@ pub struct CacheStats {
 
 #[derive(Default)]
 struct Cache {
-    elements: HashMap<ElementKey, Arc<Rendered>>,
+    elements: FastMap<ElementKey, Arc<Rendered>>,
     /// Elements known to take more than the stored number of tokens (a probe stopped there).
-    over: HashMap<ElementKey, u64>,
+    over: FastMap<ElementKey, u64>,
     /// Cut results by the whole section's key and the tokens allowed.
-    cuts: HashMap<(ElementKey, u64), (Section, Arc<Rendered>)>,
-    texts: HashMap<ContentHash, (u64, u64)>,
+    cuts: FastMap<(ElementKey, u64), (Section, Arc<Rendered>)>,
+    texts: FastMap<ContentHash, (u64, u64)>,
     /// Lower bounds of one element's tokens, by layer, encoding and frame.
-    floors: HashMap<(RuntimeLayer, Encoding, bool), u64>,
+    floors: FastMap<(RuntimeLayer, Encoding, bool), u64>,
     stats: CacheStats,
     /// Bytes held: rendered texts, ids and sources, plus a fixed overhead per entry.
     bytes: usize,
