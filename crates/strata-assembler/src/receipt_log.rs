@@ -189,6 +189,14 @@ pub struct Entry {
     pub offset: u64,
 }
 
+/// Refuse an entry larger than [`MAX_ENTRY_BYTES`].
+pub(crate) fn check_size(envelope: &[u8]) -> Result<(), LogError> {
+    match envelope.len() as u64 {
+        size if size > MAX_ENTRY_BYTES => Err(LogError::TooLarge { size }),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn unix_ms_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -475,11 +483,7 @@ impl ReceiptLog {
 
     /// [`ReceiptLog::append`] with the entry time given (imports of older receipts, fixtures).
     pub fn append_at(&mut self, envelope: &[u8], unix_ms: i64) -> Result<Appended, LogError> {
-        if envelope.len() as u64 > MAX_ENTRY_BYTES {
-            return Err(LogError::TooLarge {
-                size: envelope.len() as u64,
-            });
-        }
+        check_size(envelope)?;
         let seq = self.next_seq;
         let digest = entry_digest(seq, unix_ms, envelope, &self.head);
         let mut rec = format!(

@@ -16,8 +16,8 @@
 use strata_agentdef::TrustStore;
 
 use crate::receipt_log::{
-    audit_entries, entry_digest, unix_ms_now, Appended, Audit, Entry, LogError, GENESIS,
-    MAX_ENTRY_BYTES,
+    audit_entries, check_size, entry_digest, unix_ms_now, Appended, Audit, Entry, LogError,
+    GENESIS, MAX_ENTRY_BYTES,
 };
 
 /// A receipt log in PostgreSQL, open for appending. Any number of runtimes may hold one on the
@@ -38,20 +38,15 @@ impl std::fmt::Debug for PgReceiptLog {
 }
 
 fn check_schema_name(schema: &str) -> Result<(), LogError> {
-    let ok = !schema.is_empty()
-        && schema.len() <= 63
-        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && schema
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
+    if strata_core::sql::is_plain_identifier(schema) {
         Ok(())
     } else {
         Err(LogError::Database {
             schema: schema.to_owned(),
-            why: "the schema name must be 1-63 characters of a-z, 0-9 and _, not starting with \
-                  a digit"
-                .into(),
+            why: format!(
+                "the schema name must be {}",
+                strata_core::sql::PLAIN_IDENTIFIER_RULE
+            ),
         })
     }
 }
@@ -181,11 +176,7 @@ impl PgReceiptLog {
 
     /// [`PgReceiptLog::append`] with the entry time given.
     pub fn append_at(&mut self, envelope: &[u8], unix_ms: i64) -> Result<Appended, LogError> {
-        if envelope.len() as u64 > MAX_ENTRY_BYTES {
-            return Err(LogError::TooLarge {
-                size: envelope.len() as u64,
-            });
-        }
+        check_size(envelope)?;
         let schema = self.schema.clone();
         let c = self.client()?;
         let mut tx = c.transaction().map_err(|e| db(&schema, &e))?;
