@@ -39,20 +39,15 @@ fn where_(schema: &str) -> PathBuf {
 }
 
 fn check_schema_name(schema: &str) -> Result<(), AgentDefError> {
-    let ok = !schema.is_empty()
-        && schema.len() <= 63
-        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && schema
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
+    if strata_core::sql::is_plain_identifier(schema) {
         Ok(())
     } else {
         Err(AgentDefError::RollbackState {
             path: where_(schema),
-            reason: "the schema name must be 1-63 characters of a-z, 0-9 and _, not starting \
-                     with a digit"
-                .into(),
+            reason: format!(
+                "the schema name must be {}",
+                strata_core::sql::PLAIN_IDENTIFIER_RULE
+            ),
         })
     }
 }

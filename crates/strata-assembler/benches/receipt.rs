@@ -3,7 +3,10 @@
 //! The workload is the typical agent of the `assemble` bench (30 runtime sections, the default
 //! budget), in the plain-text format and as an Anthropic request. Measured: warm assembly alone;
 //! the receipt alone (statement, canonical bytes, SHA-256 subject, ed25519 signature); the two
-//! together (`Assembler::assemble_with_receipt`); and verifying a receipt.
+//! together (`Assembler::assemble_with_receipt`); the request path when a `ReceiptSigner` signs
+//! off it (assembly, body, hand-over; the worker finishes between turns, untimed), and that
+//! worker's sustained rate (each receipt there includes cloning the assembly it is handed);
+//! and verifying a receipt.
 #![allow(missing_docs, reason = "criterion generates the bench entry points")]
 #![allow(clippy::unwrap_used, reason = "benchmarks fail loudly")]
 
@@ -12,6 +15,7 @@ mod support;
 
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use strata_assembler::receipt::{self, Sent};
@@ -122,6 +126,46 @@ fn receipts(c: &mut Criterion) {
                     warm.assemble_with_receipt(&agent, &req, &params, &key)
                         .unwrap(),
                 )
+            })
+        });
+        // Off the request path: the time a turn waits is the assembly, the body and handing
+        // both to the signer's worker; the worker then signs while the request is in flight.
+        // Between turns (untimed) the worker finishes, as it does while a model answers.
+        let signer = ReceiptSigner::start(
+            KeyPair::from_seed(&[0x72; 32]),
+            |_r: SignedReceipt| Ok(()),
+            64,
+        );
+        g.bench_function("assemble_warm_and_write_body_then_defer_receipt", |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    let t = Instant::now();
+                    let ctx = warm.assemble(&agent, &req).unwrap();
+                    let body = provider.map(|p| body_bytes(&ctx.request_body(p, &params).unwrap()));
+                    let sent = match &body {
+                        Some(b) => b.len(),
+                        None => ctx.text().len(),
+                    };
+                    black_box(sent);
+                    signer.submit(&agent, &req, ctx, body).unwrap();
+                    timed += t.elapsed();
+                    signer.flush().unwrap();
+                }
+                timed
+            })
+        });
+        // The worker's sustained rate: receipts submitted back to back, until all are signed.
+        g.bench_function("deferred_receipt_throughput", |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    let r = r.clone();
+                    let body = provider.map(|_| r.sent);
+                    signer.submit(&agent, &req, r.context, body).unwrap();
+                }
+                signer.flush().unwrap();
+                t.elapsed()
             })
         });
         g.bench_function("verify_receipt", |b| {

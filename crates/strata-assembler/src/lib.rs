@@ -27,6 +27,9 @@ pub mod output;
 pub mod provider;
 pub mod receipt;
 pub mod receipt_log;
+#[cfg(feature = "postgres")]
+pub mod receipt_log_pg;
+pub mod receipt_signer;
 pub mod report;
 pub mod request;
 pub mod session;
@@ -43,6 +46,9 @@ pub use receipt::{
     body_bytes, ReceiptError, Receipted, ReceiptedError, SignedReceipt, Statement, VerifiedReceipt,
 };
 pub use receipt_log::{Audit, LogError, ReceiptLog};
+#[cfg(feature = "postgres")]
+pub use receipt_log_pg::PgReceiptLog;
+pub use receipt_signer::{ReceiptSigner, ReceiptSink, SignerError};
 pub use report::{Report, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{

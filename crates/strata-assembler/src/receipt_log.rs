@@ -122,6 +122,20 @@ pub enum LogError {
         /// The log.
         path: PathBuf,
     },
+    /// The PostgreSQL receipt log could not be reached, read or written.
+    #[error("receipt log in PostgreSQL schema {schema}: {why}")]
+    Database {
+        /// The schema holding the log.
+        schema: String,
+        /// What went wrong and what to do.
+        why: String,
+    },
+    /// The PostgreSQL schema has no receipt log: it is created once, explicitly.
+    #[error("PostgreSQL schema {schema} has no receipt log; create it once with `strata serve --init-receipt-log` (or `PgReceiptLog::init`)")]
+    NotInitialised {
+        /// The schema.
+        schema: String,
+    },
     /// An entry is larger than [`MAX_ENTRY_BYTES`].
     #[error("entry of {size} bytes is larger than the {MAX_ENTRY_BYTES} bytes a receipt may take")]
     TooLarge {
@@ -145,6 +159,8 @@ impl LogError {
             LogError::HeadMismatch { .. } => "head_mismatch",
             LogError::TooLarge { .. } => "too_large",
             LogError::Locked { .. } => "locked",
+            LogError::Database { .. } => "database",
+            LogError::NotInitialised { .. } => "not_initialised",
         }
     }
 }
@@ -169,11 +185,25 @@ pub struct Entry {
     pub digest: String,
     /// The receipt envelope bytes.
     pub body: Vec<u8>,
-    /// Byte offset of the entry in the file.
+    /// Byte offset of the entry in the file (0 for entries read from PostgreSQL).
     pub offset: u64,
 }
 
-fn entry_digest(seq: u64, unix_ms: i64, body: &[u8], prev: &str) -> String {
+/// Refuse an entry larger than [`MAX_ENTRY_BYTES`].
+pub(crate) fn check_size(envelope: &[u8]) -> Result<(), LogError> {
+    match envelope.len() as u64 {
+        size if size > MAX_ENTRY_BYTES => Err(LogError::TooLarge { size }),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn unix_ms_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+pub(crate) fn entry_digest(seq: u64, unix_ms: i64, body: &[u8], prev: &str) -> String {
     let mut m = format!("{seq} {unix_ms} {} {prev}\n", body.len()).into_bytes();
     m.extend_from_slice(body);
     sha256_hex(&m)
@@ -256,7 +286,17 @@ pub fn audit_bytes(
     trust: Option<&TrustStore>,
     expected_head: Option<&str>,
 ) -> Result<Audit, LogError> {
-    let entries = parse_entries(bytes)?;
+    audit_entries(parse_entries(bytes)?, trust, expected_head)
+}
+
+/// Check a chain of entries, however they were stored (the file log, or the PostgreSQL log of
+/// `receipt_log_pg`): sequence numbers, digests and links; with `trust`, every receipt's
+/// signature; with `expected_head`, that the chain ends there (ADR-0021).
+pub fn audit_entries(
+    entries: Vec<Entry>,
+    trust: Option<&TrustStore>,
+    expected_head: Option<&str>,
+) -> Result<Audit, LogError> {
     let mut prev = GENESIS.to_owned();
     let mut receipts = Vec::new();
     for (pos, e) in entries.iter().enumerate() {
@@ -438,19 +478,12 @@ impl ReceiptLog {
     /// Append one receipt envelope (the bytes of [`crate::SignedReceipt::to_json`]) and sync
     /// it to disk. Returns the entry's sequence number and the new head digest.
     pub fn append(&mut self, envelope: &[u8]) -> Result<Appended, LogError> {
-        let unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        self.append_at(envelope, unix_ms)
+        self.append_at(envelope, unix_ms_now())
     }
 
     /// [`ReceiptLog::append`] with the entry time given (imports of older receipts, fixtures).
     pub fn append_at(&mut self, envelope: &[u8], unix_ms: i64) -> Result<Appended, LogError> {
-        if envelope.len() as u64 > MAX_ENTRY_BYTES {
-            return Err(LogError::TooLarge {
-                size: envelope.len() as u64,
-            });
-        }
+        check_size(envelope)?;
         let seq = self.next_seq;
         let digest = entry_digest(seq, unix_ms, envelope, &self.head);
         let mut rec = format!(

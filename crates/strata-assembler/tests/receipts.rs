@@ -993,3 +993,149 @@ fn the_property_generator_reaches_every_outcome() {
     }
     assert!(seen.len() >= 6, "{seen:?}");
 }
+
+/// Verifies ADR-0021: receipts signed off the request path by a `ReceiptSigner` are byte for
+/// byte the receipts signed on it, delivered in submission order, none lost although the queue
+/// (capacity 2) is full most of the time; each verifies and names the SHA-256 of what was sent.
+#[test]
+fn deferred_receipts_are_the_synchronous_ones_in_order_and_none_is_lost() {
+    use std::sync::{Arc, Mutex};
+    let collected = Arc::new(Mutex::new(Vec::new()));
+    let sink = collected.clone();
+    let signer = ReceiptSigner::start(
+        runtime_key(),
+        move |r: SignedReceipt| {
+            sink.lock().unwrap().push(r.to_json());
+            Ok(())
+        },
+        2,
+    );
+    let providers = [None, Some(Provider::Anthropic), Some(Provider::OpenAiChat)];
+    let mut expected = Vec::new();
+    for i in 0..24 {
+        let mut req = request(providers[i % 3]);
+        req.sections.push(
+            Section::builder(
+                RuntimeLayer::LongTermMemory,
+                format!("d{i}"),
+                format!("deferred memory {i}"),
+            )
+            .unwrap()
+            .build(),
+        );
+        let r = assembler()
+            .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
+            .unwrap();
+        expected.push((r.receipt.to_json(), r.sent.clone()));
+        let body = r.context.conversation().is_some().then_some(r.sent);
+        signer.submit(agent(), &req, r.context, body).unwrap();
+    }
+    signer.flush().unwrap();
+    assert_eq!(signer.progress(), (24, 24));
+    signer.finish().unwrap();
+    let got = collected.lock().unwrap().clone();
+    assert_eq!(got.len(), expected.len());
+    for (i, (envelope, (want, sent))) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(
+            envelope, want,
+            "receipt {i} differs from the one signed on the request path"
+        );
+        let v = receipt::verify(envelope.as_bytes(), &runtime_trust()).unwrap();
+        let digest: String = Sha256::digest(sent)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            v.statement().subject[0].digest["sha256"],
+            digest,
+            "receipt {i}"
+        );
+    }
+}
+
+/// Verifies ADR-0021: a sink that fails is reported by `finish` with the receipt's position,
+/// the receipts after it are still delivered, and dropping a signer delivers everything
+/// submitted to a receipt log that then audits.
+#[test]
+fn deferred_receipt_failures_are_reported_and_drop_delivers_everything() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let seen = Arc::new(AtomicU64::new(0));
+    let s2 = seen.clone();
+    let signer = ReceiptSigner::start(
+        runtime_key(),
+        move |_r: SignedReceipt| {
+            if s2.fetch_add(1, Ordering::SeqCst) == 2 {
+                Err("disk full".to_owned())
+            } else {
+                Ok(())
+            }
+        },
+        1,
+    );
+    let req = request(Some(Provider::Anthropic));
+    for _ in 0..5 {
+        let r = assembler()
+            .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
+            .unwrap();
+        signer
+            .submit(agent(), &req, r.context, Some(r.sent))
+            .unwrap();
+    }
+    // A body must go with a provider-native assembly, and only with one.
+    let r = assembler()
+        .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
+        .unwrap();
+    let e = signer.submit(agent(), &req, r.context, None).unwrap_err();
+    assert!(matches!(e, SignerError::Body(_)), "{e:?}");
+    let e = signer.finish().unwrap_err();
+    assert!(
+        matches!(&e, SignerError::Sink { index: 2, why } if why == "disk full"),
+        "{e:?}"
+    );
+    assert_eq!(seen.load(Ordering::SeqCst), 5);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deferred.log");
+    let signer = ReceiptSigner::start(runtime_key(), ReceiptLog::open(&path).unwrap(), 4);
+    for _ in 0..7 {
+        let r = assembler()
+            .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
+            .unwrap();
+        signer
+            .submit(agent(), &req, r.context, Some(r.sent))
+            .unwrap();
+    }
+    drop(signer);
+    let a = receipt_log::audit(&path, Some(&runtime_trust()), None).unwrap();
+    assert_eq!(a.receipts.len(), 7);
+}
+
+/// Verifies ADR-0021: a sink that panics stops the worker; nobody waits for it forever, and the
+/// receipts it did not deliver are counted.
+#[test]
+fn a_panicking_sink_stops_the_signer_without_hanging() {
+    let signer = ReceiptSigner::start(
+        runtime_key(),
+        |_r: SignedReceipt| -> Result<(), String> { panic!("sink broke") },
+        1,
+    );
+    let req = request(None);
+    let mut refused = 0;
+    for _ in 0..4 {
+        let ctx = assembler().assemble(agent(), &req).unwrap();
+        if signer.submit(agent(), &req, ctx, None).is_err() {
+            refused += 1;
+        }
+    }
+    assert!(
+        signer.flush().is_err(),
+        "flush must report the stopped worker"
+    );
+    let e = signer.finish().unwrap_err();
+    assert!(matches!(e, SignerError::Stopped { .. }), "{e:?}");
+    assert!(
+        refused >= 1,
+        "submissions after the worker stopped must be refused"
+    );
+}

@@ -4,7 +4,12 @@
 //! ```sh
 //! cargo bench -p strata-cli --bench serve_load                 # 10 s per level
 //! STRATA_LOAD_SECONDS=30 STRATA_LOAD_LEVELS=1,16,64 cargo bench -p strata-cli --bench serve_load
+//! STRATA_LOAD_RECEIPTS=1 cargo bench -p strata-cli --bench serve_load   # with signed receipts
 //! ```
+//!
+//! With `STRATA_LOAD_RECEIPTS=1` the server signs a receipt for every turn with a fresh runtime
+//! key and appends it (synced) to a receipt log before answering, as `--receipt-key` and
+//! `--receipt-log` do in production.
 //!
 //! Each client thread owns one session and runs conversations of ten turns (prepare with a new
 //! user message, then record a short reply), deleting the session after the tenth, so the
@@ -183,8 +188,27 @@ fn main() {
     std::fs::write(dir.path().join("tokens"), format!("{TOKEN}\n")).unwrap();
     let demo = root().join("crates/strata-cli/demo");
     let (agent, trust) = (demo.join("agent.signed.json"), demo.join("trust.toml"));
+    let receipts = std::env::var("STRATA_LOAD_RECEIPTS").is_ok_and(|v| v == "1");
+    let mut receipt_args: Vec<PathBuf> = Vec::new();
+    if receipts {
+        let key = dir.path().join("runtime.key");
+        let made = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("keygen")
+            .arg("--out")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "keygen failed");
+        receipt_args = vec![
+            "--receipt-key".into(),
+            key,
+            "--receipt-log".into(),
+            dir.path().join("receipts.log"),
+        ];
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg("serve")
+        .args(&receipt_args)
         .arg("--agent")
         .arg(&agent)
         .arg("--trust")
@@ -210,7 +234,8 @@ fn main() {
         .unwrap();
     let url = line.trim().strip_prefix("listening ").unwrap().to_owned();
     eprintln!(
-        "serving at {url}; {seconds} s per level; machine: {}",
+        "serving at {url}; {seconds} s per level; receipts {}; machine: {}",
+        if receipts { "signed and logged" } else { "off" },
         machine()
     );
     // Warm up: tokenizer pages, SQLite, caches.
@@ -226,7 +251,11 @@ fn main() {
         .status();
     let _ = child.wait();
     let spawn = spawn_costs(dir.path(), &agent, &trust, 20);
-    println!("Machine: {}\n", machine());
+    println!(
+        "Machine: {}; receipts {}\n",
+        machine(),
+        if receipts { "signed and logged" } else { "off" }
+    );
     println!("| concurrent sessions | turns/s | p50 ms | p90 ms | p99 ms | max ms | errors |");
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for l in &rows {

@@ -74,7 +74,11 @@ impl CliError {
         match self {
             CliError::Refused(_) | CliError::ReceiptRefused(_) => EXIT_REFUSED,
             // A log that cannot be read is an error; one that fails its audit is a refusal.
-            CliError::LogRefused(strata_assembler::LogError::Io { .. }) => EXIT_ERROR,
+            CliError::LogRefused(
+                strata_assembler::LogError::Io { .. }
+                | strata_assembler::LogError::Database { .. }
+                | strata_assembler::LogError::NotInitialised { .. },
+            ) => EXIT_ERROR,
             CliError::LogRefused(_) => EXIT_REFUSED,
             CliError::Usage(_) => EXIT_USAGE,
             CliError::OutputClosed => EXIT_OK,

@@ -1,8 +1,10 @@
 //! Many `strata serve` processes, one truth: two servers on one PostgreSQL database (a real
 //! server the test starts on loopback) serve the same session, its turns alternating between
 //! them as a load balancer would send them; a memory stored through one is found through the
-//! other; and the rollback state is shared, so once one server has accepted version 2, a server
-//! started on version 1 is refused. Verifies ADR-0022.
+//! other; both append the receipts of their turns to one chained receipt log in the database,
+//! which `strata receipt audit --postgres` verifies; and the rollback state is shared, so once
+//! one server has accepted version 2, a server started on version 1 is refused. Verifies
+//! ADR-0022 and ADR-0021.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -23,13 +25,48 @@ fn two_servers_on_one_database_serve_the_same_session() {
     let params = pg.test_params();
     let dir = tempfile::tempdir().unwrap();
     let (agent, trust) = sign_agent(dir.path(), 1, "");
+    let entry = serve_harness::strata(
+        dir.path(),
+        &["keygen", "--out", "runtime.key", "--trust-entry", "runtime"],
+    );
+    std::fs::write(dir.path().join("runtime-trust.toml"), entry).unwrap();
+    let key = dir.path().join("runtime.key");
+    let key = key.to_str().unwrap();
+    let receipts = ["--receipt-key", key, "--receipt-log-postgres"];
+    // Without the table and without --init-receipt-log, a server does not start.
+    let missing = Server::try_start(
+        dir.path(),
+        &agent,
+        &trust,
+        &[
+            &["--postgres", &params, "--init-rollback-state"],
+            &receipts[..],
+        ]
+        .concat(),
+    );
+    let err = missing.err().expect("no receipt log yet");
+    assert!(err.contains("no receipt log"), "{err}");
     let a = Server::start_with(
         dir.path(),
         &agent,
         &trust,
-        &["--postgres", &params, "--init-rollback-state"],
+        &[
+            &[
+                "--postgres",
+                &params,
+                "--init-rollback-state",
+                "--init-receipt-log",
+            ],
+            &receipts[..],
+        ]
+        .concat(),
     );
-    let b = Server::start_with(dir.path(), &agent, &trust, &["--postgres", &params]);
+    let b = Server::start_with(
+        dir.path(),
+        &agent,
+        &trust,
+        &[&["--postgres", &params], &receipts[..]].concat(),
+    );
     assert_ne!(a.url, b.url);
 
     // One conversation, each step on the other server.
@@ -85,6 +122,28 @@ fn two_servers_on_one_database_serve_the_same_session() {
         &json!({"query": "staging database rebuilt"}),
     );
     assert_eq!(found.body["results"][0]["id"], m.body["id"]);
+
+    // Both servers' receipts are in one chain in the database, every signature valid.
+    assert_eq!(
+        t1.body["receipt"]["payloadType"],
+        "application/vnd.in-toto+json"
+    );
+    assert_eq!(
+        t2.body["receipt"]["payloadType"],
+        "application/vnd.in-toto+json"
+    );
+    let audit = serve_harness::strata(
+        dir.path(),
+        &[
+            "receipt",
+            "audit",
+            "--postgres",
+            &params,
+            "--trust",
+            "runtime-trust.toml",
+        ],
+    );
+    assert!(audit.starts_with("OK 2 entries chained"), "{audit}");
 
     // Server A moves to version 2; the rollback state in PostgreSQL now refuses version 1 to
     // any server, including a fresh one.

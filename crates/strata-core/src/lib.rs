@@ -24,6 +24,7 @@ pub mod provenance;
 #[cfg(feature = "schema")]
 mod schema;
 pub mod section;
+pub mod sql;
 pub mod tokenizer;
 pub mod tools;
 

@@ -158,7 +158,7 @@ pub struct ServeOptions {
     /// Poll the definition and trust store files this often and reload on change.
     pub watch: Option<Duration>,
     /// Append every prepared turn's signed receipt to this receipt log (needs a receipt key).
-    pub receipt_log: Option<PathBuf>,
+    pub receipt_log: Option<ReceiptLogSpec>,
 }
 
 /// Why the service could not start or stopped with an error.
@@ -226,7 +226,39 @@ pub struct AppState {
     metrics: Metrics,
     permits: Arc<Semaphore>,
     reload_lock: Mutex<Option<ReloadInfo>>,
-    receipt_log: Option<Mutex<strata_assembler::ReceiptLog>>,
+    receipt_log: Option<Mutex<ReceiptSink>>,
+}
+
+/// Where a server appends the receipts it signs (ADR-0021).
+#[derive(Debug, Clone)]
+pub enum ReceiptLogSpec {
+    /// A file log: one server per file (the file is locked).
+    File(PathBuf),
+    /// The receipt log in PostgreSQL, one chain shared by every server on it.
+    Postgres {
+        /// Connection string.
+        url: String,
+        /// Schema holding the `receipt_log` table.
+        schema: String,
+        /// Create the table if it does not exist yet (a one-time operator step).
+        init: bool,
+    },
+}
+
+/// An open receipt log.
+#[derive(Debug)]
+enum ReceiptSink {
+    File(strata_assembler::ReceiptLog),
+    Postgres(Box<strata_assembler::PgReceiptLog>),
+}
+
+impl ReceiptSink {
+    fn append(&mut self, envelope: &[u8]) -> Result<(), strata_assembler::LogError> {
+        match self {
+            ReceiptSink::File(log) => log.append(envelope).map(drop),
+            ReceiptSink::Postgres(log) => log.append(envelope).map(drop),
+        }
+    }
 }
 
 impl std::fmt::Debug for AppState {
@@ -274,22 +306,45 @@ impl AppState {
         })
     }
 
-    /// Append every prepared turn's receipt to the log at `path`, opened (and a record a crash
-    /// cut short removed) now, and locked against other writers (ADR-0021).
-    pub fn with_receipt_log(mut self, path: &std::path::Path) -> Result<AppState, ServeError> {
+    /// Append every prepared turn's receipt to `spec`'s log: a file log is opened (and a record
+    /// a crash cut short removed) now and locked against other writers; the PostgreSQL log is
+    /// audited (chain only) and shared with other servers (ADR-0021).
+    pub fn with_receipt_log(mut self, spec: &ReceiptLogSpec) -> Result<AppState, ServeError> {
+        let what = match spec {
+            ReceiptLogSpec::File(path) => format!("receipt log {}", path.display()),
+            ReceiptLogSpec::Postgres { schema, .. } => {
+                format!("receipt log in PostgreSQL schema {schema}")
+            }
+        };
+        let fail = |e: strata_assembler::LogError| ServeError::Io {
+            what: what.clone(),
+            source: std::io::Error::other(e.to_string()),
+        };
         if self.settings.receipt_key.is_none() {
             return Err(ServeError::Io {
-                what: format!("receipt log {}", path.display()),
+                what,
                 source: std::io::Error::other("a receipt log needs a receipt key (--receipt-key)"),
             });
         }
-        let (log, removed) =
-            strata_assembler::ReceiptLog::open_after_crash(path).map_err(|e| ServeError::Io {
-                what: format!("receipt log {}", path.display()),
-                source: std::io::Error::other(e.to_string()),
-            })?;
-        tracing::info!(path = %path.display(), entries = log.len(), head = %log.head(), torn_bytes_removed = removed, "receipt log open");
-        self.receipt_log = Some(Mutex::new(log));
+        let sink = match spec {
+            ReceiptLogSpec::File(path) => {
+                let (log, removed) =
+                    strata_assembler::ReceiptLog::open_after_crash(path).map_err(fail)?;
+                tracing::info!(path = %path.display(), entries = log.len(), head = %log.head(), torn_bytes_removed = removed, "receipt log open");
+                ReceiptSink::File(log)
+            }
+            ReceiptLogSpec::Postgres { url, schema, init } => {
+                let log = match strata_assembler::PgReceiptLog::open(url, schema) {
+                    Err(strata_assembler::LogError::NotInitialised { .. }) if *init => {
+                        strata_assembler::PgReceiptLog::init(url, schema)
+                    }
+                    other => other,
+                }
+                .map_err(fail)?;
+                ReceiptSink::Postgres(Box::new(log))
+            }
+        };
+        self.receipt_log = Some(Mutex::new(sink));
         Ok(self)
     }
 
@@ -1070,7 +1125,7 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || {
             let st = AppState::start(source, runtime, tokens, limits, log_content)?;
             match &receipt_log {
-                Some(path) => st.with_receipt_log(path),
+                Some(spec) => st.with_receipt_log(spec),
                 None => Ok(st),
             }
         })

@@ -28,12 +28,13 @@ Examples:
       --agent ada.signed.json --agent-trust trust.toml
   strata receipt show receipt.json --trust runtime-trust.toml
   strata receipt audit receipts.log --trust runtime-trust.toml --head <digest>
+  strata receipt audit --postgres postgres://u@db/strata --trust runtime-trust.toml
 
 Refusals exit with code 3 and print `REFUSED <cause>: <message>` on stderr. Receipt causes:
 malformed_envelope, wrong_payload_type, no_signatures, bad_signature, revoked_key, unknown_key,
 malformed_statement, wrong_statement_type, not_canonical, key_mismatch, subject_mismatch,
 agent_mismatch. Log causes: bad_header, malformed, edited, deleted, reordered, chain_broken,
-receipt, head_mismatch, too_large.";
+receipt, head_mismatch, too_large, locked, database, not_initialised.";
 
 /// Arguments of `strata receipt`.
 #[derive(Debug, Args)]
@@ -111,9 +112,18 @@ struct ShowArgs {
 /// Arguments of `strata receipt audit`.
 #[derive(Debug, Args)]
 struct AuditArgs {
-    /// The receipt log.
-    #[arg(value_name = "LOG")]
-    log: PathBuf,
+    /// The receipt log file.
+    #[arg(value_name = "LOG", required_unless_present = "postgres")]
+    log: Option<PathBuf>,
+    /// Audit the receipt log kept in this PostgreSQL database (`strata serve
+    /// --receipt-log-postgres`) instead of a file.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "STRATA_POSTGRES",
+        conflicts_with = "log"
+    )]
+    postgres: Option<String>,
     /// Also verify every receipt's signature against these runtime keys.
     #[arg(long, value_name = "TRUST.toml")]
     trust: Option<PathBuf>,
@@ -260,10 +270,25 @@ fn show(args: &ShowArgs, out: &Output) -> Result<(), CliError> {
 }
 
 fn audit(args: &AuditArgs, out: &Output) -> Result<(), CliError> {
-    super::require_file(&args.log, "receipt log")?;
     let trust = args.trust.as_deref().map(super::read_trust).transpose()?;
-    let a = receipt_log::audit(&args.log, trust.as_ref(), args.head.as_deref())
-        .map_err(CliError::LogRefused)?;
+    let a = match (&args.log, &args.postgres) {
+        (Some(log), _) => {
+            super::require_file(log, "receipt log")?;
+            receipt_log::audit(log, trust.as_ref(), args.head.as_deref())
+        }
+        (None, Some(url)) => strata_assembler::receipt_log_pg::audit(
+            url,
+            strata_memory::pg::DEFAULT_PG_SCHEMA,
+            trust.as_ref(),
+            args.head.as_deref(),
+        ),
+        (None, None) => {
+            return Err(CliError::Usage(
+                "give the receipt log file, or --postgres URL for the log in PostgreSQL".into(),
+            ))
+        }
+    };
+    let a = a.map_err(CliError::LogRefused)?;
     let mut line = format!("OK {} entries chained, head {}", a.entries.len(), a.head);
     line.push_str(match (&trust, &args.head) {
         (Some(_), Some(_)) => "; every receipt verified; the log ends at the expected head",

@@ -87,8 +87,22 @@ pub struct ServeArgs {
     pub receipt_key: Option<PathBuf>,
     /// Append every prepared turn's signed receipt to this receipt log (needs --receipt-key;
     /// one server per log; audit it with `strata receipt audit`).
-    #[arg(long, value_name = "FILE", requires = "receipt_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "receipt_key",
+        conflicts_with = "receipt_log_postgres"
+    )]
     pub receipt_log: Option<PathBuf>,
+    /// Append every prepared turn's signed receipt to the receipt log in the --postgres
+    /// database, one chain shared by every server on it (needs --receipt-key; audit it with
+    /// `strata receipt audit --postgres URL`).
+    #[arg(long, requires_all = ["receipt_key", "postgres"])]
+    pub receipt_log_postgres: bool,
+    /// With --receipt-log-postgres: create the receipt log table on first start (an explicit,
+    /// one-time step; later starts refuse a database without it).
+    #[arg(long, requires = "receipt_log_postgres")]
+    pub init_receipt_log: bool,
     /// TLS certificate chain (PEM); with --tls-key, the server speaks HTTPS only.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -214,7 +228,17 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         },
         log_content: args.log_content,
         watch: (args.watch_secs > 0).then(|| Duration::from_secs(args.watch_secs)),
-        receipt_log: args.receipt_log.clone(),
+        receipt_log: match (&args.receipt_log, &args.postgres) {
+            (Some(path), _) => Some(strata_serve::ReceiptLogSpec::File(path.clone())),
+            (None, Some(url)) if args.receipt_log_postgres => {
+                Some(strata_serve::ReceiptLogSpec::Postgres {
+                    url: url.clone(),
+                    schema: strata_memory::pg::DEFAULT_PG_SCHEMA.to_owned(),
+                    init: args.init_receipt_log,
+                })
+            }
+            _ => None,
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

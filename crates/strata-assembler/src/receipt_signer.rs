@@ -1,0 +1,379 @@
+//! Receipts built and signed off the request path (ADR-0021).
+//!
+//! A receipt costs a statement, a SHA-256 of what is sent and an ed25519 signature: several
+//! times a warm assembly. A runtime that cannot add that to each turn's latency sends the
+//! request first and then hands the assembly to a [`ReceiptSigner`], whose worker thread builds
+//! and signs the receipt exactly as [`Assembler::assemble_with_receipt`] would (same statement,
+//! same bytes) and passes it, in submission order, to a sink (a receipt log, a queue).
+//!
+//! Nothing is dropped: the queue is bounded and [`ReceiptSigner::submit`] waits while it is
+//! full, so a runtime that produces receipts faster than one core signs them is slowed to that
+//! rate rather than losing any. [`ReceiptSigner::flush`] waits until every receipt submitted so
+//! far has reached the sink; [`ReceiptSigner::finish`] flushes and stops the worker, and reports
+//! the first failure of the sink. What is lost on a crash is the queue: at most its capacity of
+//! receipts whose requests were already sent. A runtime that must never send a request without
+//! a durable receipt uses [`Assembler::assemble_with_receipt`] and appends before sending.
+//!
+//! Handing over is a lock and a queue push: an idle worker looks at the queue every
+//! millisecond for a quarter of a second before it blocks, so a submission during a
+//! conversation does not pay for waking a thread; a receipt waits at most that millisecond.
+//!
+//! [`Assembler::assemble_with_receipt`]: crate::Assembler::assemble_with_receipt
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use strata_agentdef::{KeyPair, VerifiedAgent};
+use strata_core::RuntimeLayer;
+
+use crate::receipt::{statement, ReceiptError, Sent, SignedReceipt};
+use crate::{AssembledContext, AssemblyRequest};
+
+/// Receives each signed receipt, on the signer's worker thread, in submission order. An error
+/// is kept and returned by [`ReceiptSigner::finish`]; later receipts are still delivered.
+pub trait ReceiptSink: Send + 'static {
+    /// Take one signed receipt.
+    fn receive(&mut self, receipt: SignedReceipt) -> Result<(), String>;
+}
+
+impl<F> ReceiptSink for F
+where
+    F: FnMut(SignedReceipt) -> Result<(), String> + Send + 'static,
+{
+    fn receive(&mut self, receipt: SignedReceipt) -> Result<(), String> {
+        self(receipt)
+    }
+}
+
+impl ReceiptSink for crate::ReceiptLog {
+    fn receive(&mut self, receipt: SignedReceipt) -> Result<(), String> {
+        self.append(receipt.to_json().as_bytes())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl ReceiptSink for crate::PgReceiptLog {
+    fn receive(&mut self, receipt: SignedReceipt) -> Result<(), String> {
+        self.append(receipt.to_json().as_bytes())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// What the worker needs to build one receipt, all owned.
+struct Job {
+    agent: VerifiedAgent,
+    /// The request's working-memory turns: the only part of the request a statement reads
+    /// (the authority of each turn's role).
+    turns: AssemblyRequest,
+    context: AssembledContext,
+    sent: Vec<u8>,
+}
+
+/// Why a deferred receipt failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignerError {
+    /// A receipt could not be signed.
+    #[error("receipt {index}: {source}")]
+    Sign {
+        /// Its position in submission order, from 0.
+        index: u64,
+        /// Why.
+        #[source]
+        source: ReceiptError,
+    },
+    /// The sink refused a receipt.
+    #[error("receipt {index} could not be kept: {why}")]
+    Sink {
+        /// Its position in submission order, from 0.
+        index: u64,
+        /// The sink's message.
+        why: String,
+    },
+    /// The body given does not fit the assembly's format.
+    #[error("{0}")]
+    Body(&'static str),
+    /// The worker is gone (it panicked); receipts submitted after that were not signed.
+    #[error("the receipt worker stopped; {pending} receipts were not signed")]
+    Stopped {
+        /// Receipts submitted but not delivered.
+        pending: u64,
+    },
+}
+
+/// How often an idle worker looks at the queue before it blocks, and for how many looks: a
+/// submission while it looks costs no wake-up call on the request path (ADR-0021).
+const POLL: Duration = Duration::from_millis(1);
+const POLLS_BEFORE_BLOCKING: u32 = 250;
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    submitted: u64,
+    done: u64,
+    first_error: Option<SignerError>,
+    /// No more submissions: the worker ends when the queue is empty.
+    closed: bool,
+    /// The worker waits on `work` without a timeout and must be woken.
+    blocked: bool,
+    /// The worker has ended (normally or by a panic).
+    ended: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when work arrives for a blocked worker, or the signer closes.
+    work: Condvar,
+    /// Signalled when a receipt is delivered (room in the queue, progress for `flush`).
+    progress: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Builds and signs receipts on a worker thread (ADR-0021). See the module documentation.
+pub struct ReceiptSigner {
+    shared: Arc<Shared>,
+    capacity: usize,
+    worker: Option<JoinHandle<()>>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for ReceiptSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let q = self.shared.lock();
+        f.debug_struct("ReceiptSigner")
+            .field("submitted", &q.submitted)
+            .field("done", &q.done)
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Marks the worker ended however it leaves (a panicking sink included), so that nobody waits
+/// for it forever.
+struct EndGuard<'a>(&'a Shared);
+
+impl Drop for EndGuard<'_> {
+    fn drop(&mut self) {
+        self.0.lock().ended = true;
+        self.0.progress.notify_all();
+    }
+}
+
+fn next_job(shared: &Shared) -> Option<Job> {
+    let mut q = shared.lock();
+    let mut polls = 0;
+    loop {
+        if let Some(job) = q.jobs.pop_front() {
+            return Some(job);
+        }
+        if q.closed {
+            return None;
+        }
+        if polls < POLLS_BEFORE_BLOCKING {
+            polls += 1;
+            q = shared
+                .work
+                .wait_timeout(q, POLL)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        } else {
+            q.blocked = true;
+            q = shared.work.wait(q).unwrap_or_else(PoisonError::into_inner);
+            q.blocked = false;
+        }
+    }
+}
+
+fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink) {
+    let _end = EndGuard(shared);
+    let key_id = key.key_id().to_string();
+    let mut index = 0u64;
+    while let Some(job) = next_job(shared) {
+        let sent = match &job.context.conversation {
+            Some(_) => Sent::Body(&job.sent),
+            None => Sent::Text(job.context.text()),
+        };
+        let st = statement(&job.agent, &job.turns, &job.context, sent, &key_id);
+        let outcome = match SignedReceipt::sign(st, key) {
+            Ok(r) => sink
+                .receive(r)
+                .map_err(|why| SignerError::Sink { index, why }),
+            Err(source) => Err(SignerError::Sign { index, source }),
+        };
+        drop(job);
+        let mut q = shared.lock();
+        if let Err(e) = outcome {
+            tracing::error!(error = %e, "deferred receipt failed");
+            q.first_error.get_or_insert(e);
+        }
+        q.done += 1;
+        drop(q);
+        shared.progress.notify_all();
+        index += 1;
+    }
+}
+
+impl ReceiptSigner {
+    /// Start a worker that signs with `key` and delivers to `sink`, with room for `capacity`
+    /// receipts waiting (at least 1).
+    pub fn start(
+        key: impl Into<Arc<KeyPair>>,
+        sink: impl ReceiptSink,
+        capacity: usize,
+    ) -> ReceiptSigner {
+        let key: Arc<KeyPair> = key.into();
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("strata-receipts".into())
+            .spawn(move || {
+                let mut sink = sink;
+                work(&s, &key, &mut sink);
+            });
+        let worker = match worker {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::error!(error = %e, "the receipt worker could not start");
+                shared.lock().ended = true;
+                None
+            }
+        };
+        ReceiptSigner {
+            shared,
+            capacity: capacity.max(1),
+            worker,
+            finished: false,
+        }
+    }
+
+    /// Hand over one assembly that the runtime has sent or is sending: for a provider-native
+    /// assembly, `body` is the request body exactly as sent ([`crate::receipt::body_bytes`]);
+    /// for the plain-text format it is `None` and the context's text is what the receipt names.
+    /// Returns at once unless `capacity` receipts are already waiting; then it waits for room.
+    pub fn submit(
+        &self,
+        agent: &VerifiedAgent,
+        req: &AssemblyRequest,
+        context: AssembledContext,
+        body: Option<Vec<u8>>,
+    ) -> Result<(), SignerError> {
+        let sent = match (&context.conversation, body) {
+            (Some(_), Some(b)) => b,
+            (None, None) => Vec::new(),
+            (Some(_), None) => {
+                return Err(SignerError::Body(
+                    "a provider-native assembly needs the request body that was sent",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(SignerError::Body(
+                    "a plain-text assembly sends its text; pass no body",
+                ))
+            }
+        };
+        let turns = AssemblyRequest {
+            sections: req
+                .sections
+                .iter()
+                .filter(|s| s.layer() == RuntimeLayer::WorkingMemory && s.turn().is_some())
+                .cloned()
+                .collect(),
+            ..AssemblyRequest::default()
+        };
+        let job = Job {
+            agent: agent.clone(),
+            turns,
+            context,
+            sent,
+        };
+        let mut q = self.shared.lock();
+        while q.jobs.len() >= self.capacity && !q.ended {
+            q = self
+                .shared
+                .progress
+                .wait(q)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        if q.ended || q.closed {
+            return Err(SignerError::Stopped {
+                pending: q.submitted - q.done,
+            });
+        }
+        q.jobs.push_back(job);
+        q.submitted += 1;
+        let wake = q.blocked;
+        drop(q);
+        if wake {
+            self.shared.work.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Wait until every receipt submitted so far has reached the sink (or the worker stopped).
+    pub fn flush(&self) -> Result<(), SignerError> {
+        let mut q = self.shared.lock();
+        while q.done < q.submitted {
+            if q.ended {
+                return Err(SignerError::Stopped {
+                    pending: q.submitted - q.done,
+                });
+            }
+            q = self
+                .shared
+                .progress
+                .wait(q)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
+    }
+
+    /// Receipts submitted and receipts delivered (or failed) so far.
+    pub fn progress(&self) -> (u64, u64) {
+        let q = self.shared.lock();
+        (q.submitted, q.done)
+    }
+
+    /// Deliver everything submitted, stop the worker, and return the first failure, if any.
+    pub fn finish(mut self) -> Result<(), SignerError> {
+        self.close()
+    }
+
+    fn close(&mut self) -> Result<(), SignerError> {
+        if std::mem::replace(&mut self.finished, true) {
+            return Ok(());
+        }
+        self.shared.lock().closed = true;
+        self.shared.work.notify_all();
+        let panicked = self.worker.take().is_some_and(|w| w.join().is_err());
+        let q = self.shared.lock();
+        if let Some(e) = &q.first_error {
+            return Err(e.clone());
+        }
+        if panicked || q.done < q.submitted {
+            return Err(SignerError::Stopped {
+                pending: q.submitted - q.done,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ReceiptSigner {
+    /// Dropping delivers everything submitted first; failures are logged.
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::error!(error = %e, "receipt signer closed with a failure");
+        }
+    }
+}
