@@ -105,10 +105,10 @@ pub(super) fn select<'a>(
     *hint = perm;
     let n = live.len();
 
-    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps of
-    // reference-counted ids: no string is copied or compared in order per section.
+    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps keyed by
+    // the sections' own id and key text, borrowed: no string is copied or compared in order and
+    // no reference count is touched per section (ADR-0024).
     let identity = agent.identity();
-    // Keys borrow the sections' own text: no reference count is touched per section.
     let mut by_key: FastMap<&str, (Layer, &SectionId)> =
         FastMap::with_capacity_and_hasher(n, Default::default());
     let mut by_id: FastMap<&str, Layer> = FastMap::with_capacity_and_hasher(n, Default::default());
