@@ -142,6 +142,10 @@ pub struct SectionRecord {
     pub full_tokens: Option<u64>,
     /// Section id.
     pub id: String,
+    /// For a cut section: bytes of its content kept from the start (the cut offset).
+    pub kept_head_bytes: Option<u64>,
+    /// For a cut section: bytes of its content kept from the end (0 for a head cut).
+    pub kept_tail_bytes: Option<u64>,
     /// Layer (3-6).
     pub layer: Layer,
     /// The producer's name (contributor, store, file).
@@ -345,7 +349,7 @@ pub enum Sent<'a> {
 fn status_of(s: &SectionStatus) -> (&'static str, Option<String>, Option<u64>) {
     match s {
         SectionStatus::Kept => ("kept", None, None),
-        SectionStatus::Cut { full_tokens } => ("cut", None, Some(*full_tokens)),
+        SectionStatus::Cut { full_tokens, .. } => ("cut", None, Some(*full_tokens)),
         SectionStatus::Dropped { reason } => ("dropped", Some(reason.to_string()), None),
         SectionStatus::Filtered { reason } => ("filtered", Some(reason.to_string()), None),
         SectionStatus::Overridden {
@@ -409,6 +413,14 @@ fn section_record(
         reason,
         tokens: r.tokens,
         full_tokens,
+        kept_head_bytes: match r.status {
+            SectionStatus::Cut { head_bytes, .. } => Some(head_bytes),
+            _ => None,
+        },
+        kept_tail_bytes: match r.status {
+            SectionStatus::Cut { tail_bytes, .. } => Some(tail_bytes),
+            _ => None,
+        },
         sticky: r.sticky,
     }
 }
@@ -962,7 +974,18 @@ pub fn describe(st: &Statement) -> String {
     for s in &p.sections {
         let what = match (s.status.as_str(), &s.reason, s.full_tokens) {
             ("kept", _, _) => format!("kept whole, {} tokens", s.tokens),
-            ("cut", _, Some(full)) => format!("cut to {} of {full} tokens", s.tokens),
+            ("cut", _, Some(full)) => {
+                let mut w = format!("cut to {} of {full} tokens", s.tokens);
+                match (s.kept_head_bytes, s.kept_tail_bytes) {
+                    (Some(h), Some(0)) => w.push_str(&format!(", the first {h} bytes kept")),
+                    (Some(0), Some(t)) => w.push_str(&format!(", the last {t} bytes kept")),
+                    (Some(h), Some(t)) => {
+                        w.push_str(&format!(", the first {h} and the last {t} bytes kept"));
+                    }
+                    _ => {}
+                }
+                w
+            }
             (st, Some(r), _) => format!("{st}: {r}"),
             (st, None, _) => st.to_owned(),
         };

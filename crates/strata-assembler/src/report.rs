@@ -11,10 +11,18 @@ use strata_core::{Layer, Provenance, SectionId, Tier, ToolName};
 pub enum SectionStatus {
     /// Rendered whole.
     Kept,
-    /// Rendered, truncated to fit.
+    /// Rendered, truncated to fit. What was kept is `head_bytes` from the start of the content
+    /// (as offered, `bytes` long) and `tail_bytes` from its end; the bytes between were left
+    /// out. A head cut (the default) keeps no tail, so `head_bytes` is the cut offset.
     Cut {
         /// Tokens of the whole rendered section.
         full_tokens: u64,
+        /// Bytes kept from the start of the content.
+        #[serde(default)]
+        head_bytes: u64,
+        /// Bytes kept from the end of the content.
+        #[serde(default)]
+        tail_bytes: u64,
     },
     /// Left out to fit the budget.
     Dropped {

@@ -320,6 +320,18 @@ fn a_log_keeps_its_tail_and_shows_the_elision() {
     assert_eq!(e.at, 0);
     assert!(content.ends_with(text.as_str()));
     assert_eq!(e.bytes as usize + text.len(), content.len());
+    // The report (and so a receipt) says exactly which bytes were kept: the tail only.
+    assert_eq!(
+        r.sections[0].status,
+        SectionStatus::Cut {
+            full_tokens: match r.sections[0].status {
+                SectionStatus::Cut { full_tokens, .. } => full_tokens,
+                _ => unreachable!(),
+            },
+            head_bytes: 0,
+            tail_bytes: text.len() as u64,
+        }
+    );
     // The newest line is there; the oldest is not.
     assert!(text.contains("00399 worker"));
     assert!(!text.contains("00000 worker"));
@@ -376,6 +388,18 @@ fn both_ends_are_kept_around_a_marked_elision() {
     let (head, tail) = text.split_at(e.at);
     assert!(content.starts_with(head) && content.ends_with(tail));
     assert_eq!(head.len() + tail.len() + e.bytes as usize, content.len());
+    let SectionStatus::Cut {
+        head_bytes,
+        tail_bytes,
+        ..
+    } = r.sections[0].status
+    else {
+        panic!("not cut: {:?}", r.sections[0].status)
+    };
+    assert_eq!(
+        (head_bytes, tail_bytes),
+        (head.len() as u64, tail.len() as u64)
+    );
     assert!(head.contains("00000 worker") && tail.contains("00399 worker"));
     // Both halves got a fair share of the room.
     let (h, t) = (reference(head), reference(tail));
@@ -396,6 +420,19 @@ fn both_ends_are_kept_around_a_marked_elision() {
         panic!("no head cut")
     };
     assert!(content.starts_with(text.as_str()));
+    let SectionStatus::Cut {
+        head_bytes,
+        tail_bytes,
+        ..
+    } = ctx.report().sections[0].status
+    else {
+        panic!("not cut")
+    };
+    assert_eq!(
+        (head_bytes, tail_bytes),
+        (text.len() as u64, 0),
+        "the cut offset"
+    );
 }
 
 /// Verifies ADR-0024 and ADR-0009: content that spells the elision marker is escaped, so the

@@ -917,13 +917,18 @@ proptest! {
             prop_assert_eq!(x.sticky, y.sticky);
             let (status, reason, full) = match &y.status {
                 SectionStatus::Kept => ("kept", None, None),
-                SectionStatus::Cut { full_tokens } => ("cut", None, Some(*full_tokens)),
+                SectionStatus::Cut { full_tokens, .. } => ("cut", None, Some(*full_tokens)),
                 SectionStatus::Dropped { reason } => ("dropped", Some(reason.as_ref()), None),
                 SectionStatus::Filtered { reason } => ("filtered", Some(reason.as_ref()), None),
                 SectionStatus::Overridden { by_id, .. } => ("overridden", Some(by_id.as_str()), None),
             };
             prop_assert_eq!(x.status.as_str(), status);
             prop_assert_eq!(x.full_tokens, full);
+            let (head, tail) = match &y.status {
+                SectionStatus::Cut { head_bytes, tail_bytes, .. } => (Some(*head_bytes), Some(*tail_bytes)),
+                _ => (None, None),
+            };
+            prop_assert_eq!((x.kept_head_bytes, x.kept_tail_bytes), (head, tail));
             match reason {
                 Some(why) => prop_assert!(x.reason.as_deref().is_some_and(|r| r.contains(why))),
                 None => prop_assert!(x.reason.is_none()),

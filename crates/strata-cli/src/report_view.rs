@@ -107,7 +107,7 @@ impl Kind {
 pub fn outcome(s: &SectionReport) -> (Kind, String) {
     match &s.status {
         SectionStatus::Kept => (Kind::Kept, "kept".into()),
-        SectionStatus::Cut { full_tokens } => (
+        SectionStatus::Cut { full_tokens, .. } => (
             Kind::Cut,
             format!("cut to {} of {} tokens", num(s.tokens), num(*full_tokens)),
         ),
@@ -144,7 +144,7 @@ pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> St
                 "kept whole".into()
             }
         }
-        SectionStatus::Cut { full_tokens } => format!(
+        SectionStatus::Cut { full_tokens, .. } => format!(
             "shortened to fit: {} of its {} tokens kept ({} cut); the cut point is marked in the text",
             num(s.tokens),
             num(*full_tokens),

@@ -71,12 +71,13 @@ impl Assembler {
             return Member::Over;
         };
         // Over the cap (the probe had the whole room above it): cut to the cap.
-        match self.cut_to(cand.section(), enc, cap, native) {
-            Some((cut, r)) => {
-                let full = self.render(cand.section(), enc, None, native).tokens;
+        match self.cut_to(cand.base.get(), enc, cap, native) {
+            Some(cut) => {
+                let full = self.render(cand.base.get(), enc, None, native).tokens;
                 cand.cut_from = Some(full);
-                cand.cut = Some(Box::new(cut));
-                cand.element = Some(r);
+                cand.cut = Some(Box::new(cut.section));
+                cand.cut_at = Some(cut.at);
+                cand.element = Some(cut.rendered);
                 Member::Fits
             }
             None => Member::Capped,
@@ -139,20 +140,23 @@ impl Assembler {
                 }
                 let have = cands[c].rendered().tokens;
                 let enc = req.render.encodings[cands[c].section().layer().index()];
-                let Some((cut, r)) = self.cut_to(
-                    cands[c].section(),
+                // Always cut the text as offered, so the cut's place in it is known exactly.
+                let Some(cut) = self.cut_to(
+                    cands[c].base.get(),
                     enc,
                     have.saturating_sub(excess),
                     native.is_some(),
                 ) else {
                     continue;
                 };
+                let r = cut.rendered;
                 let u = cands[c].unit;
                 units[u].tokens = units[u].tokens - have + r.tokens;
                 units[u].chars = units[u].chars - cands[c].rendered().chars + r.chars;
                 excess = excess.saturating_sub(have - r.tokens);
                 cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(have));
-                cands[c].cut = Some(Box::new(cut));
+                cands[c].cut = Some(Box::new(cut.section));
+                cands[c].cut_at = Some(cut.at);
                 cands[c].element = Some(r);
             }
         }
@@ -338,12 +342,14 @@ impl Assembler {
                 // the layer's marker reservation like a whole unit.
                 if room >= MIN_CUT_TOKENS {
                     let enc = req.render.encodings[i];
-                    if let Some((cut, r)) = self.cut_to(cands[c].section(), enc, room, native_b) {
+                    if let Some(cut) = self.cut_to(cands[c].base.get(), enc, room, native_b) {
+                        let r = cut.rendered;
                         let chars_ok = max_chars.is_none_or(|mc| used.1 + r.chars <= mc);
                         if chars_ok {
-                            let full = self.render(cands[c].section(), enc, None, native_b);
+                            let full = self.render(cands[c].base.get(), enc, None, native_b);
                             cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full.tokens));
-                            cands[c].cut = Some(Box::new(cut));
+                            cands[c].cut = Some(Box::new(cut.section));
+                            cands[c].cut_at = Some(cut.at);
                             cost = (r.tokens, r.chars);
                             cands[c].element = Some(r);
                             verdict = Ok(());

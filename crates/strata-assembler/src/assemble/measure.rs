@@ -83,6 +83,7 @@ impl Assembler {
                 sticky,
                 element: None,
                 cut_from: None,
+                cut_at: None,
                 unit,
             });
         }

@@ -100,6 +100,14 @@ struct CutAt {
     elided: u64,
 }
 
+/// A section cut to a limit: its cut form, rendered, and where the cut is in the offered text.
+#[derive(Debug, Clone)]
+struct Cutting {
+    section: Section,
+    rendered: Arc<Rendered>,
+    at: CutAt,
+}
+
 /// The cache key of a rendered element. Every part is a copy or a reference-counted clone, so
 /// building one allocates nothing (ADR-0024).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -146,7 +154,7 @@ struct Cache {
     /// Elements known to take more than the stored number of tokens (a probe stopped there).
     over: FastMap<ElementKey, u64>,
     /// Cut results by the whole section's key and the tokens allowed.
-    cuts: FastMap<(ElementKey, u64), (Section, Arc<Rendered>)>,
+    cuts: FastMap<(ElementKey, u64), Cutting>,
     texts: FastMap<ContentHash, (u64, u64)>,
     /// Lower bounds of one element's tokens, by layer, encoding and frame.
     floors: FastMap<(RuntimeLayer, Encoding, bool), u64>,
@@ -195,6 +203,8 @@ struct Cand<'a> {
     /// The rendered element, once fitting has measured it (ADR-0024).
     element: Option<Arc<Rendered>>,
     cut_from: Option<u64>,
+    /// Where the offered text was cut, once cut.
+    cut_at: Option<CutAt>,
     unit: usize,
 }
 
@@ -595,13 +605,7 @@ impl Assembler {
     /// Cut `s` so that its rendered element takes at most `max_tokens`, keeping the end its
     /// [`Keep`] names; `None` if even an empty body does not fit. Cached by the whole section
     /// and the limit, so an unchanged section cut to the same room costs a lookup (ADR-0024).
-    fn cut_to(
-        &self,
-        s: &Section,
-        enc: Encoding,
-        max_tokens: u64,
-        native: bool,
-    ) -> Option<(Section, Arc<Rendered>)> {
+    fn cut_to(&self, s: &Section, enc: Encoding, max_tokens: u64, native: bool) -> Option<Cutting> {
         if native && !select::cuttable_natively(s) {
             return None;
         }
@@ -609,9 +613,9 @@ impl Assembler {
         let cache_key = (whole, max_tokens);
         {
             let mut c = self.lock();
-            if let Some((cut, r)) = c.cuts.get(&cache_key).cloned() {
+            if let Some(hit) = c.cuts.get(&cache_key).cloned() {
                 c.stats.cut_hits += 1;
-                return Some((cut, r));
+                return Some(hit);
             }
         }
         let text = s.content().as_str();
@@ -657,8 +661,13 @@ impl Assembler {
                 let size = ENTRY_OVERHEAD + cache_key.0.id.as_str().len();
                 self.make_room(&mut c, size);
                 c.bytes += size;
-                c.cuts.insert(cache_key, (cut.clone(), r.clone()));
-                return Some((cut, r));
+                let done = Cutting {
+                    section: cut,
+                    rendered: r,
+                    at,
+                };
+                c.cuts.insert(cache_key, done.clone());
+                return Some(done);
             }
             let excess = (r.tokens - max_tokens) as usize;
             if allow == 0 {
@@ -891,7 +900,15 @@ impl Assembler {
                 (Some(why), _) => SectionStatus::Dropped {
                     reason: Cow::Borrowed(why),
                 },
-                (None, Some(full)) => SectionStatus::Cut { full_tokens: full },
+                (None, Some(full)) => {
+                    let kept = cand.section().content().len() as u64;
+                    let head = cand.cut_at.map_or(kept, |at| at.at as u64);
+                    SectionStatus::Cut {
+                        full_tokens: full,
+                        head_bytes: head,
+                        tail_bytes: kept - head,
+                    }
+                }
                 (None, None) => SectionStatus::Kept,
             };
             let mut r = report_of(cand.base.get(), cand.sticky, status);

@@ -414,7 +414,7 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         .sections
         .iter()
         .map(|s| match s.status {
-            SectionStatus::Cut { full_tokens } => full_tokens.saturating_sub(s.tokens),
+            SectionStatus::Cut { full_tokens, .. } => full_tokens.saturating_sub(s.tokens),
             _ => 0,
         })
         .sum();
@@ -450,7 +450,7 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
             .iter()
             .filter(|s| s.layer == l.layer)
             .map(|s| match s.status {
-                SectionStatus::Cut { full_tokens } => full_tokens.saturating_sub(s.tokens),
+                SectionStatus::Cut { full_tokens, .. } => full_tokens.saturating_sub(s.tokens),
                 _ => 0,
             })
             .sum();
@@ -570,7 +570,7 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
                     .iter()
                     .find(|s| s.id == id)
                     .and_then(|s| match s.status {
-                        SectionStatus::Cut { full_tokens } => Some(format!(
+                        SectionStatus::Cut { full_tokens, .. } => Some(format!(
                             " [cut here: {} of {} tokens kept] ",
                             num(s.tokens),
                             num(full_tokens)
