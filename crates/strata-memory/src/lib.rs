@@ -41,6 +41,7 @@ pub mod embed;
 pub mod error;
 pub mod filelog;
 pub mod inmem;
+mod lexical;
 pub mod long_term;
 pub mod markdown;
 pub mod options;

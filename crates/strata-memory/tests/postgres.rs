@@ -367,32 +367,93 @@ fn code_cache_follows_other_handles() {
     assert!(all.iter().all(|h| h.record.id.as_str() != "k9"));
 }
 
-/// Verifies ADR-0019: query terms found in more than a fifth of the memories (by the column
-/// statistics) are left out of the lexical query while a rarer term remains, as in SQLite.
+/// Verifies ADR-0029: the PostgreSQL lexical ranking is BM25 as SQLite FTS5's `bm25()`
+/// computes it over the same memories (every query word counted, common ones included), also
+/// after another handle added, replaced and deleted memories.
 #[test]
-fn common_terms_are_left_out_of_the_lexical_query() {
+fn lexical_ranking_equals_fts5_bm25_of_the_same_memories() {
     use strata_memory::{SearchMode, SearchOptions};
     let server = pg_harness::shared();
-    let schema = pg_harness::fresh_schema("common");
-    let store = PgStore::connect_with(
-        &server.test_params(),
-        &schema,
-        Arc::new(HashEmbedder::default()),
-        StoreOptions::default(),
-    )
-    .unwrap();
-    let mut batch: Vec<NewMemory> = (0..200)
-        .map(|i| NewMemory::new("a", format!("the weekly report number {i}")))
-        .collect();
-    batch.push(NewMemory::new("a", "the zebra report"));
-    store.put_many(batch).unwrap();
-    let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
-    c.batch_execute(&format!("ANALYZE \"{schema}\".memories"))
+    let schema = pg_harness::fresh_schema("lexical");
+    let connect = || {
+        PgStore::connect_with(
+            &server.test_params(),
+            &schema,
+            Arc::new(HashEmbedder::default()),
+            StoreOptions::default(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (connect(), connect());
+    let words = [
+        "the", "weekly", "report", "zebra", "deploy", "staging", "coffee", "keys", "alpha",
+    ];
+    let text = |i: usize| -> String {
+        (0..3 + i % 9)
+            .map(|j| words[(i * 7 + j * j * 3) % words.len()])
+            .chain(std::iter::once("the"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut contents: std::collections::BTreeMap<String, String> = Default::default();
+    let mut batch = Vec::new();
+    for i in 0..300 {
+        contents.insert(format!("m{i}"), text(i));
+        batch.push(
+            NewMemory::new("a", text(i))
+                .with_id(strata_memory::MemoryId::new(format!("m{i}")).unwrap()),
+        );
+    }
+    a.put_many(batch).unwrap();
+    let lexical = SearchOptions::top(20).mode(SearchMode::Lexical);
+    a.search("the zebra", &lexical).unwrap();
+    for i in (0..300).step_by(4) {
+        contents.insert(format!("m{i}"), text(i + 500));
+        b.put(
+            NewMemory::new("a", text(i + 500))
+                .with_id(strata_memory::MemoryId::new(format!("m{i}")).unwrap()),
+        )
         .unwrap();
-    let lexical = SearchOptions::top(50).mode(SearchMode::Lexical);
-    let hits = store.search("the zebra", &lexical).unwrap();
-    assert_eq!(hits.len(), 1, "{hits:?}");
-    assert_eq!(hits[0].record.content.as_str(), "the zebra report");
-    // Only common terms: the rarest is kept, and the search still finds memories.
-    assert_eq!(store.search("the report", &lexical).unwrap().len(), 50);
+    }
+    for i in (1..300).step_by(7) {
+        contents.remove(&format!("m{i}"));
+        assert!(b
+            .delete(&strata_memory::MemoryId::new(format!("m{i}")).unwrap())
+            .unwrap());
+    }
+    let fts = rusqlite::Connection::open_in_memory().unwrap();
+    fts.execute_batch("CREATE VIRTUAL TABLE f USING fts5 (id UNINDEXED, content)")
+        .unwrap();
+    for (id, c) in &contents {
+        fts.execute("INSERT INTO f (id, content) VALUES (?1, ?2)", [id, c])
+            .unwrap();
+    }
+    for q in [
+        "the zebra",
+        "the",
+        "report coffee keys",
+        "alpha deploy staging the",
+    ] {
+        let match_expr = q.split(' ').collect::<Vec<_>>().join(" OR ");
+        let mut stmt = fts
+            .prepare("SELECT id, -bm25(f) FROM f WHERE f MATCH ?1 ORDER BY bm25(f)")
+            .unwrap();
+        let want: Vec<(String, f64)> = stmt
+            .query_map([&match_expr], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let score: std::collections::HashMap<&str, f64> =
+            want.iter().map(|(i, s)| (i.as_str(), *s)).collect();
+        let got = a.search(q, &lexical).unwrap();
+        assert_eq!(got.len(), want.len().min(20), "{q}");
+        for (rank, h) in got.iter().enumerate() {
+            let s = score[h.record.id.as_str()];
+            assert!(
+                (s - want[rank].1).abs() < 1e-9,
+                "{q}: rank {rank}: {s} vs {}",
+                want[rank].1
+            );
+        }
+    }
 }
