@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 
+use crate::snapshot::{SnapReader, SnapResult, SnapWriter, SnapshotError};
 use crate::text::words;
 
 const K1: f64 = 1.2;
@@ -247,6 +248,93 @@ impl LexicalIndex {
                 .map(|(d, s)| (self.doc_key[d as usize], s))
                 .collect()
         }
+    }
+}
+
+impl LexicalIndex {
+    /// Write the index into a snapshot (ADR-0029).
+    pub(crate) fn save(&self, w: &mut SnapWriter) -> SnapResult<()> {
+        w.i64s(&self.doc_key)?;
+        w.u32s(&self.doc_len)?;
+        w.u32s(&self.doc_terms)?;
+        w.blob(&self.alive.iter().map(|a| u8::from(*a)).collect::<Vec<_>>())?;
+        let mut by_id: Vec<(&str, u32)> = self.terms.iter().map(|(t, i)| (&**t, *i)).collect();
+        by_id.sort_by_key(|x| x.1);
+        w.u64(by_id.len() as u64)?;
+        for (t, i) in by_id {
+            let p = &self.postings[i as usize];
+            w.blob(t.as_bytes())?;
+            w.u32s(&p.docs)?;
+            w.blob(&p.tfs)?;
+        }
+        let big: Vec<u32> = self
+            .big_tf
+            .iter()
+            .flat_map(|(&(t, d), &tf)| [t, d, tf])
+            .collect();
+        w.u32s(&big)
+    }
+
+    /// Read an index written by [`LexicalIndex::save`].
+    pub(crate) fn load(r: &mut SnapReader) -> SnapResult<LexicalIndex> {
+        let doc_key = r.i64s()?;
+        let doc_len = r.u32s()?;
+        let doc_terms = r.u32s()?;
+        let alive: Vec<bool> = r.blob()?.into_iter().map(|b| b != 0).collect();
+        let docs = doc_key.len();
+        if doc_len.len() != docs || doc_terms.len() != docs || alive.len() != docs {
+            return Err(SnapshotError::Invalid(
+                "document arrays of different lengths",
+            ));
+        }
+        let n_terms = r.u64()?;
+        let mut terms = HashMap::new();
+        let mut postings = Vec::new();
+        let (mut total, mut dead) = (0usize, 0usize);
+        for t in 0..n_terms {
+            let name = String::from_utf8(r.blob()?)
+                .map_err(|_| SnapshotError::Invalid("a term is not UTF-8"))?;
+            let docs_of = r.u32s()?;
+            let tfs = r.blob()?;
+            if tfs.len() != docs_of.len() || docs_of.iter().any(|d| *d as usize >= docs) {
+                return Err(SnapshotError::Invalid("a posting list is damaged"));
+            }
+            total += docs_of.len();
+            dead += docs_of.iter().filter(|d| !alive[**d as usize]).count();
+            let id = u32::try_from(t).map_err(|_| SnapshotError::Invalid("too many terms"))?;
+            terms.insert(name.into_boxed_str(), id);
+            postings.push(Postings { docs: docs_of, tfs });
+        }
+        let big = r.u32s()?;
+        if big.len() % 3 != 0 {
+            return Err(SnapshotError::Invalid("term counts are damaged"));
+        }
+        let big_tf = big.chunks_exact(3).map(|c| ((c[0], c[1]), c[2])).collect();
+        let mut by_key = HashMap::new();
+        let mut total_len = 0u64;
+        for (d, live) in alive.iter().enumerate() {
+            if *live {
+                let doc =
+                    u32::try_from(d).map_err(|_| SnapshotError::Invalid("too many documents"))?;
+                if by_key.insert(doc_key[d], doc).is_some() {
+                    return Err(SnapshotError::Invalid("a key is live twice"));
+                }
+                total_len += u64::from(doc_len[d]);
+            }
+        }
+        Ok(LexicalIndex {
+            terms,
+            postings,
+            doc_key,
+            doc_len,
+            doc_terms,
+            alive,
+            by_key,
+            big_tf,
+            total_len,
+            postings_total: total,
+            postings_dead: dead,
+        })
     }
 }
 

@@ -49,6 +49,7 @@ pub mod options;
 pub mod pg;
 mod quant;
 pub mod shared;
+mod snapshot;
 pub mod sqlite;
 pub mod state;
 pub mod text;

@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::long_term::MemoryId;
+use crate::snapshot::{SnapReader, SnapResult, SnapWriter, SnapshotError};
 
 /// Write the int8 code of `v` into `out` and return its scale (0 for a zero vector).
 pub(crate) fn quantize(v: &[f32], out: &mut [i8]) -> f32 {
@@ -215,6 +216,66 @@ impl CodeCache {
             .into_iter()
             .map(|(p, _)| p)
             .collect()
+    }
+}
+
+impl CodeCache {
+    /// Write the cache into a snapshot (ADR-0029).
+    pub(crate) fn save(&self, w: &mut SnapWriter) -> SnapResult<()> {
+        w.i64s(&self.keys)?;
+        w.f32s(&self.scales)?;
+        let lens: Vec<u32> = self
+            .ids
+            .iter()
+            .map(|i| u32::try_from(i.as_str().len()).unwrap_or(u32::MAX))
+            .collect();
+        w.u32s(&lens)?;
+        let text: Vec<u8> = self.ids.iter().flat_map(|i| i.as_str().bytes()).collect();
+        w.blob(&text)?;
+        let codes: Vec<u8> = self.codes.iter().map(|c| c.to_le_bytes()[0]).collect();
+        w.blob(&codes)
+    }
+
+    /// Read a cache written by [`CodeCache::save`] for `dims` dimensions.
+    pub(crate) fn load(dims: usize, r: &mut SnapReader) -> SnapResult<CodeCache> {
+        let keys = r.i64s()?;
+        let scales = r.f32s()?;
+        let lens = r.u32s()?;
+        let text = r.blob()?;
+        let codes: Vec<i8> = r
+            .blob()?
+            .into_iter()
+            .map(|b| i8::from_le_bytes([b]))
+            .collect();
+        let n = keys.len();
+        if scales.len() != n || lens.len() != n || codes.len() != n.div_ceil(LANES) * dims * LANES {
+            return Err(SnapshotError::Invalid("code arrays of different lengths"));
+        }
+        let mut ids = Vec::with_capacity(n);
+        let mut at = 0usize;
+        for len in lens {
+            let end = at
+                .checked_add(len as usize)
+                .filter(|e| *e <= text.len())
+                .ok_or(SnapshotError::Invalid("memory ids run past their bytes"))?;
+            let id = std::str::from_utf8(&text[at..end])
+                .ok()
+                .and_then(|s| MemoryId::new(s).ok())
+                .ok_or(SnapshotError::Invalid("a memory id is not valid"))?;
+            ids.push(id);
+            at = end;
+        }
+        let pos: HashMap<i64, usize> = keys.iter().enumerate().map(|(p, k)| (*k, p)).collect();
+        if pos.len() != n {
+            return Err(SnapshotError::Invalid("a key appears twice"));
+        }
+        Ok(CodeCache {
+            keys,
+            ids,
+            codes,
+            scales,
+            pos,
+        })
     }
 }
 

@@ -61,6 +61,7 @@ use crate::long_term::{
 use crate::options::{check_label, StoreOptions};
 use crate::quant::{pool_size, top_positions, CodeCache};
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
+use crate::snapshot;
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
     check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory, MAX_LABEL_BYTES,
@@ -192,6 +193,10 @@ CREATE TABLE session_state (
 /// cache further behind reloads everything.
 const CHANGES_KEPT: i64 = 100_000;
 
+/// A handle rewrites the index snapshot when it has caught up with this many change-log
+/// entries since the snapshot was written, so that new handles stay well inside the kept log.
+const SNAPSHOT_LAG: i64 = CHANGES_KEPT / 2;
+
 /// Vectors of every memory, held after the first search as int8 codes (ADR-0019): each
 /// vector scaled so its largest component is 127 and rounded, with the scale kept. A quarter
 /// of the memory and memory traffic of `f32`; the codes only choose candidates, which are then
@@ -201,6 +206,8 @@ struct VectorCache {
     data_version: i64,
     /// The last change-log entry the cache reflects.
     change_seq: i64,
+    /// The change-log entry the snapshot on disk reflects, as far as this handle knows.
+    snapshot_seq: i64,
     /// The codes.
     codes: CodeCache,
     /// The texts, for the lexical ranking (ADR-0029).
@@ -235,6 +242,8 @@ pub struct VectorCacheStats {
     pub refreshes: u64,
     /// Vectors read again by those refreshes.
     pub rows_refreshed: u64,
+    /// Times the cache started from the snapshot next to the file (ADR-0029).
+    pub snapshot_loads: u64,
 }
 
 /// Size and content counts of a SQLite store.
@@ -1097,7 +1106,10 @@ impl SqliteStore {
             .conn
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
-        if inner.vectors.as_ref().is_some_and(|c| c.data_version == dv) {
+        if let Some(cache) = inner.vectors.as_mut().filter(|c| c.data_version == dv) {
+            if cache.change_seq - cache.snapshot_seq > SNAPSHOT_LAG {
+                self.write_snapshot(cache);
+            }
             return self.cache_ref(inner);
         }
         // One read transaction, so the log and the rows are read at the same moment.
@@ -1113,6 +1125,13 @@ impl SqliteStore {
                 |r| Ok((r.get::<_, Option<i64>>(0)?.unwrap_or(0), r.get(1)?)),
             )
             .map_err(|e| self.err(e))?;
+        if inner.vectors.is_none() {
+            // ADR-0029: a new handle starts from the snapshot when one fits this store.
+            inner.vectors = self.read_snapshot(pruned, dv);
+            if inner.vectors.is_some() {
+                inner.stats.snapshot_loads += 1;
+            }
+        }
         let incremental = inner
             .vectors
             .as_ref()
@@ -1125,6 +1144,9 @@ impl SqliteStore {
             inner.stats.refreshes += 1;
             inner.stats.rows_refreshed += n;
             cache.data_version = dv;
+            if last - cache.snapshot_seq > SNAPSHOT_LAG {
+                self.write_snapshot(&mut cache);
+            }
             inner.vectors = Some(cache);
             return self.cache_ref(inner);
         }
@@ -1138,8 +1160,77 @@ impl SqliteStore {
         res?;
         inner.stats.full_loads += 1;
         tracing::debug!(store = %self.name, vectors = cache.codes.len(), texts = cache.lexical.len(), "loaded vector cache");
+        self.write_snapshot(&mut cache);
         inner.vectors = Some(cache);
         self.cache_ref(inner)
+    }
+
+    /// The snapshot of the indexes next to the file, if it belongs to this store, has this
+    /// dimension and is not older than the pruned part of the change log; `None` (with the
+    /// reason logged) otherwise. Implements ADR-0029.
+    fn read_snapshot(&self, pruned: i64, dv: i64) -> Option<VectorCache> {
+        let path = snapshot::snapshot_path(&self.path);
+        let dims = self.embedder.dims();
+        let t = std::time::Instant::now();
+        let res = snapshot::read(&path, |h, r| {
+            if h.store_id != self.store_id {
+                return Err(snapshot::SnapshotError::Invalid(
+                    "it belongs to another store",
+                ));
+            }
+            if h.dims as usize != dims {
+                return Err(snapshot::SnapshotError::Invalid("another dimension"));
+            }
+            if h.change_seq < pruned {
+                return Err(snapshot::SnapshotError::Invalid(
+                    "older than the kept change log",
+                ));
+            }
+            let codes = CodeCache::load(dims, r)?;
+            let lexical = LexicalIndex::load(r)?;
+            Ok((codes, lexical))
+        });
+        match res {
+            Ok((h, (codes, lexical))) => {
+                tracing::debug!(store = %self.name, vectors = codes.len(), took_ms = t.elapsed().as_millis() as u64, "read index snapshot");
+                Some(VectorCache {
+                    data_version: dv,
+                    change_seq: h.change_seq,
+                    snapshot_seq: h.change_seq,
+                    codes,
+                    lexical,
+                })
+            }
+            Err(snapshot::SnapshotError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                tracing::warn!(store = %self.location, snapshot = %path.display(), error = %e, "ignoring the index snapshot; loading from the rows");
+                None
+            }
+        }
+    }
+
+    /// Write the cache as the snapshot next to the file (never for a read-only handle). A
+    /// failure only costs the next new handle a full load, so it is logged, not returned.
+    fn write_snapshot(&self, cache: &mut VectorCache) {
+        if self.read_only {
+            return;
+        }
+        let path = snapshot::snapshot_path(&self.path);
+        let header = snapshot::Header {
+            store_id: self.store_id.clone(),
+            change_seq: cache.change_seq,
+            dims: u32::try_from(self.embedder.dims()).unwrap_or(u32::MAX),
+        };
+        let res = snapshot::write(&path, &header, |w| {
+            cache.codes.save(w)?;
+            cache.lexical.save(w)
+        });
+        match res {
+            Ok(()) => cache.snapshot_seq = cache.change_seq,
+            Err(e) => {
+                tracing::warn!(store = %self.location, snapshot = %path.display(), error = %e, "could not write the index snapshot");
+            }
+        }
     }
 
     /// What this handle's vector cache has done: full loads, and refreshes through the change
