@@ -168,6 +168,30 @@ impl LexicalIndex {
         self.postings_dead = 0;
     }
 
+    /// The `n` best of [`LexicalIndex::score`], plus any tied with the `n`-th (so that the
+    /// caller can break ties by memory id), unordered.
+    pub(crate) fn best(
+        &self,
+        terms: &[String],
+        keep: impl Fn(i64) -> bool,
+        n: usize,
+    ) -> Vec<(i64, f64)> {
+        let mut all = self.score(terms, keep);
+        if n == 0 {
+            return Vec::new();
+        }
+        if all.len() > n {
+            all.select_nth_unstable_by(n - 1, |a, b| b.1.total_cmp(&a.1));
+            let cut = all[n - 1].1;
+            let (head, tail) = all.split_at_mut(n);
+            let mut ties: Vec<(i64, f64)> = tail.iter().copied().filter(|x| x.1 == cut).collect();
+            let mut out = head.to_vec();
+            out.append(&mut ties);
+            return out;
+        }
+        all
+    }
+
     /// The BM25 scores (larger is better) of the live documents holding at least one of
     /// `terms` whose key passes `keep`, as `(key, score)`, unordered. `terms` should be
     /// distinct; a repeated term counts twice, as it does in an FTS5 query.
@@ -359,6 +383,22 @@ mod tests {
         assert_eq!(ix.len(), 2);
         ix.remove(42);
         assert_eq!(ix.len(), 2);
+    }
+
+    #[test]
+    fn best_keeps_ties_at_the_cut() {
+        let mut ix = LexicalIndex::default();
+        ix.upsert(1, "kiwi kiwi");
+        for k in 2..6 {
+            ix.upsert(k, "kiwi pear");
+        }
+        ix.upsert(9, "plum");
+        let terms = vec!["kiwi".to_string()];
+        let mut two: Vec<i64> = ix.best(&terms, |_| true, 2).iter().map(|x| x.0).collect();
+        two.sort_unstable();
+        assert_eq!(two, vec![1, 2, 3, 4, 5], "the four tied second-best all come back");
+        assert_eq!(ix.best(&terms, |_| true, 1)[0].0, 1);
+        assert!(ix.best(&terms, |_| true, 0).is_empty());
     }
 
     #[test]

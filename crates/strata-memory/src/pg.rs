@@ -808,7 +808,11 @@ impl LongTermMemory for PgStore {
                 // ADR-0029: BM25 from the handle's in-process index.
                 let scored: Vec<(usize, f64)> = cache
                     .lexical
-                    .score(&terms, |k| allowed.as_ref().is_none_or(|a| a.contains(&k)))
+                    .best(
+                        &terms,
+                        |k| allowed.as_ref().is_none_or(|a| a.contains(&k)),
+                        n_usize,
+                    )
                     .into_iter()
                     .filter_map(|(k, sc)| cache.codes.position(k).map(|p| (p, sc)))
                     .collect();

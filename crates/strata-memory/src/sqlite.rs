@@ -2005,9 +2005,11 @@ impl LongTermMemory for SqliteStore {
             Vec::new()
         } else {
             // ADR-0029: BM25 from the handle's in-process index, equal to FTS5's `bm25()`.
-            let scored = cache
-                .lexical
-                .score(&terms, |k| allowed.as_ref().is_none_or(|a| a.contains(&k)));
+            let scored = cache.lexical.best(
+                &terms,
+                |k| allowed.as_ref().is_none_or(|a| a.contains(&k)),
+                n,
+            );
             let scored: Vec<(usize, f64)> = scored
                 .into_iter()
                 .filter_map(|(k, s)| cache.codes.position(k).map(|p| (p, s)))

@@ -77,6 +77,8 @@ fn vector_top(store: &SqliteStore, q: &str) -> String {
         .to_string()
 }
 
+/// Verifies ADR-0029: a new handle reads the snapshot, then only the rows changed since, and
+/// ranks like exact search over what the store now holds.
 #[test]
 fn a_new_handle_starts_from_the_snapshot_and_catches_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -134,6 +136,8 @@ fn a_new_handle_starts_from_the_snapshot_and_catches_up() {
     }
 }
 
+/// Verifies ADR-0029: flipped bytes anywhere, a truncated, an empty or an extended snapshot is
+/// ignored (the handle loads from the rows and ranks right) and replaced by a good one.
 #[test]
 fn a_damaged_snapshot_is_ignored_and_rewritten() {
     let dir = tempfile::tempdir().unwrap();
@@ -180,6 +184,7 @@ fn a_damaged_snapshot_is_ignored_and_rewritten() {
     }
 }
 
+/// Verifies ADR-0029: a snapshot copied from another store is never used.
 #[test]
 fn a_snapshot_of_another_store_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
@@ -207,6 +212,8 @@ fn a_snapshot_of_another_store_is_ignored() {
     assert_eq!((stats.full_loads, stats.snapshot_loads), (1, 0));
 }
 
+/// Verifies ADR-0029 (and ADR-0019: read commands never write): a read-only handle leaves no
+/// snapshot behind.
 #[test]
 fn a_read_only_handle_writes_no_snapshot() {
     let dir = tempfile::tempdir().unwrap();
@@ -222,7 +229,8 @@ fn a_read_only_handle_writes_no_snapshot() {
     assert!(!snapshot(&path).exists());
 }
 
-/// Handles opening, searching (and so writing snapshots) while another thread writes: every
+/// Verifies ADR-0029: handles opening, searching (and so writing snapshots) while another
+/// thread writes: every
 /// handle ends up seeing every acknowledged memory, and the last snapshot is valid.
 #[test]
 fn snapshots_written_while_others_write_stay_consistent() {
