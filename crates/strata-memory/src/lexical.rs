@@ -396,7 +396,11 @@ mod tests {
         let terms = vec!["kiwi".to_string()];
         let mut two: Vec<i64> = ix.best(&terms, |_| true, 2).iter().map(|x| x.0).collect();
         two.sort_unstable();
-        assert_eq!(two, vec![1, 2, 3, 4, 5], "the four tied second-best all come back");
+        assert_eq!(
+            two,
+            vec![1, 2, 3, 4, 5],
+            "the four tied second-best all come back"
+        );
         assert_eq!(ix.best(&terms, |_| true, 1)[0].0, 1);
         assert!(ix.best(&terms, |_| true, 0).is_empty());
     }

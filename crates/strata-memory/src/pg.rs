@@ -16,7 +16,7 @@
 //! transaction under an advisory lock, so runtimes starting together do not race. A lost
 //! connection is reported as [`MemoryError::ConnectionLost`]; the next call reconnects.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -668,6 +668,15 @@ impl LongTermMemory for PgStore {
              ON CONFLICT (key) DO UPDATE SET scale = excluded.scale, code = excluded.code, \
              xid = pg_current_xact_id()"
         );
+        let now = self.options.now_ms();
+        let ids: Vec<MemoryId> = memories
+            .iter()
+            .map(|m| m.id.clone().unwrap_or_else(|| MemoryId::generate(now)))
+            .collect();
+        let distinct = ids.iter().collect::<HashSet<_>>().len() == ids.len();
+        if distinct && memories.len() > 1 {
+            return self.put_batch(&memories, &ids, &tags, &vectors, now);
+        }
         self.with_client(|c| {
             let mut tx = c.transaction().map_err(|e| self.err(e))?;
             let stmt = tx.prepare(&sql).map_err(|e| self.err(e))?;
@@ -889,6 +898,81 @@ impl LongTermMemory for PgStore {
 }
 
 impl PgStore {
+    /// Store memories with distinct ids in two statements: one `INSERT ... SELECT FROM
+    /// unnest(...)` for the rows and one for their codes, instead of two round trips per
+    /// memory.
+    fn put_batch(
+        &self,
+        memories: &[NewMemory],
+        ids: &[MemoryId],
+        tags: &[Vec<Arc<str>>],
+        vectors: &[Vec<f32>],
+        now: i64,
+    ) -> Result<Vec<MemoryRecord>> {
+        let s = self.s();
+        let dims = i64::try_from(self.embedder.dims()).unwrap_or(i64::MAX);
+        let id_text: Vec<&str> = ids.iter().map(MemoryId::as_str).collect();
+        let agents: Vec<&str> = memories.iter().map(|m| m.agent_id.as_str()).collect();
+        let contents: Vec<&str> = memories.iter().map(|m| m.content.as_str()).collect();
+        // Tags are names without commas (`check_tags`), so one string per memory carries them.
+        let tag_text: Vec<String> = tags
+            .iter()
+            .map(|t| t.iter().map(|x| &**x).collect::<Vec<_>>().join(","))
+            .collect();
+        let flat: Vec<f32> = vectors.iter().flatten().copied().collect();
+        let sql = format!(
+            "INSERT INTO {s}.memories AS m (id, agent_id, content, tags, created_ms, updated_ms, embedding) \
+             SELECT t.id, t.agent_id, t.content, string_to_array(t.tags, ','), $5, $5, \
+                    ($6::real[])[(t.ord - 1) * $7 + 1 : t.ord * $7] \
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+                  WITH ORDINALITY AS t(id, agent_id, content, tags, ord) \
+             ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, content = excluded.content, \
+             tags = excluded.tags, updated_ms = excluded.updated_ms, embedding = excluded.embedding \
+             RETURNING {RECORD_COLUMNS}, m.key"
+        );
+        let code_sql = format!(
+            "INSERT INTO {s}.memory_codes (key, scale, code) \
+             SELECT * FROM unnest($1::bigint[], $2::real[], $3::bytea[]) \
+             ON CONFLICT (key) DO UPDATE SET scale = excluded.scale, code = excluded.code, \
+             xid = pg_current_xact_id()"
+        );
+        self.with_client(|c| {
+            let mut tx = c.transaction().map_err(|e| self.err(e))?;
+            let rows = tx
+                .query(
+                    &sql,
+                    &[&id_text, &agents, &contents, &tag_text, &now, &flat, &dims],
+                )
+                .map_err(|e| self.err(e))?;
+            let mut by_id: HashMap<String, (i64, MemoryRecord)> = HashMap::new();
+            for row in &rows {
+                let rec = self.record(row)?;
+                by_id.insert(rec.id.to_string(), (row.get("key"), rec));
+            }
+            let mut keys = Vec::with_capacity(ids.len());
+            let mut scales = Vec::with_capacity(ids.len());
+            let mut codes = Vec::with_capacity(ids.len());
+            let mut out = Vec::with_capacity(ids.len());
+            for (id, v) in ids.iter().zip(vectors) {
+                let Some((key, rec)) = by_id.remove(id.as_str()) else {
+                    return Err(MemoryError::Database {
+                        location: self.location.clone(),
+                        detail: format!("the insert returned no row for memory `{id}`"),
+                    });
+                };
+                let (code, scale) = crate::quant::code_bytes(v);
+                keys.push(key);
+                scales.push(scale);
+                codes.push(code);
+                out.push(rec);
+            }
+            tx.execute(&code_sql, &[&keys, &scales, &codes])
+                .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(out)
+        })
+    }
+
     fn id_of(&self, row: &postgres::Row) -> Result<MemoryId> {
         let id: String = row.get(0);
         MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {
