@@ -457,3 +457,46 @@ fn lexical_ranking_equals_fts5_bm25_of_the_same_memories() {
         }
     }
 }
+
+/// Verifies ADR-0012: a batch stored in one statement keeps each memory's tags (none, one,
+/// several), a batch repeating an id stores the last version, and both are read back whole.
+#[test]
+fn batches_keep_tags_and_the_last_of_repeated_ids() {
+    use strata_memory::{LongTermMemory, MemoryId};
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("batch");
+    let store = PgStore::connect_with(
+        &server.test_params(),
+        &schema,
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let id = |s: &str| MemoryId::new(s).unwrap();
+    let stored = store
+        .put_many(vec![
+            NewMemory::new("a", "no tags").with_id(id("t0")),
+            NewMemory::new("a", "one tag")
+                .with_id(id("t1"))
+                .with_tags(["ops"]),
+            NewMemory::new("b", "two tags")
+                .with_id(id("t2"))
+                .with_tags(["ops", "team:core/x-y.z"]),
+        ])
+        .unwrap();
+    assert_eq!(stored.len(), 3);
+    let got = |s: &str| store.get(&id(s)).unwrap().unwrap();
+    assert!(got("t0").tags.is_empty());
+    assert_eq!(got("t1").tags.len(), 1);
+    assert_eq!(&*got("t2").tags[1], "team:core/x-y.z");
+    assert_eq!(&*got("t2").agent_id, "b");
+    let again = store
+        .put_many(vec![
+            NewMemory::new("a", "first version").with_id(id("d")),
+            NewMemory::new("a", "second version").with_id(id("d")),
+        ])
+        .unwrap();
+    assert_eq!(again.len(), 2);
+    assert_eq!(got("d").content.as_str(), "second version");
+    assert_eq!(store.count(None).unwrap(), 4);
+}
