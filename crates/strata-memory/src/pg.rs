@@ -1,16 +1,17 @@
 //! The PostgreSQL adapter: working memory, long-term memory and shared context in one database
 //! schema that many runtimes share (ADR-0012).
 //!
-//! Long-term memory keeps a generated `tsvector` column (`simple` configuration, GIN index)
-//! ranked with `ts_rank`, and vectors as `real[]` at unit length (so cosine similarity is a
-//! dot product). No extension is needed (ADR-0019): next to each vector a narrow table,
-//! `memory_codes`, holds its int8 code (256 bytes for 256 dimensions) and the transaction that
-//! wrote it. Each store handle keeps the codes in memory, loaded at its first vector search and
-//! brought up to date at every search from the rows written (and the memories deleted) by
-//! transactions its last snapshot did not see. The vector ranking scores the codes in Rust,
-//! keeps a pool of the best, and ranks the pool exactly by the real vectors read back by key.
-//! Scoring every `real[]` in SQL took 6-8 s per query at 100,000 memories, and ternary codes
-//! scanned in SQL with `bit_count` reached only 0.31 recall@10 (see ADR-0019).
+//! Long-term memory keeps vectors as `real[]` at unit length (so cosine similarity is a dot
+//! product) and a generated `tsvector` column with a GIN index. No extension is needed
+//! (ADR-0019): next to each vector a narrow table, `memory_codes`, holds its int8 code (256
+//! bytes for 256 dimensions) and the transaction that wrote it. Each store handle keeps the
+//! codes and an in-process BM25 index of the texts (ADR-0029) in memory, loaded at its first
+//! search and brought up to date at every search from the rows written (and the memories
+//! deleted) by transactions its last snapshot did not see. The lexical ranking is BM25 as
+//! SQLite FTS5 computes it; the vector ranking scores the codes in Rust, keeps a pool of the
+//! best, and ranks the pool exactly by the real vectors read back by key. Scoring every
+//! `real[]` in SQL took 6-8 s per query at 100,000 memories, and ternary codes scanned in SQL
+//! with `bit_count` reached only 0.31 recall@10 (see ADR-0019).
 //!
 //! The schema is versioned in `<schema>.schema_version` and migrated forward in one
 //! transaction under an advisory lock, so runtimes starting together do not race. A lost

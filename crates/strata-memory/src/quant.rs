@@ -61,7 +61,7 @@ pub(crate) fn pool_size(n: usize) -> usize {
 /// Memories per block of the code layout: within a block the codes are stored dimension by
 /// dimension (`LANES` bytes of dimension 0, then of dimension 1, ...), so a query adds up only
 /// the dimensions where its own code is not zero, `LANES` memories at a time (ADR-0029).
-const LANES: usize = 64;
+const LANES: usize = 1024;
 
 /// The int8 codes of every memory of a store, by the store's row key.
 #[derive(Debug, Default)]
