@@ -178,21 +178,33 @@ impl CodeCache {
         }
         let mut qc = vec![0i8; dims];
         quantize(query, &mut qc);
-        let active: Vec<(usize, i32)> = qc
+        let active: Vec<(usize, i16)> = qc
             .iter()
             .enumerate()
             .filter(|(_, c)| **c != 0)
-            .map(|(d, c)| (d, i32::from(*c)))
+            .map(|(d, c)| (d, i16::from(*c)))
             .collect();
         let mut kept: Vec<(usize, f32)> = Vec::with_capacity(pool * 2 + LANES);
         let mut floor = f32::NEG_INFINITY;
         let n = self.keys.len();
         for (b, block) in self.codes.chunks_exact(dims * LANES).enumerate() {
             let mut acc = [0i32; LANES];
-            for &(d, q) in &active {
+            // Two dimensions at a time in 16 bits: codes and query codes are within ±127, so
+            // `q1 × c1 + q2 × c2` is at most 32,258 and cannot overflow an `i16`; the sum is
+            // widened once per pair.
+            let mut pairs = active.chunks_exact(2);
+            for pair in &mut pairs {
+                let ((d1, q1), (d2, q2)) = (pair[0], pair[1]);
+                let c1 = &block[d1 * LANES..(d1 + 1) * LANES];
+                let c2 = &block[d2 * LANES..(d2 + 1) * LANES];
+                for ((a, x), y) in acc.iter_mut().zip(c1).zip(c2) {
+                    *a += i32::from(i16::from(*x) * q1 + i16::from(*y) * q2);
+                }
+            }
+            for &(d, q) in pairs.remainder() {
                 let col = &block[d * LANES..(d + 1) * LANES];
                 for (a, c) in acc.iter_mut().zip(col) {
-                    *a += q * i32::from(*c);
+                    *a += i32::from(i16::from(*c) * q);
                 }
             }
             let base = b * LANES;
@@ -394,18 +406,29 @@ mod tests {
             cache.upsert(dims, k, &id(k), &v);
             plain.insert(k, v);
         }
+        // Extreme codes (every component ±127) against an extreme query: the 16-bit pair sums
+        // reach their largest magnitude and must not overflow.
+        for (k, sign) in [(5_000i64, 1.0f32), (5_001, -1.0)] {
+            let v = vec![sign; dims];
+            cache.upsert(dims, k, &id(k), &v);
+            plain.insert(k, v);
+        }
         assert_eq!(cache.len(), plain.len());
-        for q in 0..20 {
+        for q in 0..22 {
             // Even queries are sparse (a few non-zero components), odd ones dense.
-            let query: Vec<f32> = (0..dims)
-                .map(|d| {
-                    if q % 2 == 1 || d % 9 == q % 9 {
-                        rnd()
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
+            let query: Vec<f32> = match q {
+                20 => vec![1.0; dims],
+                21 => vec![-1.0; dims],
+                _ => (0..dims)
+                    .map(|d| {
+                        if q % 2 == 1 || d % 9 == q % 9 {
+                            rnd()
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect(),
+            };
             let mut qc = vec![0i8; dims];
             quantize(&query, &mut qc);
             let mut want: Vec<(i64, f32)> = plain
