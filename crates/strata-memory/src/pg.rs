@@ -21,6 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
 use strata_core::{Content, Role};
@@ -411,31 +412,36 @@ impl PgStore {
         let columns = format!(
             "SELECT m.id, c.key, c.scale, c.code, m.content FROM {s}.memory_codes c JOIN {s}.memories m ON m.key = c.key"
         );
-        let (rows, deleted) = match slot.as_ref() {
-            None => (
-                tx.query(&columns, &[]).map_err(|e| self.err(e))?,
-                Vec::new(),
-            ),
-            Some(PgCache { horizon: since, .. }) => (
-                tx.query(
-                    &format!("{columns} WHERE c.xid >= $1::text::xid8"),
-                    &[since],
-                )
-                .map_err(|e| self.err(e))?,
-                tx.query(
+        let since: Option<String> = slot.as_ref().map(|c| c.horizon.clone());
+        let deleted: Vec<i64> = match &since {
+            None => Vec::new(),
+            Some(since) => tx
+                .query(
                     &format!("SELECT key FROM {s}.memory_deletions WHERE xid >= $1::text::xid8"),
                     &[since],
                 )
-                .map_err(|e| self.err(e))?,
-            ),
+                .map_err(|e| self.err(e))?
+                .iter()
+                .map(|r| r.get(0))
+                .collect(),
         };
         let mut cache = slot.take().unwrap_or_default();
         for k in &deleted {
-            cache.codes.remove(dims, k.get(0));
-            cache.lexical.remove(k.get(0));
+            cache.codes.remove(dims, *k);
+            cache.lexical.remove(*k);
         }
-        for r in &rows {
-            let id = self.id_of(r)?;
+        // Rows are streamed: a first load of a million memories never holds them all at once.
+        let mut rows = match &since {
+            None => tx.query_raw(&columns, std::iter::empty::<&str>()),
+            Some(since) => tx.query_raw(
+                &format!("{columns} WHERE c.xid >= $1::text::xid8"),
+                std::iter::once(since),
+            ),
+        }
+        .map_err(|e| self.err(e))?;
+        let mut read = 0usize;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let id = self.id_of(&r)?;
             let key: i64 = r.get(1);
             let scale: f32 = r.get(2);
             let code: &[u8] = r.get(3);
@@ -450,8 +456,9 @@ impl PgStore {
             }
             cache.codes.upsert_code(dims, key, &id, code, scale);
             cache.lexical.upsert(key, r.get::<_, &str>(4));
+            read += 1;
         }
-        tracing::debug!(store = %self.name, read = rows.len(), deleted = deleted.len(), total = cache.codes.len(), "refreshed code cache");
+        tracing::debug!(store = %self.name, read, deleted = deleted.len(), total = cache.codes.len(), "refreshed code cache");
         cache.horizon = horizon;
         *slot = Some(cache);
         Ok(())
