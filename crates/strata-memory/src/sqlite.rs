@@ -197,10 +197,10 @@ const CHANGES_KEPT: i64 = 100_000;
 /// entries since the snapshot was written, so that new handles stay well inside the kept log.
 const SNAPSHOT_LAG: i64 = CHANGES_KEPT / 2;
 
-/// Vectors of every memory, held after the first search as int8 codes (ADR-0019): each
-/// vector scaled so its largest component is 127 and rounded, with the scale kept. A quarter
-/// of the memory and memory traffic of `f32`; the codes only choose candidates, which are then
-/// ranked by their exact vectors read from the file.
+/// What a handle keeps of every memory after its first search: the vectors as int8 codes
+/// (ADR-0019; each vector scaled so its largest component is 127 and rounded, with the scale
+/// kept; the codes only choose candidates, which are then ranked by their exact vectors read
+/// from the file) and the texts as a BM25 index (ADR-0029).
 #[derive(Debug, Default)]
 struct VectorCache {
     data_version: i64,
