@@ -385,15 +385,30 @@ fn lexical_ranking_equals_fts5_bm25_of_the_same_memories() {
         .unwrap()
     };
     let (a, b) = (connect(), connect());
-    let words = [
-        "the", "weekly", "report", "zebra", "deploy", "staging", "coffee", "keys", "alpha",
-    ];
+    let words: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
     let text = |i: usize| -> String {
-        (0..3 + i % 9)
-            .map(|j| words[(i * 7 + j * j * 3) % words.len()])
-            .chain(std::iter::once("the"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        // Varied texts: a skewed draw from the words, `the` in every memory and `alpha`
+        // in about a third (common enough that a ranking leaving out words found in more
+        // than a fifth of the memories would drop it, rare enough to weigh).
+        let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let len = 2 + next() % 12;
+        let mut out: Vec<&str> = (0..len)
+            .map(|_| {
+                let r = next() % 64;
+                words[((r * r) / 103) as usize % words.len()].as_str()
+            })
+            .collect();
+        out.push("the");
+        if next() % 3 == 0 {
+            out.push("alpha");
+        }
+        out.join(" ")
     };
     let mut contents: std::collections::BTreeMap<String, String> = Default::default();
     let mut batch = Vec::new();
@@ -429,10 +444,12 @@ fn lexical_ranking_equals_fts5_bm25_of_the_same_memories() {
             .unwrap();
     }
     for q in [
-        "the zebra",
+        "alpha w3",
+        "the w1 alpha",
         "the",
-        "report coffee keys",
-        "alpha deploy staging the",
+        "w0 w7 w20 alpha",
+        "alpha w2 w9 the",
+        "w39 w38",
     ] {
         let match_expr = q.split(' ').collect::<Vec<_>>().join(" OR ");
         let mut stmt = fts

@@ -253,15 +253,30 @@ fn lexical_ranking_equals_fts5_after_other_connections_write() {
     let path = dir.path().join("memory.db");
     let a = open_path(&path).unwrap();
     let b = open_path(&path).unwrap();
-    let words = [
-        "project", "note", "zebra", "deploy", "staging", "coffee", "keys", "build", "alpha",
-    ];
+    let words: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
     let text = |i: usize| -> String {
-        (0..3 + i % 9)
-            .map(|j| words[(i * 7 + j * j * 3) % words.len()])
-            .chain(std::iter::once("project"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        // Varied texts: a skewed draw from the words, `project` in every memory and `alpha`
+        // in about a third (common enough that a ranking leaving out words found in more
+        // than a fifth of the memories would drop it, rare enough to weigh).
+        let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let len = 2 + next() % 12;
+        let mut out: Vec<&str> = (0..len)
+            .map(|_| {
+                let r = next() % 64;
+                words[((r * r) / 103) as usize % words.len()].as_str()
+            })
+            .collect();
+        out.push("project");
+        if next() % 3 == 0 {
+            out.push("alpha");
+        }
+        out.join(" ")
     };
     a.put_many(
         (0..400)
@@ -290,10 +305,12 @@ fn lexical_ranking_equals_fts5_after_other_connections_write() {
         rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
     for q in [
-        "project zebra",
+        "alpha w3",
+        "project w1 alpha",
         "project",
-        "note coffee keys",
-        "alpha build staging project",
+        "w0 w7 w20 alpha",
+        "alpha w2 w9 project",
+        "w39 w38",
     ] {
         let match_expr = q.split(' ').collect::<Vec<_>>().join(" OR ");
         let mut stmt = fts
