@@ -1127,7 +1127,7 @@ impl SqliteStore {
             .map_err(|e| self.err(e))?;
         if inner.vectors.is_none() {
             // ADR-0029: a new handle starts from the snapshot when one fits this store.
-            inner.vectors = self.read_snapshot(pruned, dv);
+            inner.vectors = self.read_snapshot(pruned, last, dv);
             if inner.vectors.is_some() {
                 inner.stats.snapshot_loads += 1;
             }
@@ -1166,9 +1166,9 @@ impl SqliteStore {
     }
 
     /// The snapshot of the indexes next to the file, if it belongs to this store, has this
-    /// dimension and is not older than the pruned part of the change log; `None` (with the
-    /// reason logged) otherwise. Implements ADR-0029.
-    fn read_snapshot(&self, pruned: i64, dv: i64) -> Option<VectorCache> {
+    /// dimension and reflects a change-log entry between the pruned part of the log and its
+    /// end; `None` (with the reason logged) otherwise. Implements ADR-0029.
+    fn read_snapshot(&self, pruned: i64, last: i64, dv: i64) -> Option<VectorCache> {
         let path = snapshot::snapshot_path(&self.path);
         let dims = self.embedder.dims();
         let t = std::time::Instant::now();
@@ -1184,6 +1184,13 @@ impl SqliteStore {
             if h.change_seq < pruned {
                 return Err(snapshot::SnapshotError::Invalid(
                     "older than the kept change log",
+                ));
+            }
+            if h.change_seq > last {
+                // The file went back in time (an older copy restored): the snapshot describes
+                // changes the store no longer has.
+                return Err(snapshot::SnapshotError::Invalid(
+                    "newer than the store's change log",
                 ));
             }
             let codes = CodeCache::load(dims, r)?;

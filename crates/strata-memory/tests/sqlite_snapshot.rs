@@ -278,3 +278,54 @@ fn snapshots_written_while_others_write_stay_consistent() {
         }
     }
 }
+
+/// Verifies ADR-0029: a snapshot newer than the store (an older copy of the file restored next
+/// to it) is not used, so memories the store no longer holds are never considered.
+#[test]
+fn a_snapshot_newer_than_the_store_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let backup = dir.path().join("backup");
+    std::fs::create_dir(&backup).unwrap();
+    let files = |from: &Path, to: &Path| {
+        for suffix in ["", "-wal", "-commits"] {
+            let mut src = from.as_os_str().to_owned();
+            src.push(suffix);
+            let mut dst = to.as_os_str().to_owned();
+            dst.push(suffix);
+            if Path::new(&src).exists() {
+                std::fs::copy(&src, &dst).unwrap();
+            }
+        }
+    };
+    {
+        let s = open(&path);
+        fill(&s, 0..100);
+    }
+    files(&path, &backup.join("memory.db"));
+    {
+        let s = open(&path);
+        fill(&s, 100..200);
+        s.search("coffee", &SearchOptions::top(5)).unwrap();
+    }
+    assert!(snapshot(&path).is_file());
+    // Restore the older copy; the newer snapshot stays next to it.
+    let mut shm = path.as_os_str().to_owned();
+    shm.push("-shm");
+    let _ = std::fs::remove_file(PathBuf::from(shm));
+    files(&backup.join("memory.db"), &path);
+    let s = open(&path);
+    let all = s
+        .search("note", &SearchOptions::top(1_000).mode(SearchMode::Lexical))
+        .unwrap();
+    let stats = s.vector_cache_stats();
+    assert_eq!(
+        (stats.full_loads, stats.snapshot_loads),
+        (1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(all.len(), 100);
+    for i in [0usize, 99] {
+        assert_eq!(vector_top(&s, &text(i)), format!("m{i}"));
+    }
+}
