@@ -1,8 +1,10 @@
 //! A small in-memory BM25 index, the lexical ranking of the in-memory store.
 //!
 //! Scores follow Okapi BM25 with `k1 = 1.2`, `b = 0.75` and the non-negative idf
-//! `ln(1 + (N - df + 0.5) / (df + 0.5))`, the same formula SQLite's FTS5 `bm25()` uses (which
-//! reports it negated).
+//! `ln(1 + (N - df + 0.5) / (df + 0.5))`. SQLite's FTS5 `bm25()`, and the database stores'
+//! in-process index that reproduces it (`lexical.rs`, ADR-0029), use
+//! `ln((N - df + 0.5) / (df + 0.5))` raised to `1e-6` when not positive instead, so scores here,
+//! and sometimes the order, differ from theirs.
 
 use std::collections::HashMap;
 

@@ -1,16 +1,17 @@
 //! The PostgreSQL adapter: working memory, long-term memory and shared context in one database
 //! schema that many runtimes share (ADR-0012).
 //!
-//! Long-term memory keeps a generated `tsvector` column (`simple` configuration, GIN index)
-//! ranked with `ts_rank`, and vectors as `real[]` at unit length (so cosine similarity is a
-//! dot product). No extension is needed (ADR-0019): next to each vector a narrow table,
-//! `memory_codes`, holds its int8 code (256 bytes for 256 dimensions) and the transaction that
-//! wrote it. Each store handle keeps the codes in memory, loaded at its first vector search and
-//! brought up to date at every search from the rows written (and the memories deleted) by
-//! transactions its last snapshot did not see. The vector ranking scores the codes in Rust,
-//! keeps a pool of the best, and ranks the pool exactly by the real vectors read back by key.
-//! Scoring every `real[]` in SQL took 6-8 s per query at 100,000 memories, and ternary codes
-//! scanned in SQL with `bit_count` reached only 0.31 recall@10 (see ADR-0019).
+//! Long-term memory keeps vectors as `real[]` at unit length (so cosine similarity is a dot
+//! product) and a generated `tsvector` column with a GIN index. No extension is needed
+//! (ADR-0019): next to each vector a narrow table, `memory_codes`, holds its int8 code (256
+//! bytes for 256 dimensions) and the transaction that wrote it. Each store handle keeps the
+//! codes and an in-process BM25 index of the texts (ADR-0029) in memory, loaded at its first
+//! search and brought up to date at every search from the rows written (and the memories
+//! deleted) by transactions its last snapshot did not see. The lexical ranking is BM25 as
+//! SQLite FTS5 computes it; the vector ranking scores the codes in Rust, keeps a pool of the
+//! best, and ranks the pool exactly by the real vectors read back by key. Scoring every
+//! `real[]` in SQL took 6-8 s per query at 100,000 memories, and ternary codes scanned in SQL
+//! with `bit_count` reached only 0.31 recall@10 (see ADR-0019).
 //!
 //! The schema is versioned in `<schema>.schema_version` and migrated forward in one
 //! transaction under an advisory lock, so runtimes starting together do not race. A lost
@@ -20,27 +21,26 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
 use strata_core::{Content, Role};
 
 use crate::embed::{embed_checked, Embedder, HashEmbedder};
 use crate::error::{MemoryError, Result};
+use crate::lexical::LexicalIndex;
 use crate::long_term::{
     check_tags, dot, fuse, prepare_batch, top_by_similarity, ListOptions, LongTermMemory, MemoryId,
     MemoryRecord, NewMemory, SearchHit, SearchMode, SearchOptions,
 };
 use crate::options::StoreOptions;
-use crate::quant::CodeCache;
+use crate::quant::{top_positions, CodeCache};
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
 
 /// The schema version this build writes.
 pub const PG_SCHEMA_VERSION: i64 = 3;
-
-/// The share of all memories above which a query term counts as common.
-const COMMON_TERM_SHARE: f64 = 0.2;
 
 /// The default PostgreSQL schema (namespace) holding the tables.
 pub const DEFAULT_PG_SCHEMA: &str = "strata";
@@ -142,9 +142,18 @@ pub struct PgStore {
     embedder: Arc<dyn Embedder>,
     client: Mutex<Option<Client>>,
     /// The int8 codes of the store's memories and the snapshot `xmin` they reflect.
-    codes: Mutex<Option<(CodeCache, String)>>,
-    /// The share of memories each common term occurs in, and when it was read.
-    common: Mutex<Option<(std::time::Instant, HashMap<String, f32>)>>,
+    codes: Mutex<Option<PgCache>>,
+}
+
+/// What one handle keeps of the store's memories in process (ADR-0019, ADR-0029).
+#[derive(Debug, Default)]
+struct PgCache {
+    /// The int8 codes of the vectors.
+    codes: CodeCache,
+    /// The texts, for the lexical ranking.
+    lexical: LexicalIndex,
+    /// The `xmin` of the snapshot of the last refresh.
+    horizon: String,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -270,7 +279,6 @@ impl PgStore {
             embedder,
             client: Mutex::new(None),
             codes: Mutex::new(None),
-            common: Mutex::new(None),
         };
         store.with_client(|c| store.migrate(c))?;
         store.with_client(|c| store.check_embedder(c))?;
@@ -385,60 +393,6 @@ impl PgStore {
         Ok(())
     }
 
-    /// Leave out query terms found in more than [`COMMON_TERM_SHARE`] of all memories while a
-    /// rarer term remains, as the SQLite adapter does (ADR-0019): they weigh almost nothing in
-    /// the ranking but make `ts_rank` score most rows of the table. The shares come from the
-    /// statistics `ANALYZE` (and autovacuum) keep for the `tsv` column, read at most once a
-    /// minute; a term not in them is rarer than every term that is.
-    fn drop_common_terms(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        terms: &[String],
-    ) -> Result<Vec<String>> {
-        if terms.len() <= 1 {
-            return Ok(terms.to_vec());
-        }
-        let mut common = self
-            .common
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if common
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() > std::time::Duration::from_secs(60))
-        {
-            let row = tx
-                .query_opt(
-                    "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats \
-                     WHERE schemaname = $1 AND tablename = 'memories' AND attname = 'tsv'",
-                    &[&self.schema],
-                )
-                .map_err(|e| self.err(e))?;
-            let shares: HashMap<String, f32> = row
-                .and_then(|r| {
-                    let elems: Option<Vec<String>> = r.get(0);
-                    let freqs: Option<Vec<f32>> = r.get(1);
-                    Some(elems?.into_iter().zip(freqs?).collect())
-                })
-                .unwrap_or_default();
-            *common = Some((std::time::Instant::now(), shares));
-        }
-        let shares = common.as_ref().map(|(_, s)| s);
-        let share = |t: &String| shares.and_then(|s| s.get(t)).copied().unwrap_or(0.0);
-        let kept: Vec<String> = terms
-            .iter()
-            .filter(|t| f64::from(share(t)) <= COMMON_TERM_SHARE)
-            .cloned()
-            .collect();
-        if !kept.is_empty() {
-            return Ok(kept);
-        }
-        let rarest = terms
-            .iter()
-            .min_by(|a, b| share(a).total_cmp(&share(b)))
-            .cloned();
-        Ok(rarest.into_iter().collect())
-    }
-
     /// Bring this handle's code cache up to the snapshot of `tx` (ADR-0019): load everything
     /// the first time; afterwards read only the codes written, and the memories deleted, by
     /// transactions at or after the oldest one the previous snapshot could not see. Reading a
@@ -447,7 +401,7 @@ impl PgStore {
     fn refresh_codes(
         &self,
         tx: &mut postgres::Transaction<'_>,
-        slot: &mut Option<(CodeCache, String)>,
+        slot: &mut Option<PgCache>,
     ) -> Result<()> {
         let s = self.s();
         let dims = self.embedder.dims();
@@ -456,32 +410,38 @@ impl PgStore {
             .map_err(|e| self.err(e))?
             .get(0);
         let columns = format!(
-            "SELECT m.id, c.key, c.scale, c.code FROM {s}.memory_codes c JOIN {s}.memories m ON m.key = c.key"
+            "SELECT m.id, c.key, c.scale, c.code, m.content FROM {s}.memory_codes c JOIN {s}.memories m ON m.key = c.key"
         );
-        let (rows, deleted) = match slot.as_ref() {
-            None => (
-                tx.query(&columns, &[]).map_err(|e| self.err(e))?,
-                Vec::new(),
-            ),
-            Some((_, since)) => (
-                tx.query(
-                    &format!("{columns} WHERE c.xid >= $1::text::xid8"),
-                    &[since],
-                )
-                .map_err(|e| self.err(e))?,
-                tx.query(
+        let since: Option<String> = slot.as_ref().map(|c| c.horizon.clone());
+        let deleted: Vec<i64> = match &since {
+            None => Vec::new(),
+            Some(since) => tx
+                .query(
                     &format!("SELECT key FROM {s}.memory_deletions WHERE xid >= $1::text::xid8"),
                     &[since],
                 )
-                .map_err(|e| self.err(e))?,
-            ),
+                .map_err(|e| self.err(e))?
+                .iter()
+                .map(|r| r.get(0))
+                .collect(),
         };
-        let (mut cache, _) = slot.take().unwrap_or_default();
+        let mut cache = slot.take().unwrap_or_default();
         for k in &deleted {
-            cache.remove(dims, k.get(0));
+            cache.codes.remove(dims, *k);
+            cache.lexical.remove(*k);
         }
-        for r in &rows {
-            let id = self.id_of(r)?;
+        // Rows are streamed: a first load of a million memories never holds them all at once.
+        let mut rows = match &since {
+            None => tx.query_raw(&columns, std::iter::empty::<&str>()),
+            Some(since) => tx.query_raw(
+                &format!("{columns} WHERE c.xid >= $1::text::xid8"),
+                std::iter::once(since),
+            ),
+        }
+        .map_err(|e| self.err(e))?;
+        let mut read = 0usize;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let id = self.id_of(&r)?;
             let key: i64 = r.get(1);
             let scale: f32 = r.get(2);
             let code: &[u8] = r.get(3);
@@ -494,10 +454,13 @@ impl PgStore {
                     ),
                 });
             }
-            cache.upsert_code(dims, key, &id, code, scale);
+            cache.codes.upsert_code(dims, key, &id, code, scale);
+            cache.lexical.upsert(key, r.get::<_, &str>(4));
+            read += 1;
         }
-        tracing::debug!(store = %self.name, read = rows.len(), deleted = deleted.len(), total = cache.len(), "refreshed code cache");
-        *slot = Some((cache, horizon));
+        tracing::debug!(store = %self.name, read, deleted = deleted.len(), total = cache.codes.len(), "refreshed code cache");
+        cache.horizon = horizon;
+        *slot = Some(cache);
         Ok(())
     }
 
@@ -713,6 +676,15 @@ impl LongTermMemory for PgStore {
              ON CONFLICT (key) DO UPDATE SET scale = excluded.scale, code = excluded.code, \
              xid = pg_current_xact_id()"
         );
+        let now = self.options.now_ms();
+        let ids: Vec<MemoryId> = memories
+            .iter()
+            .map(|m| m.id.clone().unwrap_or_else(|| MemoryId::generate(now)))
+            .collect();
+        let distinct = ids.iter().collect::<HashSet<_>>().len() == ids.len();
+        if distinct && memories.len() > 1 {
+            return self.put_batch(&memories, &ids, &tags, &vectors, now);
+        }
         self.with_client(|c| {
             let mut tx = c.transaction().map_err(|e| self.err(e))?;
             let stmt = tx.prepare(&sql).map_err(|e| self.err(e))?;
@@ -818,59 +790,67 @@ impl LongTermMemory for PgStore {
                 .isolation_level(postgres::IsolationLevel::RepeatableRead)
                 .start()
                 .map_err(|e| self.err(e))?;
+            let dims = self.embedder.dims();
+            let mut slot = self
+                .codes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.refresh_codes(&mut tx, &mut slot)?;
+            let Some(cache) = slot.as_ref() else {
+                return Err(MemoryError::Database {
+                    location: self.location.clone(),
+                    detail: "code cache missing after load".into(),
+                });
+            };
+            let allowed = if agent.is_some() || !tags.is_empty() {
+                let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
+                let filter = filter_sql(agent, &tags, 1, &mut params);
+                let rows = tx
+                    .query(
+                        &format!("SELECT m.key FROM {s}.memories m WHERE TRUE{filter}"),
+                        &refs(&params),
+                    )
+                    .map_err(|e| self.err(e))?;
+                Some(
+                    rows.iter()
+                        .map(|r| r.get::<_, i64>(0))
+                        .collect::<HashSet<i64>>(),
+                )
+            } else {
+                None
+            };
+            let n_usize = usize::try_from(n).unwrap_or(usize::MAX);
             let mut lexical: Vec<MemoryId> = Vec::new();
             if options.mode != SearchMode::Vector {
-                let kept = self.drop_common_terms(&mut tx, &terms)?;
-                let mut params: Vec<Box<dyn ToSql + Sync>> =
-                    vec![Box::new(kept.join(" or ")), Box::new(n)];
-                let filter = filter_sql(agent, &tags, 3, &mut params);
-                let sql = format!(
-                    "SELECT m.id FROM {s}.memories m, websearch_to_tsquery('simple', $1) q \
-                     WHERE m.tsv @@ q{filter} ORDER BY ts_rank(m.tsv, q) DESC, m.id COLLATE \"C\" ASC LIMIT $2"
-                );
-                for row in tx.query(&sql, &refs(&params)).map_err(|e| self.err(e))? {
-                    lexical.push(self.id_of(&row)?);
-                }
+                // ADR-0029: BM25 from the handle's in-process index.
+                let scored: Vec<(usize, f64)> = cache
+                    .lexical
+                    .best(
+                        &terms,
+                        |k| allowed.as_ref().is_none_or(|a| a.contains(&k)),
+                        n_usize,
+                    )
+                    .into_iter()
+                    .filter_map(|(k, sc)| cache.codes.position(k).map(|p| (p, sc)))
+                    .collect();
+                lexical = top_positions(scored, n_usize, &cache.codes.ids)
+                    .into_iter()
+                    .map(|p| cache.codes.ids[p].clone())
+                    .collect();
             }
             let mut vector: Vec<MemoryId> = Vec::new();
             if let Some(q) = &qv {
                 // ADR-0019: int8 codes in memory choose a pool, exact vectors rank it.
-                let dims = self.embedder.dims();
-                let mut slot = self
-                    .codes
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                self.refresh_codes(&mut tx, &mut slot)?;
-                let Some((cache, _)) = slot.as_ref() else {
-                    return Err(MemoryError::Database {
-                        location: self.location.clone(),
-                        detail: "code cache missing after load".into(),
-                    });
-                };
-                let allowed = if agent.is_some() || !tags.is_empty() {
-                    let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
-                    let filter = filter_sql(agent, &tags, 1, &mut params);
-                    let rows = tx
-                        .query(
-                            &format!("SELECT m.key FROM {s}.memories m WHERE TRUE{filter}"),
-                            &refs(&params),
-                        )
-                        .map_err(|e| self.err(e))?;
-                    Some(rows.iter().map(|r| r.get::<_, i64>(0)).collect::<HashSet<i64>>())
-                } else {
-                    None
-                };
-                let pool = cache.candidates(
-                    dims,
-                    q,
-                    allowed.as_ref(),
-                    crate::quant::pool_size(usize::try_from(n).unwrap_or(usize::MAX)),
-                );
+                let cache = &cache.codes;
+                let pool =
+                    cache.candidates(dims, q, allowed.as_ref(), crate::quant::pool_size(n_usize));
                 let keys: Vec<i64> = pool.iter().map(|i| cache.keys[*i]).collect();
                 drop(slot);
                 let rows = tx
                     .query(
-                        &format!("SELECT m.id, m.embedding FROM {s}.memories m WHERE m.key = ANY($1)"),
+                        &format!(
+                            "SELECT m.id, m.embedding FROM {s}.memories m WHERE m.key = ANY($1)"
+                        ),
                         &[&keys],
                     )
                     .map_err(|e| self.err(e))?;
@@ -926,6 +906,81 @@ impl LongTermMemory for PgStore {
 }
 
 impl PgStore {
+    /// Store memories with distinct ids in two statements: one `INSERT ... SELECT FROM
+    /// unnest(...)` for the rows and one for their codes, instead of two round trips per
+    /// memory.
+    fn put_batch(
+        &self,
+        memories: &[NewMemory],
+        ids: &[MemoryId],
+        tags: &[Vec<Arc<str>>],
+        vectors: &[Vec<f32>],
+        now: i64,
+    ) -> Result<Vec<MemoryRecord>> {
+        let s = self.s();
+        let dims = i64::try_from(self.embedder.dims()).unwrap_or(i64::MAX);
+        let id_text: Vec<&str> = ids.iter().map(MemoryId::as_str).collect();
+        let agents: Vec<&str> = memories.iter().map(|m| m.agent_id.as_str()).collect();
+        let contents: Vec<&str> = memories.iter().map(|m| m.content.as_str()).collect();
+        // Tags are names without commas (`check_tags`), so one string per memory carries them.
+        let tag_text: Vec<String> = tags
+            .iter()
+            .map(|t| t.iter().map(|x| &**x).collect::<Vec<_>>().join(","))
+            .collect();
+        let flat: Vec<f32> = vectors.iter().flatten().copied().collect();
+        let sql = format!(
+            "INSERT INTO {s}.memories AS m (id, agent_id, content, tags, created_ms, updated_ms, embedding) \
+             SELECT t.id, t.agent_id, t.content, string_to_array(t.tags, ','), $5, $5, \
+                    ($6::real[])[(t.ord - 1) * $7 + 1 : t.ord * $7] \
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+                  WITH ORDINALITY AS t(id, agent_id, content, tags, ord) \
+             ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, content = excluded.content, \
+             tags = excluded.tags, updated_ms = excluded.updated_ms, embedding = excluded.embedding \
+             RETURNING {RECORD_COLUMNS}, m.key"
+        );
+        let code_sql = format!(
+            "INSERT INTO {s}.memory_codes (key, scale, code) \
+             SELECT * FROM unnest($1::bigint[], $2::real[], $3::bytea[]) \
+             ON CONFLICT (key) DO UPDATE SET scale = excluded.scale, code = excluded.code, \
+             xid = pg_current_xact_id()"
+        );
+        self.with_client(|c| {
+            let mut tx = c.transaction().map_err(|e| self.err(e))?;
+            let rows = tx
+                .query(
+                    &sql,
+                    &[&id_text, &agents, &contents, &tag_text, &now, &flat, &dims],
+                )
+                .map_err(|e| self.err(e))?;
+            let mut by_id: HashMap<String, (i64, MemoryRecord)> = HashMap::new();
+            for row in &rows {
+                let rec = self.record(row)?;
+                by_id.insert(rec.id.to_string(), (row.get("key"), rec));
+            }
+            let mut keys = Vec::with_capacity(ids.len());
+            let mut scales = Vec::with_capacity(ids.len());
+            let mut codes = Vec::with_capacity(ids.len());
+            let mut out = Vec::with_capacity(ids.len());
+            for (id, v) in ids.iter().zip(vectors) {
+                let Some((key, rec)) = by_id.remove(id.as_str()) else {
+                    return Err(MemoryError::Database {
+                        location: self.location.clone(),
+                        detail: format!("the insert returned no row for memory `{id}`"),
+                    });
+                };
+                let (code, scale) = crate::quant::code_bytes(v);
+                keys.push(key);
+                scales.push(scale);
+                codes.push(code);
+                out.push(rec);
+            }
+            tx.execute(&code_sql, &[&keys, &scales, &codes])
+                .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(out)
+        })
+    }
+
     fn id_of(&self, row: &postgres::Row) -> Result<MemoryId> {
         let id: String = row.get(0);
         MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {

@@ -1,13 +1,14 @@
 //! The SQLite adapter, the embedded default: one file in WAL mode holding working memory,
 //! long-term memory and shared context, with no server (ADR-0012).
 //!
-//! Long-term memory is indexed twice: an FTS5 table for BM25 (SQLite's `bm25()` is negative,
-//! lower is better, so it is sorted ascending) and vectors stored as little-endian `f32` BLOBs,
-//! ranked by cosine similarity in Rust. The vectors are cached in process memory after the
-//! first search; `PRAGMA data_version` tells when another connection has written to the file,
-//! and the cache is reloaded then. Query words found in more than a fifth of all memories are
-//! left out of the BM25 query while a rarer word remains: they carry almost no weight but would
-//! make FTS5 score most of the table.
+//! Long-term memory keeps its text in `memories` (with an FTS5 table kept in step by triggers,
+//! which `check_integrity` checks) and vectors as little-endian `f32` BLOBs in
+//! `memory_vectors`. Each handle ranks from process memory (ADR-0029): an in-process BM25
+//! index equal to FTS5's `bm25()` and the int8 codes of the vectors, both loaded at the first
+//! search and refreshed from the change log when another connection writes (`PRAGMA
+//! data_version` tells when), so such a write costs the next search the changed rows only.
+//! The codes choose a pool of candidates that the exact vectors, read back from the file and
+//! checked, rank.
 //!
 //! Damage is detected, never served (ADR-0019):
 //!
@@ -52,6 +53,7 @@ use strata_core::{Content, Role};
 
 use crate::embed::{embed_checked, Embedder, HashEmbedder};
 use crate::error::{MemoryError, Result};
+use crate::lexical::LexicalIndex;
 use crate::long_term::{
     check_tags, dot, fuse, prepare_batch, ListOptions, LongTermMemory, MemoryId, MemoryRecord,
     NewMemory, SearchHit, SearchMode, SearchOptions,
@@ -59,6 +61,7 @@ use crate::long_term::{
 use crate::options::{check_label, StoreOptions};
 use crate::quant::{pool_size, top_positions, CodeCache};
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
+use crate::snapshot;
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
     check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory, MAX_LABEL_BYTES,
@@ -186,34 +189,40 @@ CREATE TABLE session_state (
     ),
 ];
 
-/// The share of all memories above which a query term counts as common (see
-/// `SqliteStore::drop_common_terms`).
-const COMMON_TERM_SHARE: f64 = 0.2;
-
 /// How many change-log entries are kept for other processes' caches to catch up with; a
 /// cache further behind reloads everything.
 const CHANGES_KEPT: i64 = 100_000;
 
-/// Vectors of every memory, held after the first search as int8 codes (ADR-0019): each
-/// vector scaled so its largest component is 127 and rounded, with the scale kept. A quarter
-/// of the memory and memory traffic of `f32`; the codes only choose candidates, which are then
-/// ranked by their exact vectors read from the file.
+/// A handle rewrites the index snapshot when it has caught up with this many change-log
+/// entries since the snapshot was written, so that new handles stay well inside the kept log.
+const SNAPSHOT_LAG: i64 = CHANGES_KEPT / 2;
+
+/// What a handle keeps of every memory after its first search: the vectors as int8 codes
+/// (ADR-0019; each vector scaled so its largest component is 127 and rounded, with the scale
+/// kept; the codes only choose candidates, which are then ranked by their exact vectors read
+/// from the file) and the texts as a BM25 index (ADR-0029).
 #[derive(Debug, Default)]
 struct VectorCache {
     data_version: i64,
     /// The last change-log entry the cache reflects.
     change_seq: i64,
+    /// The change-log entry the snapshot on disk reflects, as far as this handle knows.
+    snapshot_seq: i64,
     /// The codes.
     codes: CodeCache,
+    /// The texts, for the lexical ranking (ADR-0029).
+    lexical: LexicalIndex,
 }
 
 impl VectorCache {
-    fn upsert(&mut self, dims: usize, key: i64, id: &MemoryId, v: &[f32]) {
+    fn upsert(&mut self, dims: usize, key: i64, id: &MemoryId, v: &[f32], content: &str) {
         self.codes.upsert(dims, key, id, v);
+        self.lexical.upsert(key, content);
     }
 
     fn remove(&mut self, dims: usize, key: i64) {
         self.codes.remove(dims, key);
+        self.lexical.remove(key);
     }
 }
 
@@ -233,6 +242,8 @@ pub struct VectorCacheStats {
     pub refreshes: u64,
     /// Vectors read again by those refreshes.
     pub rows_refreshed: u64,
+    /// Times the cache started from the snapshot next to the file (ADR-0029).
+    pub snapshot_loads: u64,
 }
 
 /// Size and content counts of a SQLite store.
@@ -690,14 +701,23 @@ fn record_from_row(
     location: &str,
     row: &rusqlite::Row<'_>,
 ) -> rusqlite::Result<Result<MemoryRecord>> {
-    let id = raw(row, 0)?;
-    let agent = raw(row, 1)?;
-    let content = raw(row, 2)?;
-    let tags = raw(row, 3)?;
-    let created_ms: i64 = row.get(4)?;
-    let updated_ms: i64 = row.get(5)?;
-    let key: i64 = row.get(6)?;
-    let stored = raw_opt(row, 7)?;
+    record_from_row_at(location, row, 0)
+}
+
+/// [`record_from_row`] for [`RECORD_COLUMNS`] starting at column `at`.
+fn record_from_row_at(
+    location: &str,
+    row: &rusqlite::Row<'_>,
+    at: usize,
+) -> rusqlite::Result<Result<MemoryRecord>> {
+    let id = raw(row, at)?;
+    let agent = raw(row, at + 1)?;
+    let content = raw(row, at + 2)?;
+    let tags = raw(row, at + 3)?;
+    let created_ms: i64 = row.get(at + 4)?;
+    let updated_ms: i64 = row.get(at + 5)?;
+    let key: i64 = row.get(at + 6)?;
+    let stored = raw_opt(row, at + 7)?;
     let name = || format!("key {key} (id `{}`)", String::from_utf8_lossy(id));
     let computed = memory_sum(key, id, agent, content, tags, created_ms, updated_ms);
     let check = || -> Result<MemoryRecord> {
@@ -1086,7 +1106,10 @@ impl SqliteStore {
             .conn
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
-        if inner.vectors.as_ref().is_some_and(|c| c.data_version == dv) {
+        if let Some(cache) = inner.vectors.as_mut().filter(|c| c.data_version == dv) {
+            if cache.change_seq - cache.snapshot_seq > SNAPSHOT_LAG {
+                self.write_snapshot(cache);
+            }
             return self.cache_ref(inner);
         }
         // One read transaction, so the log and the rows are read at the same moment.
@@ -1102,6 +1125,13 @@ impl SqliteStore {
                 |r| Ok((r.get::<_, Option<i64>>(0)?.unwrap_or(0), r.get(1)?)),
             )
             .map_err(|e| self.err(e))?;
+        if inner.vectors.is_none() {
+            // ADR-0029: a new handle starts from the snapshot when one fits this store.
+            inner.vectors = self.read_snapshot(pruned, last, dv);
+            if inner.vectors.is_some() {
+                inner.stats.snapshot_loads += 1;
+            }
+        }
         let incremental = inner
             .vectors
             .as_ref()
@@ -1114,6 +1144,9 @@ impl SqliteStore {
             inner.stats.refreshes += 1;
             inner.stats.rows_refreshed += n;
             cache.data_version = dv;
+            if last - cache.snapshot_seq > SNAPSHOT_LAG {
+                self.write_snapshot(&mut cache);
+            }
             inner.vectors = Some(cache);
             return self.cache_ref(inner);
         }
@@ -1126,9 +1159,85 @@ impl SqliteStore {
         drop(tx);
         res?;
         inner.stats.full_loads += 1;
-        tracing::debug!(store = %self.name, vectors = cache.codes.len(), "loaded vector cache");
+        tracing::debug!(store = %self.name, vectors = cache.codes.len(), texts = cache.lexical.len(), "loaded vector cache");
+        self.write_snapshot(&mut cache);
         inner.vectors = Some(cache);
         self.cache_ref(inner)
+    }
+
+    /// The snapshot of the indexes next to the file, if it belongs to this store, has this
+    /// dimension and reflects a change-log entry between the pruned part of the log and its
+    /// end; `None` (with the reason logged) otherwise. Implements ADR-0029.
+    fn read_snapshot(&self, pruned: i64, last: i64, dv: i64) -> Option<VectorCache> {
+        let path = snapshot::snapshot_path(&self.path);
+        let dims = self.embedder.dims();
+        let t = std::time::Instant::now();
+        let res = snapshot::read(&path, |h, r| {
+            if h.store_id != self.store_id {
+                return Err(snapshot::SnapshotError::Invalid(
+                    "it belongs to another store",
+                ));
+            }
+            if h.dims as usize != dims {
+                return Err(snapshot::SnapshotError::Invalid("another dimension"));
+            }
+            if h.change_seq < pruned {
+                return Err(snapshot::SnapshotError::Invalid(
+                    "older than the kept change log",
+                ));
+            }
+            if h.change_seq > last {
+                // The file went back in time (an older copy restored): the snapshot describes
+                // changes the store no longer has.
+                return Err(snapshot::SnapshotError::Invalid(
+                    "newer than the store's change log",
+                ));
+            }
+            let codes = CodeCache::load(dims, r)?;
+            let lexical = LexicalIndex::load(r)?;
+            Ok((codes, lexical))
+        });
+        match res {
+            Ok((h, (codes, lexical))) => {
+                tracing::debug!(store = %self.name, vectors = codes.len(), took_ms = t.elapsed().as_millis() as u64, "read index snapshot");
+                Some(VectorCache {
+                    data_version: dv,
+                    change_seq: h.change_seq,
+                    snapshot_seq: h.change_seq,
+                    codes,
+                    lexical,
+                })
+            }
+            Err(snapshot::SnapshotError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                tracing::warn!(store = %self.location, snapshot = %path.display(), error = %e, "ignoring the index snapshot; loading from the rows");
+                None
+            }
+        }
+    }
+
+    /// Write the cache as the snapshot next to the file (never for a read-only handle). A
+    /// failure only costs the next new handle a full load, so it is logged, not returned.
+    fn write_snapshot(&self, cache: &mut VectorCache) {
+        if self.read_only {
+            return;
+        }
+        let path = snapshot::snapshot_path(&self.path);
+        let header = snapshot::Header {
+            store_id: self.store_id.clone(),
+            change_seq: cache.change_seq,
+            dims: u32::try_from(self.embedder.dims()).unwrap_or(u32::MAX),
+        };
+        let res = snapshot::write(&path, &header, |w| {
+            cache.codes.save(w)?;
+            cache.lexical.save(w)
+        });
+        match res {
+            Ok(()) => cache.snapshot_seq = cache.change_seq,
+            Err(e) => {
+                tracing::warn!(store = %self.location, snapshot = %path.display(), error = %e, "could not write the index snapshot");
+            }
+        }
     }
 
     /// What this handle's vector cache has done: full loads, and refreshes through the change
@@ -1161,43 +1270,43 @@ impl SqliteStore {
         })
     }
 
-    /// A vector row, checked: `(id, vector)`.
-    fn checked_vector(&self, row: &rusqlite::Row<'_>, key: i64) -> Result<(MemoryId, Vec<f32>)> {
+    /// A row of [`CACHE_COLUMNS`], checked against both of its checksums: `(id, vector,
+    /// content)`.
+    fn checked_row(
+        &self,
+        row: &rusqlite::Row<'_>,
+        key: i64,
+    ) -> Result<(MemoryId, Vec<f32>, String)> {
         let dims = self.embedder.dims();
-        let id: String = row.get(1).map_err(|e| self.err(e))?;
-        let blob = row.get_ref(2).map_err(|e| self.err(e))?;
+        let blob = row.get_ref(1).map_err(|e| self.err(e))?;
         let blob = blob.as_blob().map_err(|e| MemoryError::Corrupt {
             location: self.location.clone(),
             detail: format!("embedding is not a blob: {e}"),
         })?;
-        let stored = raw_opt(row, 3).map_err(|e| self.err(e))?;
+        let stored = raw_opt(row, 2).map_err(|e| self.err(e))?;
+        let record = record_from_row_at(&self.location, row, 3).map_err(|e| self.err(e))??;
         verify_sum(
             &self.location,
             "memory_vectors",
-            &|| format!("key {key} (id `{id}`)"),
+            &|| format!("key {key} (id `{}`)", record.id),
             stored,
             &vector_sum(key, blob),
         )?;
         let v = blob_to_vector(&self.location, dims, blob)?;
-        let id = MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {
-            location: self.location.clone(),
-            detail: format!("invalid memory id `{id}` in memories"),
-        })?;
-        Ok((id, v))
+        Ok((record.id, v, record.content.as_str().to_owned()))
     }
 
     fn load_all(&self, conn: &Connection, cache: &mut VectorCache) -> Result<()> {
         let dims = self.embedder.dims();
-        let mut stmt = conn
-            .prepare(
-                "SELECT v.key, m.id, v.embedding, v.checksum FROM memory_vectors v JOIN memories m ON m.key = v.key",
-            )
-            .map_err(|e| self.err(e))?;
+        let sql = format!(
+            "SELECT v.key, v.embedding, v.checksum, {RECORD_COLUMNS} FROM memory_vectors v JOIN memories m ON m.key = v.key"
+        );
+        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
         while let Some(row) = rows.next().map_err(|e| self.err(e))? {
             let key: i64 = row.get(0).map_err(|e| self.err(e))?;
-            let (id, v) = self.checked_vector(row, key)?;
-            cache.upsert(dims, key, &id, &v);
+            let (id, v, content) = self.checked_row(row, key)?;
+            cache.upsert(dims, key, &id, &v, &content);
         }
         Ok(())
     }
@@ -1215,17 +1324,16 @@ impl SqliteStore {
                 .map_err(|e| self.err(e))?;
             rows
         };
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT v.key, m.id, v.embedding, v.checksum FROM memory_vectors v JOIN memories m ON m.key = v.key WHERE v.key = ?1",
-            )
-            .map_err(|e| self.err(e))?;
+        let sql = format!(
+            "SELECT v.key, v.embedding, v.checksum, {RECORD_COLUMNS} FROM memory_vectors v JOIN memories m ON m.key = v.key WHERE v.key = ?1"
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         for key in &keys {
             let mut rows = stmt.query([key]).map_err(|e| self.err(e))?;
             match rows.next().map_err(|e| self.err(e))? {
                 Some(row) => {
-                    let (id, v) = self.checked_vector(row, *key)?;
-                    cache.upsert(dims, *key, &id, &v);
+                    let (id, v, content) = self.checked_row(row, *key)?;
+                    cache.upsert(dims, *key, &id, &v, &content);
                 }
                 None => cache.remove(dims, *key),
             }
@@ -1352,101 +1460,6 @@ impl SqliteStore {
             })
             .map_err(|e| self.err(e))?
             .transpose()
-    }
-
-    fn lexical(
-        &self,
-        conn: &Connection,
-        terms: &[String],
-        agent: Option<&str>,
-        tags: &[Arc<str>],
-        n: usize,
-    ) -> Result<Vec<(MemoryId, i64)>> {
-        let terms = self.drop_common_terms(conn, terms)?;
-        let fts_query = terms
-            .iter()
-            .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
-            .collect::<Vec<_>>()
-            .join(" OR ");
-        let (filter, fparams) = filter_sql(agent, tags);
-        let sql = if filter.is_empty() {
-            // Without filters, FTS5 picks the best `n` by itself and only those are joined.
-            format!(
-                "SELECT m.id, m.key, f.s FROM \
-                 (SELECT rowid, rank AS s FROM memories_fts WHERE memories_fts MATCH ? \
-                  ORDER BY rank LIMIT {n}) f \
-                 JOIN memories m ON m.key = f.rowid ORDER BY f.s ASC, m.id ASC"
-            )
-        } else {
-            format!(
-                "SELECT m.id, m.key, bm25(memories_fts) AS s FROM memories_fts \
-                 JOIN memories m ON m.key = memories_fts.rowid \
-                 WHERE memories_fts MATCH ?{filter} ORDER BY s ASC, m.id ASC LIMIT {n}"
-            )
-        };
-        let mut all = vec![fts_query];
-        all.extend(fparams);
-        let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params_from_iter(all.iter()), |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-            })
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, key) = row.map_err(|e| self.err(e))?;
-            let id = MemoryId::new(&id).map_err(|_| MemoryError::Corrupt {
-                location: self.location.clone(),
-                detail: format!("invalid memory id `{id}` in memories"),
-            })?;
-            out.push((id, key));
-        }
-        Ok(out)
-    }
-
-    /// Leave out query terms found in more than [`COMMON_TERM_SHARE`] of all memories while a
-    /// rarer term remains. Such terms weigh almost nothing in BM25 (their idf is below ln 5)
-    /// but make FTS5 score most rows of the table; without them a 100,000-memory search reads
-    /// a fraction of the index.
-    fn drop_common_terms(&self, conn: &Connection, terms: &[String]) -> Result<Vec<String>> {
-        if terms.len() <= 1 {
-            return Ok(terms.to_vec());
-        }
-        // The largest key stands in for the number of memories: it is read from the end of
-        // the table's tree instead of counting a million rows on every search, and it can only
-        // be larger than the count (keys of deleted memories), which keeps more terms.
-        let total: i64 = conn
-            .query_row("SELECT coalesce(max(key), 0) FROM memories", [], |r| {
-                r.get(0)
-            })
-            .map_err(|e| self.err(e))?;
-        let limit = (total as f64 * COMMON_TERM_SHARE).max(1.0);
-        let mut stmt = conn
-            .prepare_cached("SELECT doc FROM memories_fts_vocab WHERE term = ?1")
-            .map_err(|e| self.err(e))?;
-        let mut with_df = Vec::with_capacity(terms.len());
-        for t in terms {
-            let df: i64 = stmt
-                .query_row([t], |r| r.get(0))
-                .optional()
-                .map_err(|e| self.err(e))?
-                .unwrap_or(0);
-            with_df.push((t, df));
-        }
-        let kept: Vec<String> = with_df
-            .iter()
-            .filter(|(_, df)| (*df as f64) <= limit)
-            .map(|(t, _)| (*t).clone())
-            .collect();
-        if !kept.is_empty() {
-            return Ok(kept);
-        }
-        // Every term is common: keep the rarest one (the first of equals).
-        let rarest = with_df
-            .iter()
-            .min_by_key(|(_, df)| *df)
-            .map(|(t, _)| (*t).clone());
-        Ok(rarest.into_iter().collect())
     }
 
     fn allowed_keys(
@@ -1874,7 +1887,7 @@ impl LongTermMemory for SqliteStore {
         self.commit(tx)?;
         if let Some(cache) = inner.vectors.as_mut() {
             for ((key, rec), v) in done.iter().zip(&vectors) {
-                cache.upsert(dims, *key, &rec.id, v);
+                cache.upsert(dims, *key, &rec.id, v, rec.content.as_str());
             }
             if cache.data_version == dv {
                 cache.change_seq = last;
@@ -1987,28 +2000,38 @@ impl LongTermMemory for SqliteStore {
         let dims = self.embedder.dims();
         let mut guard = self.lock();
         let inner = &mut *guard;
+        let allowed = if agent.is_some() || !tags.is_empty() {
+            Some(self.allowed_keys(&inner.conn, agent, &tags)?)
+        } else {
+            None
+        };
+        self.fresh_vectors(inner)?;
+        let cache = self.cache_ref(inner)?;
         let mut keys: HashMap<MemoryId, i64> = HashMap::new();
         let lexical: Vec<MemoryId> = if options.mode == SearchMode::Vector {
             Vec::new()
         } else {
-            self.lexical(&inner.conn, &terms, agent, &tags, n)?
+            // ADR-0029: BM25 from the handle's in-process index, equal to FTS5's `bm25()`.
+            let scored = cache.lexical.best(
+                &terms,
+                |k| allowed.as_ref().is_none_or(|a| a.contains(&k)),
+                n,
+            );
+            let scored: Vec<(usize, f64)> = scored
                 .into_iter()
-                .map(|(id, key)| {
-                    keys.insert(id.clone(), key);
-                    id
+                .filter_map(|(k, s)| cache.codes.position(k).map(|p| (p, s)))
+                .collect();
+            top_positions(scored, n, &cache.codes.ids)
+                .into_iter()
+                .map(|p| {
+                    keys.insert(cache.codes.ids[p].clone(), cache.codes.keys[p]);
+                    cache.codes.ids[p].clone()
                 })
                 .collect()
         };
         let vector: Vec<MemoryId> = match &qv {
             None => Vec::new(),
             Some(q) => {
-                let allowed = if agent.is_some() || !tags.is_empty() {
-                    Some(self.allowed_keys(&inner.conn, agent, &tags)?)
-                } else {
-                    None
-                };
-                self.fresh_vectors(inner)?;
-                let cache = self.cache_ref(inner)?;
                 // ADR-0019: int8 codes choose a pool, exact vectors from the file rank it.
                 let cache = &cache.codes;
                 let pool = cache.candidates(dims, q, allowed.as_ref(), pool_size(n));

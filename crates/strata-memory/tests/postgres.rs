@@ -367,13 +367,121 @@ fn code_cache_follows_other_handles() {
     assert!(all.iter().all(|h| h.record.id.as_str() != "k9"));
 }
 
-/// Verifies ADR-0019: query terms found in more than a fifth of the memories (by the column
-/// statistics) are left out of the lexical query while a rarer term remains, as in SQLite.
+/// Verifies ADR-0029: the PostgreSQL lexical ranking is BM25 as SQLite FTS5's `bm25()`
+/// computes it over the same memories (every query word counted, common ones included), also
+/// after another handle added, replaced and deleted memories.
 #[test]
-fn common_terms_are_left_out_of_the_lexical_query() {
+fn lexical_ranking_equals_fts5_bm25_of_the_same_memories() {
     use strata_memory::{SearchMode, SearchOptions};
     let server = pg_harness::shared();
-    let schema = pg_harness::fresh_schema("common");
+    let schema = pg_harness::fresh_schema("lexical");
+    let connect = || {
+        PgStore::connect_with(
+            &server.test_params(),
+            &schema,
+            Arc::new(HashEmbedder::default()),
+            StoreOptions::default(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (connect(), connect());
+    let words: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
+    let text = |i: usize| -> String {
+        // Varied texts: a skewed draw from the words, `the` in every memory and `alpha`
+        // in about a third (common enough that a ranking leaving out words found in more
+        // than a fifth of the memories would drop it, rare enough to weigh).
+        let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let len = 2 + next() % 12;
+        let mut out: Vec<&str> = (0..len)
+            .map(|_| {
+                let r = next() % 64;
+                words[((r * r) / 103) as usize % words.len()].as_str()
+            })
+            .collect();
+        out.push("the");
+        if next() % 3 == 0 {
+            out.push("alpha");
+        }
+        out.join(" ")
+    };
+    let mut contents: std::collections::BTreeMap<String, String> = Default::default();
+    let mut batch = Vec::new();
+    for i in 0..300 {
+        contents.insert(format!("m{i}"), text(i));
+        batch.push(
+            NewMemory::new("a", text(i))
+                .with_id(strata_memory::MemoryId::new(format!("m{i}")).unwrap()),
+        );
+    }
+    a.put_many(batch).unwrap();
+    let lexical = SearchOptions::top(20).mode(SearchMode::Lexical);
+    a.search("the zebra", &lexical).unwrap();
+    for i in (0..300).step_by(4) {
+        contents.insert(format!("m{i}"), text(i + 500));
+        b.put(
+            NewMemory::new("a", text(i + 500))
+                .with_id(strata_memory::MemoryId::new(format!("m{i}")).unwrap()),
+        )
+        .unwrap();
+    }
+    for i in (1..300).step_by(7) {
+        contents.remove(&format!("m{i}"));
+        assert!(b
+            .delete(&strata_memory::MemoryId::new(format!("m{i}")).unwrap())
+            .unwrap());
+    }
+    let fts = rusqlite::Connection::open_in_memory().unwrap();
+    fts.execute_batch("CREATE VIRTUAL TABLE f USING fts5 (id UNINDEXED, content)")
+        .unwrap();
+    for (id, c) in &contents {
+        fts.execute("INSERT INTO f (id, content) VALUES (?1, ?2)", [id, c])
+            .unwrap();
+    }
+    for q in [
+        "alpha w3",
+        "the w1 alpha",
+        "the",
+        "w0 w7 w20 alpha",
+        "alpha w2 w9 the",
+        "w39 w38",
+    ] {
+        let match_expr = q.split(' ').collect::<Vec<_>>().join(" OR ");
+        let mut stmt = fts
+            .prepare("SELECT id, -bm25(f) FROM f WHERE f MATCH ?1 ORDER BY bm25(f)")
+            .unwrap();
+        let want: Vec<(String, f64)> = stmt
+            .query_map([&match_expr], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let score: std::collections::HashMap<&str, f64> =
+            want.iter().map(|(i, s)| (i.as_str(), *s)).collect();
+        let got = a.search(q, &lexical).unwrap();
+        assert_eq!(got.len(), want.len().min(20), "{q}");
+        for (rank, h) in got.iter().enumerate() {
+            let s = score[h.record.id.as_str()];
+            assert!(
+                (s - want[rank].1).abs() < 1e-9,
+                "{q}: rank {rank}: {s} vs {}",
+                want[rank].1
+            );
+        }
+    }
+}
+
+/// Verifies ADR-0012: a batch stored in one statement keeps each memory's tags (none, one,
+/// several), a batch repeating an id stores the last version, and both are read back whole.
+#[test]
+fn batches_keep_tags_and_the_last_of_repeated_ids() {
+    use strata_memory::{LongTermMemory, MemoryId};
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("batch");
     let store = PgStore::connect_with(
         &server.test_params(),
         &schema,
@@ -381,18 +489,31 @@ fn common_terms_are_left_out_of_the_lexical_query() {
         StoreOptions::default(),
     )
     .unwrap();
-    let mut batch: Vec<NewMemory> = (0..200)
-        .map(|i| NewMemory::new("a", format!("the weekly report number {i}")))
-        .collect();
-    batch.push(NewMemory::new("a", "the zebra report"));
-    store.put_many(batch).unwrap();
-    let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
-    c.batch_execute(&format!("ANALYZE \"{schema}\".memories"))
+    let id = |s: &str| MemoryId::new(s).unwrap();
+    let stored = store
+        .put_many(vec![
+            NewMemory::new("a", "no tags").with_id(id("t0")),
+            NewMemory::new("a", "one tag")
+                .with_id(id("t1"))
+                .with_tags(["ops"]),
+            NewMemory::new("b", "two tags")
+                .with_id(id("t2"))
+                .with_tags(["ops", "team:core/x-y.z"]),
+        ])
         .unwrap();
-    let lexical = SearchOptions::top(50).mode(SearchMode::Lexical);
-    let hits = store.search("the zebra", &lexical).unwrap();
-    assert_eq!(hits.len(), 1, "{hits:?}");
-    assert_eq!(hits[0].record.content.as_str(), "the zebra report");
-    // Only common terms: the rarest is kept, and the search still finds memories.
-    assert_eq!(store.search("the report", &lexical).unwrap().len(), 50);
+    assert_eq!(stored.len(), 3);
+    let got = |s: &str| store.get(&id(s)).unwrap().unwrap();
+    assert!(got("t0").tags.is_empty());
+    assert_eq!(got("t1").tags.len(), 1);
+    assert_eq!(&*got("t2").tags[1], "team:core/x-y.z");
+    assert_eq!(&*got("t2").agent_id, "b");
+    let again = store
+        .put_many(vec![
+            NewMemory::new("a", "first version").with_id(id("d")),
+            NewMemory::new("a", "second version").with_id(id("d")),
+        ])
+        .unwrap();
+    assert_eq!(again.len(), 2);
+    assert_eq!(got("d").content.as_str(), "second version");
+    assert_eq!(store.count(None).unwrap(), 4);
 }

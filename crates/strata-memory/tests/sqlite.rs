@@ -244,23 +244,101 @@ fn vector_cache_follows_other_connections() {
     assert_eq!(a.search("kubernetes", &vec_only).unwrap().len(), 1);
 }
 
-/// Verifies ADR-0012: a word found in most memories does not pull every memory into the BM25
-/// ranking while a rarer query word remains; alone, it is still searched.
+/// Verifies ADR-0029: the lexical ranking a handle computes in process is SQLite FTS5's own
+/// `bm25()` ranking of the same file, with every query word counted (common ones included),
+/// also after another connection added, replaced and deleted memories.
 #[test]
-fn common_words_are_left_out_of_the_lexical_query() {
+fn lexical_ranking_equals_fts5_after_other_connections_write() {
     let dir = tempfile::tempdir().unwrap();
-    let s = open_path(&dir.path().join("memory.db")).unwrap();
-    let mut items: Vec<NewMemory> = (0..9)
-        .map(|i| NewMemory::new("a", format!("project note number {i}")))
-        .collect();
-    items.push(NewMemory::new("a", "project zebra crossing"));
-    s.put_many(items).unwrap();
-    let lexical = SearchOptions::top(10).mode(strata_memory::SearchMode::Lexical);
-    let hits = s.search("project zebra", &lexical).unwrap();
-    assert_eq!(hits.len(), 1);
-    assert_eq!(hits[0].record.content.as_str(), "project zebra crossing");
-    assert_eq!(s.search("project", &lexical).unwrap().len(), 10);
-    assert_eq!(s.search("project note", &lexical).unwrap().len(), 9);
+    let path = dir.path().join("memory.db");
+    let a = open_path(&path).unwrap();
+    let b = open_path(&path).unwrap();
+    let words: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
+    let text = |i: usize| -> String {
+        // Varied texts: a skewed draw from the words, `project` in every memory and `alpha`
+        // in about a third (common enough that a ranking leaving out words found in more
+        // than a fifth of the memories would drop it, rare enough to weigh).
+        let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let len = 2 + next() % 12;
+        let mut out: Vec<&str> = (0..len)
+            .map(|_| {
+                let r = next() % 64;
+                words[((r * r) / 103) as usize % words.len()].as_str()
+            })
+            .collect();
+        out.push("project");
+        if next() % 3 == 0 {
+            out.push("alpha");
+        }
+        out.join(" ")
+    };
+    a.put_many(
+        (0..400)
+            .map(|i| {
+                NewMemory::new("a", text(i))
+                    .with_id(strata_memory::MemoryId::new(format!("m{i}")).unwrap())
+            })
+            .collect(),
+    )
+    .unwrap();
+    let lexical = SearchOptions::top(20).mode(strata_memory::SearchMode::Lexical);
+    a.search("project zebra", &lexical).unwrap();
+    for i in (0..400).step_by(5) {
+        b.put(
+            NewMemory::new("a", text(i + 1000))
+                .with_id(strata_memory::MemoryId::new(format!("m{i}")).unwrap()),
+        )
+        .unwrap();
+    }
+    for i in (1..400).step_by(9) {
+        assert!(b
+            .delete(&strata_memory::MemoryId::new(format!("m{i}")).unwrap())
+            .unwrap());
+    }
+    let fts =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    for q in [
+        "alpha w3",
+        "project w1 alpha",
+        "project",
+        "w0 w7 w20 alpha",
+        "alpha w2 w9 project",
+        "w39 w38",
+    ] {
+        let match_expr = q.split(' ').collect::<Vec<_>>().join(" OR ");
+        let mut stmt = fts
+            .prepare(
+                "SELECT m.id, -bm25(memories_fts) FROM memories_fts \
+                 JOIN memories m ON m.key = memories_fts.rowid \
+                 WHERE memories_fts MATCH ?1 ORDER BY bm25(memories_fts)",
+            )
+            .unwrap();
+        let want: Vec<(String, f64)> = stmt
+            .query_map([&match_expr], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let score: std::collections::HashMap<&str, f64> =
+            want.iter().map(|(i, s)| (i.as_str(), *s)).collect();
+        let got = a.search(q, &lexical).unwrap();
+        assert_eq!(got.len(), want.len().min(20), "{q}");
+        for (rank, h) in got.iter().enumerate() {
+            let s = score[h.record.id.as_str()];
+            // Each result scores what FTS5's result of its rank scores (ties in any order).
+            assert!(
+                (s - want[rank].1).abs() < 1e-9,
+                "{q}: rank {rank}: {s} vs {}",
+                want[rank].1
+            );
+        }
+    }
 }
 
 /// Verifies ADR-0019: the vector ranking (int8 codes choosing candidates, exact vectors

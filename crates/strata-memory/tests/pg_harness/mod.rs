@@ -118,6 +118,58 @@ impl PgServer {
         server
     }
 
+    /// Start the cluster kept in `root` (created there the first time), for benchmarks that
+    /// reuse a large store between runs. Dropping the value stops the server and keeps the
+    /// directory.
+    pub fn start_kept(root: &Path) -> PgServer {
+        let bin = find_bin();
+        let as_postgres = is_root();
+        std::fs::create_dir_all(root).expect("create the kept cluster directory");
+        let root = root
+            .canonicalize()
+            .expect("resolve the kept cluster directory");
+        if as_postgres {
+            let ok = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(&root)
+                .status()
+                .expect("run chown")
+                .success();
+            assert!(ok, "could not give {} to the postgres user", root.display());
+        }
+        let server = PgServer {
+            bin,
+            dir: None,
+            root,
+            port: free_port(),
+            as_postgres,
+        };
+        let fresh = !server.data().join("PG_VERSION").is_file();
+        if fresh {
+            let out = server
+                .command("initdb")
+                .arg("-D")
+                .arg(server.data())
+                .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+                .output()
+                .expect("run initdb");
+            assert!(
+                out.status.success(),
+                "initdb failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        server.run_pg_ctl_start();
+        if fresh {
+            let mut c = postgres::Client::connect(&server.params("postgres"), postgres::NoTls)
+                .expect("connect to the new server");
+            c.batch_execute(&format!("CREATE DATABASE {DB}"))
+                .expect("create the test database");
+        }
+        server
+    }
+
     fn command(&self, tool: &str) -> Command {
         let exe = self.bin.join(tool);
         let mut cmd = if self.as_postgres {
