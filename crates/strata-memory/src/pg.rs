@@ -216,19 +216,14 @@ fn describe(params: &str, schema: &str) -> String {
 }
 
 fn check_schema_name(schema: &str) -> Result<()> {
-    let ok = !schema.is_empty()
-        && schema.len() <= 63
-        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && schema
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if ok {
+    if strata_core::sql::is_plain_identifier(schema) {
         Ok(())
     } else {
         Err(MemoryError::invalid(
             "PostgreSQL schema name",
             format!(
-                "`{schema}` must be 1-63 characters of a-z, 0-9 and _, not starting with a digit"
+                "`{schema}` must be {}",
+                strata_core::sql::PLAIN_IDENTIFIER_RULE
             ),
         ))
     }
