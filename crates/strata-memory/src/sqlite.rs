@@ -1240,6 +1240,22 @@ impl SqliteStore {
         }
     }
 
+    /// Bring this handle's search indexes up to date with the file and write their snapshot
+    /// next to it, so that the first search of the next handle reads the snapshot instead of
+    /// every row (ADR-0029). A bulk import calls this once at its end, so that loading a large
+    /// store is paid by the import, not by a later search. Nothing is written by a read-only
+    /// handle; a snapshot that cannot be written is logged, as on any search.
+    pub fn prepare_search(&self) -> Result<()> {
+        let mut inner = self.lock();
+        self.fresh_vectors(&mut inner)?;
+        if let Some(cache) = inner.vectors.as_mut() {
+            if cache.snapshot_seq != cache.change_seq {
+                self.write_snapshot(cache);
+            }
+        }
+        Ok(())
+    }
+
     /// What this handle's vector cache has done: full loads, and refreshes through the change
     /// log after other connections wrote (ADR-0019).
     pub fn vector_cache_stats(&self) -> VectorCacheStats {
