@@ -142,9 +142,12 @@ pub struct SectionRecord {
     pub full_tokens: Option<u64>,
     /// Section id.
     pub id: String,
-    /// For a cut section: bytes of its content kept from the start (the cut offset).
+    /// For a cut section: bytes of its content kept from the start (the cut offset). Absent
+    /// otherwise, and in receipts signed before it was recorded, which keep their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_head_bytes: Option<u64>,
     /// For a cut section: bytes of its content kept from the end (0 for a head cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_tail_bytes: Option<u64>,
     /// Layer (3-6).
     pub layer: Layer,

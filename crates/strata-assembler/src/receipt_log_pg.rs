@@ -26,6 +26,10 @@ pub struct PgReceiptLog {
     params: String,
     schema: String,
     client: Option<postgres::Client>,
+    /// Entries this handle knows the log holds, and the digest of the last of them
+    /// ([`GENESIS`] for none): the newest entry it wrote or audited. The log must still hold
+    /// that entry, unchanged, when it appends again (ADR-0021).
+    known: (u64, String),
 }
 
 impl std::fmt::Debug for PgReceiptLog {
@@ -52,10 +56,26 @@ fn check_schema_name(schema: &str) -> Result<(), LogError> {
 }
 
 fn db(schema: &str, e: &postgres::Error) -> LogError {
+    let why = match e.as_db_error() {
+        Some(d) => format!(
+            "PostgreSQL refused the statement: {} (SQLSTATE {})",
+            d.message(),
+            d.code().code()
+        ),
+        None => format!("PostgreSQL: {e}; check that the server is reachable"),
+    };
     LogError::Database {
         schema: schema.to_owned(),
-        why: format!("PostgreSQL: {e}; check that the server is reachable"),
+        why,
     }
+}
+
+/// How an append attempt failed: refused (nothing to retry), before the commit was sent (safe
+/// to retry), or at the commit (the entry may be in the log).
+enum Failed {
+    Refused(LogError),
+    BeforeCommit(LogError),
+    AtCommit(LogError, Appended),
 }
 
 fn damaged(schema: &str, why: String) -> LogError {
@@ -65,17 +85,18 @@ fn damaged(schema: &str, why: String) -> LogError {
     }
 }
 
-/// One row as an [`Entry`]; values the file format could not hold are refused.
-fn entry(schema: &str, row: &postgres::Row) -> Result<Entry, LogError> {
-    let seq: i64 = row.get(0);
-    let seq =
-        u64::try_from(seq).map_err(|_| damaged(schema, format!("entry has sequence {seq}")))?;
+/// One row as an [`Entry`]. A row the file format could not hold (a negative sequence number,
+/// a NULL or a changed column type) is refused as malformed: it was written by hand.
+fn entry(row: &postgres::Row) -> Result<Entry, LogError> {
+    let bad = |why: String| LogError::Malformed { offset: 0, why };
+    let get_err = |e: postgres::Error| bad(format!("a receipt-log row does not read back: {e}"));
+    let seq: i64 = row.try_get(0).map_err(get_err)?;
     Ok(Entry {
-        seq,
-        unix_ms: row.get(1),
-        prev: row.get(2),
-        digest: row.get(3),
-        body: row.get(4),
+        seq: u64::try_from(seq).map_err(|_| bad(format!("a row has sequence number {seq}")))?,
+        unix_ms: row.try_get(1).map_err(get_err)?,
+        prev: row.try_get(2).map_err(get_err)?,
+        digest: row.try_get(3).map_err(get_err)?,
+        body: row.try_get(4).map_err(get_err)?,
         offset: 0,
     })
 }
@@ -89,19 +110,36 @@ fn table_exists(c: &mut postgres::Client, schema: &str) -> Result<bool, LogError
     .map_err(|e| db(schema, &e))
 }
 
+/// Limits that keep one stalled runtime from holding the table lock, and so every other
+/// runtime's turns, for longer than this (ADR-0021).
+const SESSION_LIMITS: &str = "SET lock_timeout = '10s'; SET statement_timeout = '30s'; \
+                              SET idle_in_transaction_session_timeout = '30s'";
+
 fn connect(params: &str, schema: &str) -> Result<postgres::Client, LogError> {
-    postgres::Client::connect(params, postgres::NoTls).map_err(|e| db(schema, &e))
+    let mut config: postgres::Config = params.parse().map_err(|e| db(schema, &e))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(std::time::Duration::from_secs(10));
+    }
+    config.keepalives(true);
+    let mut c = config
+        .connect(postgres::NoTls)
+        .map_err(|e| db(schema, &e))?;
+    c.batch_execute(SESSION_LIMITS)
+        .map_err(|e| db(schema, &e))?;
+    Ok(c)
 }
 
 /// Every entry of the log in `schema`, in sequence order.
 fn read_all(c: &mut postgres::Client, schema: &str) -> Result<Vec<Entry>, LogError> {
     c.query(
-        &format!("SELECT seq, unix_ms, prev, digest, body FROM {schema}.receipt_log ORDER BY seq"),
+        &format!(
+            "SELECT seq, unix_ms, prev, digest, body FROM \"{schema}\".receipt_log ORDER BY seq"
+        ),
         &[],
     )
     .map_err(|e| db(schema, &e))?
     .iter()
-    .map(|r| entry(schema, r))
+    .map(entry)
     .collect()
 }
 
@@ -119,8 +157,8 @@ impl PgReceiptLog {
             ));
         }
         c.batch_execute(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {schema};
-             CREATE TABLE {schema}.receipt_log (
+            "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+             CREATE TABLE \"{schema}\".receipt_log (
                  seq bigint PRIMARY KEY CHECK (seq >= 0),
                  unix_ms bigint NOT NULL,
                  prev text NOT NULL CHECK (prev ~ '^[0-9a-f]{{64}}$'),
@@ -134,6 +172,7 @@ impl PgReceiptLog {
             params: params.to_owned(),
             schema: schema.to_owned(),
             client: Some(c),
+            known: (0, GENESIS.to_owned()),
         })
     }
 
@@ -154,6 +193,7 @@ impl PgReceiptLog {
             params: params.to_owned(),
             schema: schema.to_owned(),
             client: Some(c),
+            known: (a.entries.len() as u64, a.head),
         })
     }
 
@@ -175,54 +215,134 @@ impl PgReceiptLog {
     }
 
     /// [`PgReceiptLog::append`] with the entry time given.
+    ///
+    /// A connection found closed is opened again and the append tried once more. When the
+    /// answer to the commit is lost, the log is read again: the entry's digest is unique, so an
+    /// entry that was in fact committed is reported as appended rather than as a failure.
     pub fn append_at(&mut self, envelope: &[u8], unix_ms: i64) -> Result<Appended, LogError> {
         check_size(envelope)?;
+        let first = self.try_append(envelope, unix_ms);
+        let result = match first {
+            Err(Failed::BeforeCommit(e))
+                if self.client.as_ref().is_none_or(postgres::Client::is_closed) =>
+            {
+                tracing::warn!(schema = %self.schema, error = %e, "receipt log connection lost; appending again on a new one");
+                self.try_append(envelope, unix_ms)
+            }
+            other => other,
+        };
+        let appended = match result {
+            Ok(a) => a,
+            Err(Failed::Refused(e) | Failed::BeforeCommit(e)) => return Err(e),
+            Err(Failed::AtCommit(e, a)) => {
+                if !self.committed(&a.digest)? {
+                    return Err(e);
+                }
+                tracing::warn!(schema = %self.schema, seq = a.seq, "the commit's answer was lost but the entry is in the log");
+                a
+            }
+        };
+        self.known = (appended.seq + 1, appended.digest.clone());
+        tracing::debug!(seq = appended.seq, head = %appended.digest, "receipt appended to PostgreSQL");
+        Ok(appended)
+    }
+
+    /// True when an entry with `digest` is in the log (read on a new connection if needed).
+    fn committed(&mut self, digest: &str) -> Result<bool, LogError> {
         let schema = self.schema.clone();
-        let c = self.client()?;
-        let mut tx = c.transaction().map_err(|e| db(&schema, &e))?;
-        tx.batch_execute(&format!(
-            "LOCK TABLE {schema}.receipt_log IN EXCLUSIVE MODE"
-        ))
-        .map_err(|e| db(&schema, &e))?;
-        let last = tx
+        self.client()?
             .query_opt(
-                &format!(
-                    "SELECT seq, unix_ms, prev, digest, body FROM {schema}.receipt_log \
-                     ORDER BY seq DESC LIMIT 1"
-                ),
-                &[],
+                &format!("SELECT 1 FROM \"{schema}\".receipt_log WHERE digest = $1"),
+                &[&digest],
             )
-            .map_err(|e| db(&schema, &e))?;
-        let (seq, prev) = match last {
+            .map(|r| r.is_some())
+            .map_err(|e| db(&schema, &e))
+    }
+
+    fn try_append(&mut self, envelope: &[u8], unix_ms: i64) -> Result<Appended, Failed> {
+        let schema = self.schema.clone();
+        let (known_len, known_head) = self.known.clone();
+        let pre = |e: postgres::Error| Failed::BeforeCommit(db(&schema, &e));
+        let c = self.client().map_err(Failed::BeforeCommit)?;
+        let mut tx = c.transaction().map_err(pre)?;
+        tx.batch_execute(&format!(
+            "LOCK TABLE \"{schema}\".receipt_log IN EXCLUSIVE MODE"
+        ))
+        .map_err(pre)?;
+        let select =
+            format!("SELECT seq, unix_ms, prev, digest, body FROM \"{schema}\".receipt_log");
+        let newest = tx
+            .query_opt(&format!("{select} ORDER BY seq DESC LIMIT 1"), &[])
+            .map_err(pre)?
+            .map(|row| entry(&row))
+            .transpose()
+            .map_err(Failed::Refused)?;
+        // The newest entry this handle wrote or audited must still be there, unchanged: other
+        // runtimes may have appended after it, nobody may have removed or replaced it.
+        let newest_len = newest.as_ref().map_or(0, |e| e.seq + 1);
+        if known_len > 0 {
+            let mismatch = |found: String| {
+                Failed::Refused(LogError::HeadMismatch {
+                    expected: known_head.clone(),
+                    found,
+                    entries: newest_len,
+                })
+            };
+            if newest_len < known_len {
+                let found = newest
+                    .as_ref()
+                    .map_or(GENESIS.to_owned(), |e| e.digest.clone());
+                return Err(mismatch(found));
+            }
+            let at = i64::try_from(known_len - 1).unwrap_or(i64::MAX);
+            let row = tx
+                .query_opt(&format!("{select} WHERE seq = $1"), &[&at])
+                .map_err(pre)?;
+            match row
+                .map(|r| entry(&r))
+                .transpose()
+                .map_err(Failed::Refused)?
+            {
+                Some(e) if e.digest == known_head => {}
+                Some(e) => return Err(mismatch(e.digest)),
+                None => return Err(mismatch(GENESIS.to_owned())),
+            }
+        }
+        let (seq, prev) = match newest {
             None => (0, GENESIS.to_owned()),
-            Some(row) => {
-                let e = entry(&schema, &row)?;
+            Some(e) => {
                 // The entry this one will follow must still be the one that was written.
                 let found = entry_digest(e.seq, e.unix_ms, &e.body, &e.prev);
                 if found != e.digest {
-                    return Err(LogError::Edited {
+                    return Err(Failed::Refused(LogError::Edited {
                         seq: e.seq,
                         recorded: e.digest,
                         found,
-                    });
+                    }));
                 }
                 (e.seq + 1, e.digest)
             }
         };
         let digest = entry_digest(seq, unix_ms, envelope, &prev);
-        let seq_i = i64::try_from(seq)
-            .map_err(|_| damaged(&schema, "the log is full (sequence past 2^63)".into()))?;
+        let seq_i = i64::try_from(seq).map_err(|_| {
+            Failed::Refused(damaged(
+                &schema,
+                "the log is full (sequence past 2^63)".into(),
+            ))
+        })?;
         tx.execute(
             &format!(
-                "INSERT INTO {schema}.receipt_log (seq, unix_ms, prev, digest, body) \
+                "INSERT INTO \"{schema}\".receipt_log (seq, unix_ms, prev, digest, body) \
                  VALUES ($1, $2, $3, $4, $5)"
             ),
             &[&seq_i, &unix_ms, &prev, &digest, &envelope],
         )
-        .map_err(|e| db(&schema, &e))?;
-        tx.commit().map_err(|e| db(&schema, &e))?;
-        tracing::debug!(seq, head = %digest, "receipt appended to PostgreSQL");
-        Ok(Appended { seq, digest })
+        .map_err(pre)?;
+        let appended = Appended { seq, digest };
+        match tx.commit() {
+            Ok(()) => Ok(appended),
+            Err(e) => Err(Failed::AtCommit(db(&schema, &e), appended)),
+        }
     }
 
     /// Entries in the log and its head digest, as PostgreSQL holds them now.
@@ -231,15 +351,21 @@ impl PgReceiptLog {
         let row = self
             .client()?
             .query_opt(
-                &format!("SELECT seq, digest FROM {schema}.receipt_log ORDER BY seq DESC LIMIT 1"),
+                &format!(
+                    "SELECT seq, digest FROM \"{schema}\".receipt_log ORDER BY seq DESC LIMIT 1"
+                ),
                 &[],
             )
             .map_err(|e| db(&schema, &e))?;
         Ok(match row {
             None => (0, GENESIS.to_owned()),
             Some(r) => {
-                let seq: i64 = r.get(0);
-                (u64::try_from(seq).unwrap_or(0) + 1, r.get(1))
+                let seq: i64 = r.try_get(0).map_err(|e| db(&schema, &e))?;
+                let seq = u64::try_from(seq).map_err(|_| LogError::Malformed {
+                    offset: 0,
+                    why: format!("a row has sequence number {seq}"),
+                })?;
+                (seq + 1, r.try_get(1).map_err(|e| db(&schema, &e))?)
             }
         })
     }

@@ -175,6 +175,9 @@ fn next_job(shared: &Shared) -> Option<Job> {
     let mut polls = 0;
     loop {
         if let Some(job) = q.jobs.pop_front() {
+            drop(q);
+            // Room in the queue: a submitter waiting for it need not wait for the signature.
+            shared.progress.notify_all();
             return Some(job);
         }
         if q.closed {
@@ -320,10 +323,12 @@ impl ReceiptSigner {
         Ok(())
     }
 
-    /// Wait until every receipt submitted so far has reached the sink (or the worker stopped).
+    /// Wait until every receipt submitted before this call has reached the sink (or the worker
+    /// stopped); receipts other threads submit meanwhile are not waited for.
     pub fn flush(&self) -> Result<(), SignerError> {
         let mut q = self.shared.lock();
-        while q.done < q.submitted {
+        let target = q.submitted;
+        while q.done < target {
             if q.ended {
                 return Err(SignerError::Stopped {
                     pending: q.submitted - q.done,

@@ -1144,3 +1144,21 @@ fn a_panicking_sink_stops_the_signer_without_hanging() {
         "submissions after the worker stopped must be refused"
     );
 }
+
+/// Verifies ADR-0021: a receipt signed before cut offsets were recorded (the valid fixture of
+/// that version, kept as it was) still verifies: absent offsets are not written back as nulls,
+/// so its statement re-serialises to exactly the signed bytes.
+#[test]
+fn receipts_signed_before_cut_offsets_still_verify() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/receipts-legacy/receipt-without-cut-offsets.json");
+    let bytes = std::fs::read(path).unwrap();
+    assert!(!String::from_utf8_lossy(&bytes).contains("kept_head_bytes"));
+    let v = receipt::verify(&bytes, &runtime_trust()).unwrap();
+    assert!(v
+        .statement()
+        .predicate
+        .sections
+        .iter()
+        .all(|s| s.kept_head_bytes.is_none() && s.kept_tail_bytes.is_none()));
+}

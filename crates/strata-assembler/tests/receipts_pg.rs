@@ -252,7 +252,7 @@ fn tampered_rows_are_refused_each_with_its_own_error() {
 }
 
 /// Verifies ADR-0021: a runtime that already holds the log open appends nothing after the
-/// newest entry was edited behind its back.
+/// newest entry was edited, removed or replaced behind its back.
 #[test]
 fn nothing_is_appended_after_the_newest_entry_was_edited() {
     let (params, schema, _, mut c) = log_of("rlog_live", 2);
@@ -264,6 +264,38 @@ fn nothing_is_appended_after_the_newest_entry_was_edited() {
     .unwrap();
     let e = log.append(&receipts(1)[0]).unwrap_err();
     assert_eq!(e.cause(), "edited", "{e}");
+
+    // The newest entries removed behind a writer's back: the next entry would cover the gap,
+    // so the writer that knew them refuses, though the rows left are a consistent chain.
+    let (params, schema, _, mut c) = log_of("rlog_cut_live", 3);
+    let mut log = PgReceiptLog::open(&params, &schema).unwrap();
+    c.execute(
+        &format!("DELETE FROM {schema}.receipt_log WHERE seq = 2"),
+        &[],
+    )
+    .unwrap();
+    let e = log.append(&receipts(1)[0]).unwrap_err();
+    assert_eq!(e.cause(), "head_mismatch", "{e}");
+    // The newest entry replaced by another well-chained one: refused the same way.
+    let (params, schema, _, mut c) = log_of("rlog_swap_live", 2);
+    let mut log = PgReceiptLog::open(&params, &schema).unwrap();
+    let row = c
+        .query_one(
+            &format!("SELECT prev FROM {schema}.receipt_log WHERE seq = 1"),
+            &[],
+        )
+        .unwrap();
+    let prev: String = row.get(0);
+    let other = receipts(2).pop().unwrap();
+    c.execute(
+        &format!(
+            "UPDATE {schema}.receipt_log SET body = $1, unix_ms = 5, digest = $2 WHERE seq = 1"
+        ),
+        &[&other, &digest(1, 5, &prev, &other)],
+    )
+    .unwrap();
+    let e = log.append(&receipts(1)[0]).unwrap_err();
+    assert_eq!(e.cause(), "head_mismatch", "{e}");
     let n: i64 = c
         .query_one(&format!("SELECT count(*) FROM {schema}.receipt_log"), &[])
         .unwrap()

@@ -60,6 +60,11 @@ impl Assembler {
         room: u64,
     ) -> Member {
         let native = req.provider.is_some();
+        // Measured afresh from the text as offered: a cut from an earlier pass (a unit dropped
+        // after one member was cut to the cap) must not be rendered without its marker.
+        cand.cut = None;
+        cand.cut_at = None;
+        cand.cut_from = None;
         let enc = req.render.encodings[cand.section().layer().index()];
         let cap = cap.filter(|_| !cand.sticky);
         let limit = cap.map_or(room, |c| c.min(room));

@@ -116,13 +116,9 @@ struct AuditArgs {
     #[arg(value_name = "LOG", required_unless_present = "postgres")]
     log: Option<PathBuf>,
     /// Audit the receipt log kept in this PostgreSQL database (`strata serve
-    /// --receipt-log-postgres`) instead of a file.
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "STRATA_POSTGRES",
-        conflicts_with = "log"
-    )]
+    /// --receipt-log-postgres`) instead of a file. A LOG file named on the command line wins,
+    /// so an exported STRATA_POSTGRES does not get in the way of auditing a file.
+    #[arg(long, value_name = "URL", env = "STRATA_POSTGRES")]
     postgres: Option<String>,
     /// Also verify every receipt's signature against these runtime keys.
     #[arg(long, value_name = "TRUST.toml")]

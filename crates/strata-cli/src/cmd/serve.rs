@@ -100,7 +100,8 @@ pub struct ServeArgs {
     #[arg(long, requires_all = ["receipt_key", "postgres"])]
     pub receipt_log_postgres: bool,
     /// With --receipt-log-postgres: create the receipt log table on first start (an explicit,
-    /// one-time step; later starts refuse a database without it).
+    /// one-time step; later starts refuse a database without it). Remove it after the first
+    /// start: left in place, it would let a dropped table start a new, empty chain.
     #[arg(long, requires = "receipt_log_postgres")]
     pub init_receipt_log: bool,
     /// TLS certificate chain (PEM); with --tls-key, the server speaks HTTPS only.
