@@ -175,6 +175,27 @@ fn the_audit_story_in_five_commands() {
         "{}",
         audit.stdout
     );
+    // A log file named on the command line is audited even with STRATA_POSTGRES exported
+    // (for `strata serve`): the file wins, the database is not contacted.
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "receipt",
+            "audit",
+            "receipts.log",
+            "--trust",
+            "runtime-trust.toml",
+        ])
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("STRATA_POSTGRES", "postgres://nobody@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("OK 3 entries chained"));
 }
 
 /// Verifies ADR-0021: every kind of tampering is refused by the command with exit code 3 and
