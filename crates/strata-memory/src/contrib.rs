@@ -30,6 +30,25 @@ fn core_err(e: strata_core::CoreError) -> ContributorError {
     ContributorError::Source(e.to_string())
 }
 
+/// The declared meta of a contributor whose sections come from a store.
+fn store_meta(priority: u32, phase: Phase, stability: Stability) -> ContributorMeta {
+    ContributorMeta {
+        priority,
+        phase,
+        stability,
+        source: SourceKind::Store,
+        ..ContributorMeta::default()
+    }
+}
+
+/// `meta` as declared by a store contributor: whatever it says, its source is the store.
+fn from_store(meta: ContributorMeta) -> ContributorMeta {
+    ContributorMeta {
+        source: SourceKind::Store,
+        ..meta
+    }
+}
+
 /// A section id `prefix` + `name` when it is a valid id of at most 128 characters, otherwise
 /// `prefix` + `h-` + a hash of `name`.
 fn section_id(prefix: &str, name: &str) -> String {
@@ -91,10 +110,7 @@ impl SharedFactsContributor {
     /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
     #[must_use]
     pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
-        self.meta = ContributorMeta {
-            source: SourceKind::Store,
-            ..meta
-        };
+        self.meta = from_store(meta);
         self
     }
 
@@ -202,23 +218,14 @@ impl WorkingMemoryContributor {
             store,
             tokenizer,
             token_budget,
-            meta: ContributorMeta {
-                priority: 50,
-                phase: Phase::History,
-                stability: Stability::Dynamic,
-                source: SourceKind::Store,
-                ..ContributorMeta::default()
-            },
+            meta: store_meta(50, Phase::History, Stability::Dynamic),
         }
     }
 
     /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
     #[must_use]
     pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
-        self.meta = ContributorMeta {
-            source: SourceKind::Store,
-            ..meta
-        };
+        self.meta = from_store(meta);
         self
     }
 
@@ -294,13 +301,7 @@ impl LongTermMemoryContributor {
             search,
             own_memories_only: true,
             graph: None,
-            meta: ContributorMeta {
-                priority: 40,
-                phase: Phase::Memory,
-                stability: Stability::Dynamic,
-                source: SourceKind::Store,
-                ..ContributorMeta::default()
-            },
+            meta: store_meta(40, Phase::Memory, Stability::Dynamic),
         }
     }
 
@@ -322,10 +323,7 @@ impl LongTermMemoryContributor {
     /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
     #[must_use]
     pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
-        self.meta = ContributorMeta {
-            source: SourceKind::Store,
-            ..meta
-        };
+        self.meta = from_store(meta);
         self
     }
 
@@ -432,13 +430,7 @@ impl MemoryIndexContributor {
             id: "memory.index".into(),
             path: path.into(),
             limits,
-            meta: ContributorMeta {
-                priority: 45,
-                phase: Phase::Memory,
-                stability: Stability::Stable,
-                source: SourceKind::Store,
-                ..ContributorMeta::default()
-            },
+            meta: store_meta(45, Phase::Memory, Stability::Stable),
         }
     }
 }
@@ -517,13 +509,7 @@ impl SessionFilesContributor {
             state,
             name: store_name.into(),
             max_files: 50,
-            meta: ContributorMeta {
-                priority: 78,
-                phase: Phase::Memory,
-                stability: Stability::Dynamic,
-                source: SourceKind::Store,
-                ..ContributorMeta::default()
-            },
+            meta: store_meta(78, Phase::Memory, Stability::Dynamic),
         }
     }
 
@@ -537,10 +523,7 @@ impl SessionFilesContributor {
     /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
     #[must_use]
     pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
-        self.meta = ContributorMeta {
-            source: SourceKind::Store,
-            ..meta
-        };
+        self.meta = from_store(meta);
         self
     }
 }
@@ -608,13 +591,7 @@ impl EpisodicContributor {
             id: "memory.episodes".into(),
             store,
             newest: 3,
-            meta: ContributorMeta {
-                priority: 40,
-                phase: Phase::Memory,
-                stability: Stability::Dynamic,
-                source: SourceKind::Store,
-                ..ContributorMeta::default()
-            },
+            meta: store_meta(40, Phase::Memory, Stability::Dynamic),
         }
     }
 
@@ -628,10 +605,7 @@ impl EpisodicContributor {
     /// Replace the declared meta (its source is kept as [`SourceKind::Store`]).
     #[must_use]
     pub fn with_meta(mut self, meta: ContributorMeta) -> Self {
-        self.meta = ContributorMeta {
-            source: SourceKind::Store,
-            ..meta
-        };
+        self.meta = from_store(meta);
         self
     }
 }
