@@ -19,7 +19,7 @@
 //! a [`TrustStore`] over DSSE's pre-authentication encoding, and only then parses the statement
 //! from the exact signed bytes into a [`VerifiedReceipt`], which nothing else can construct.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ed25519_dalek::Signature;
@@ -370,36 +370,61 @@ fn status_of(s: &SectionStatus) -> (&'static str, Option<String>, Option<u64>) {
     }
 }
 
-/// Roles of the request's working-memory turns by layer and id, for the authority of each
-/// section (several sections may share an id; the content hash picks among them).
-fn roles(req: &AssemblyRequest) -> HashMap<(RuntimeLayer, &str), Vec<(ContentHash, Role)>> {
-    let mut m: HashMap<_, Vec<_>> = HashMap::new();
-    for s in &req.sections {
-        if let Some(t) = s
-            .turn()
-            .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
-        {
-            m.entry((s.layer(), s.id().as_str()))
-                .or_default()
-                .push((s.content_hash(), t.role));
-        }
-    }
-    m
+/// The roles of a request's working-memory turns, which give each turn section its authority
+/// in a receipt (several sections may share an id; the content hash picks among them). Owned
+/// and compact, so that a receipt built later on another thread needs nothing else from the
+/// request: the ids are copied into one string, and no section (or reference count shared with
+/// the caller's sections) is handed over.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TurnRoles {
+    ids: String,
+    /// End of the id in `ids`, its content hash and its role, in request order.
+    turns: Vec<(usize, ContentHash, Role)>,
 }
 
-fn section_record(
-    r: &SectionReport,
-    roles: &HashMap<(RuntimeLayer, &str), Vec<(ContentHash, Role)>>,
-) -> SectionRecord {
+impl TurnRoles {
+    pub(crate) fn of(req: &AssemblyRequest) -> TurnRoles {
+        let mut t = TurnRoles::default();
+        for s in &req.sections {
+            if let Some(turn) = s
+                .turn()
+                .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+            {
+                t.ids.push_str(s.id().as_str());
+                t.turns.push((t.ids.len(), s.content_hash(), turn.role));
+            }
+        }
+        t
+    }
+
+    /// The role of the turn with this id and content; the first turn with the id when none has
+    /// the content.
+    fn role(&self, id: &str, content: &ContentHash) -> Option<Role> {
+        let mut start = 0;
+        let mut first = None;
+        for &(end, hash, role) in &self.turns {
+            if &self.ids[start..end] == id {
+                if hash == *content {
+                    return Some(role);
+                }
+                first.get_or_insert(role);
+            }
+            start = end;
+        }
+        first
+    }
+}
+
+fn section_record(r: &SectionReport, roles: &TurnRoles) -> SectionRecord {
     let (status, reason, full_tokens) = status_of(&r.status);
     let authority = match r.layer.as_runtime() {
         Some(l) => {
-            let role = roles.get(&(l, r.id.as_str())).and_then(|v| {
-                v.iter()
-                    .find(|(h, _)| *h == r.provenance.content_hash)
-                    .or(v.first())
-                    .map(|(_, role)| *role)
-            });
+            let role = match l {
+                RuntimeLayer::WorkingMemory => {
+                    roles.role(r.id.as_str(), &r.provenance.content_hash)
+                }
+                _ => None,
+            };
             Authority::of_runtime(l, role)
         }
         None => Authority::Signed,
@@ -437,12 +462,22 @@ pub fn statement(
     sent: Sent<'_>,
     runtime_key_id: &str,
 ) -> Statement {
+    statement_of_turns(agent, &TurnRoles::of(req), ctx, sent, runtime_key_id)
+}
+
+/// [`statement`] with the request's turns already reduced to their roles.
+pub(crate) fn statement_of_turns(
+    agent: &VerifiedAgent,
+    roles: &TurnRoles,
+    ctx: &AssembledContext,
+    sent: Sent<'_>,
+    runtime_key_id: &str,
+) -> Statement {
     let r = &ctx.report;
     let subject = match sent {
         Sent::Body(b) => Subject::sha256(SUBJECT_BODY, b),
         Sent::Text(t) => Subject::sha256(SUBJECT_TEXT, t.as_bytes()),
     };
-    let roles = roles(req);
     let offered = match &ctx.conversation {
         Some(c) => c
             .tools
@@ -504,7 +539,7 @@ pub fn statement(
             sections: r
                 .sections
                 .iter()
-                .map(|s| section_record(s, &roles))
+                .map(|s| section_record(s, roles))
                 .collect(),
             tools: ToolsRecord {
                 offered,
@@ -1029,4 +1064,50 @@ pub fn describe(st: &Statement) -> String {
         );
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_core::{Phase, Section, Turn};
+
+    fn turn(layer: RuntimeLayer, id: &str, text: &str, role: Role) -> Section {
+        Section::builder(layer, id, text)
+            .unwrap()
+            .phase(Phase::History)
+            .turn(Turn {
+                seq: 0,
+                role,
+                call_id: None,
+                name: None,
+            })
+            .build()
+    }
+
+    /// Verifies ADR-0021: a turn's role is found by its id and content; a section sharing an id
+    /// with turns but not their content takes the first such turn's role; ids that are prefixes
+    /// or suffixes of one another do not match, nor do turns outside working memory.
+    #[test]
+    fn turn_roles_match_id_then_content() {
+        let req = AssemblyRequest {
+            sections: vec![
+                turn(RuntimeLayer::WorkingMemory, "t", "first", Role::ToolResult),
+                turn(RuntimeLayer::WorkingMemory, "t1", "x", Role::Assistant),
+                turn(RuntimeLayer::WorkingMemory, "t", "second", Role::User),
+                turn(RuntimeLayer::WorkingMemory, "at", "y", Role::Assistant),
+                turn(RuntimeLayer::Shared, "s", "z", Role::User),
+            ],
+            ..AssemblyRequest::default()
+        };
+        let roles = TurnRoles::of(&req);
+        let h = ContentHash::of;
+        assert_eq!(roles.role("t", &h("second")), Some(Role::User));
+        assert_eq!(roles.role("t", &h("first")), Some(Role::ToolResult));
+        assert_eq!(roles.role("t", &h("other")), Some(Role::ToolResult));
+        assert_eq!(roles.role("t1", &h("x")), Some(Role::Assistant));
+        assert_eq!(roles.role("at", &h("first")), Some(Role::Assistant));
+        assert_eq!(roles.role("a", &h("y")), None);
+        assert_eq!(roles.role("s", &h("z")), None);
+        assert_eq!(roles.role("", &h("")), None);
+    }
 }

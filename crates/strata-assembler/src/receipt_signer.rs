@@ -26,9 +26,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use strata_agentdef::{KeyPair, VerifiedAgent};
-use strata_core::RuntimeLayer;
 
-use crate::receipt::{statement, ReceiptError, Sent, SignedReceipt};
+use crate::receipt::{statement_of_turns, ReceiptError, Sent, SignedReceipt, TurnRoles};
 use crate::{AssembledContext, AssemblyRequest};
 
 /// Receives each signed receipt, on the signer's worker thread, in submission order. An error
@@ -67,9 +66,9 @@ impl ReceiptSink for crate::PgReceiptLog {
 /// What the worker needs to build one receipt, all owned.
 struct Job {
     agent: VerifiedAgent,
-    /// The request's working-memory turns: the only part of the request a statement reads
-    /// (the authority of each turn's role).
-    turns: AssemblyRequest,
+    /// The roles of the request's working-memory turns: the only part of the request a
+    /// statement reads (the authority of each turn).
+    turns: TurnRoles,
     context: AssembledContext,
     sent: Vec<u8>,
 }
@@ -207,7 +206,7 @@ fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink) {
             Some(_) => Sent::Body(&job.sent),
             None => Sent::Text(job.context.text()),
         };
-        let st = statement(&job.agent, &job.turns, &job.context, sent, &key_id);
+        let st = statement_of_turns(&job.agent, &job.turns, &job.context, sent, &key_id);
         let outcome = match SignedReceipt::sign(st, key) {
             Ok(r) => sink
                 .receive(r)
@@ -285,15 +284,7 @@ impl ReceiptSigner {
                 ))
             }
         };
-        let turns = AssemblyRequest {
-            sections: req
-                .sections
-                .iter()
-                .filter(|s| s.layer() == RuntimeLayer::WorkingMemory && s.turn().is_some())
-                .cloned()
-                .collect(),
-            ..AssemblyRequest::default()
-        };
+        let turns = TurnRoles::of(req);
         let job = Job {
             agent: agent.clone(),
             turns,
