@@ -6,7 +6,9 @@
 //! together (`Assembler::assemble_with_receipt`); the request path when a `ReceiptSigner` signs
 //! off it (assembly, body, hand-over; the worker finishes between turns, untimed), and that
 //! worker's sustained rate (each receipt there includes cloning the assembly it is handed);
-//! and verifying a receipt.
+//! the request path with and without the signer when every turn is followed by a pause like a
+//! model's answer (`turn_gap_`, so that neither runs from caches a back-to-back loop keeps
+//! warm); and verifying a receipt.
 #![allow(missing_docs, reason = "criterion generates the bench entry points")]
 #![allow(clippy::unwrap_used, reason = "benchmarks fail loudly")]
 
@@ -45,6 +47,9 @@ fn sections(n: usize, words: usize) -> Vec<Section> {
         })
         .collect()
 }
+
+/// The pause after each turn in the `turn_gap_` benchmarks, long enough for the worker to sign.
+const TURN_GAP: Duration = Duration::from_micros(500);
 
 fn receipts(c: &mut Criterion) {
     let agent = support::agent_with(
@@ -155,6 +160,44 @@ fn receipts(c: &mut Criterion) {
                 timed
             })
         });
+        // The same two, each turn followed by a pause like a model's answer (untimed; the
+        // worker signs during it): both start every turn from the caches a real turn finds.
+        g.sample_size(20)
+            .measurement_time(Duration::from_millis(400));
+        g.bench_function("turn_gap_assemble_warm_and_write_body", |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    let t = Instant::now();
+                    let ctx = warm.assemble(&agent, &req).unwrap();
+                    let body = provider.map(|p| body_bytes(&ctx.request_body(p, &params).unwrap()));
+                    black_box((ctx, body));
+                    timed += t.elapsed();
+                    std::thread::sleep(TURN_GAP);
+                }
+                timed
+            })
+        });
+        g.bench_function(
+            "turn_gap_assemble_warm_and_write_body_then_defer_receipt",
+            |b| {
+                b.iter_custom(|iters| {
+                    let mut timed = Duration::ZERO;
+                    for _ in 0..iters {
+                        let t = Instant::now();
+                        let ctx = warm.assemble(&agent, &req).unwrap();
+                        let body =
+                            provider.map(|p| body_bytes(&ctx.request_body(p, &params).unwrap()));
+                        signer.submit(&agent, &req, ctx, body).unwrap();
+                        timed += t.elapsed();
+                        std::thread::sleep(TURN_GAP);
+                        signer.flush().unwrap();
+                    }
+                    timed
+                })
+            },
+        );
+        g.sample_size(100).measurement_time(Duration::from_secs(5));
         // The worker's sustained rate: receipts submitted back to back, until all are signed.
         g.bench_function("deferred_receipt_throughput", |b| {
             b.iter_custom(|iters| {
