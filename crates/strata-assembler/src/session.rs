@@ -652,14 +652,14 @@ impl Session<'_> {
 
     /// Prepare the next request without a new user message (after tool results).
     pub fn continue_turn(&self, opts: &TurnOptions) -> Result<PreparedTurn, SessionError> {
+        // The exchange in progress starts with the newest user entry.
         let query = self
             .rt
             .store
             .working()
-            .entries(&self.id)?
+            .current_exchange(&self.id)?
             .into_iter()
-            .rev()
-            .find(|e| e.role == Role::User)
+            .next()
             .map(|e| e.content);
         self.assemble(query.as_ref().map(|c| c.as_str()), opts)
     }
@@ -1042,10 +1042,9 @@ impl Runtime {
 impl Session<'_> {
     /// The newest user entry and every entry after it, as sticky working-memory sections.
     fn current_exchange(&self) -> Result<Vec<Section>, SessionError> {
-        let entries = self.rt.store.working().entries(&self.id)?;
-        let start = entries.iter().rposition(|e| e.role == Role::User);
+        let entries = self.rt.store.working().current_exchange(&self.id)?;
         let mut out = Vec::new();
-        for e in start.map_or(&[][..], |i| &entries[i..]) {
+        for e in &entries {
             let s = Section::builder(
                 RuntimeLayer::WorkingMemory,
                 format!("turn/{}", e.seq),
@@ -1190,6 +1189,11 @@ impl Session<'_> {
     /// reset).
     pub fn turns(&self) -> Result<Vec<strata_memory::Entry>, SessionError> {
         Ok(self.rt.store.working().entries(&self.id)?)
+    }
+
+    /// Whether this session has any recorded entry, without reading them.
+    pub fn exists(&self) -> Result<bool, SessionError> {
+        Ok(self.rt.store.working().has_session(&self.id)?)
     }
 }
 

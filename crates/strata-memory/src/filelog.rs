@@ -467,6 +467,23 @@ impl WorkingMemory for FileLog {
             .unwrap_or_default())
     }
 
+    fn has_session(&self, session: &str) -> Result<bool> {
+        Ok(self
+            .lock()
+            .sessions
+            .get(session)
+            .is_some_and(|v| !v.is_empty()))
+    }
+
+    fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
+        let held = self.lock();
+        let all = held.sessions.get(session).map_or(&[][..], Vec::as_slice);
+        Ok(all
+            .iter()
+            .rposition(|e| e.role == Role::User)
+            .map_or_else(Vec::new, |i| all[i..].to_vec()))
+    }
+
     fn clear(&self, session: &str) -> Result<usize> {
         let mut st = self.lock();
         let n = st.sessions.get(session).map_or(0, Vec::len);

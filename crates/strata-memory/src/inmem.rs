@@ -159,6 +159,22 @@ impl WorkingMemory for InMemoryStore {
             .unwrap_or_default())
     }
 
+    fn has_session(&self, session: &str) -> Result<bool> {
+        Ok(lock(&self.working)
+            .sessions
+            .get(session)
+            .is_some_and(|v| !v.is_empty()))
+    }
+
+    fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
+        let held = lock(&self.working);
+        let all = held.sessions.get(session).map_or(&[][..], Vec::as_slice);
+        Ok(all
+            .iter()
+            .rposition(|e| e.role == Role::User)
+            .map_or_else(Vec::new, |i| all[i..].to_vec()))
+    }
+
     fn clear(&self, session: &str) -> Result<usize> {
         Ok(lock(&self.working)
             .sessions

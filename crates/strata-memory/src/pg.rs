@@ -556,6 +556,28 @@ fn refs(params: &[Box<dyn ToSql + Sync>]) -> Vec<&(dyn ToSql + Sync)> {
 
 const RECORD_COLUMNS: &str = "m.id, m.agent_id, m.content, m.tags, m.created_ms, m.updated_ms";
 
+impl PgStore {
+    /// The entries of `session` that `sql` selects (the columns as in `entries`, the session
+    /// as `$1`).
+    fn entries_where(&self, session: &str, sql: &str) -> Result<Vec<Entry>> {
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
+        let rows = self.with_client(|c| c.query(sql, &[&session]).map_err(|e| self.err(e)))?;
+        let session: Arc<str> = Arc::from(session);
+        rows.iter()
+            .map(|r| {
+                Ok(Entry {
+                    seq: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+                    session: session.clone(),
+                    role: role_from(&self.location, r.get(1))?,
+                    call_id: r.get::<_, Option<String>>(2).map(Arc::from),
+                    content: Content::from(r.get::<_, String>(3)),
+                    at_ms: r.get(4),
+                })
+            })
+            .collect()
+    }
+}
+
 impl WorkingMemory for PgStore {
     fn store_name(&self) -> &str {
         &self.name
@@ -607,30 +629,40 @@ impl WorkingMemory for PgStore {
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
+        let s = self.s();
+        self.entries_where(
+            session,
+            &format!(
+                "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
+            ),
+        )
+    }
+
+    fn has_session(&self, session: &str) -> Result<bool> {
         crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
         let s = self.s();
-        let rows = self.with_client(|c| {
-            c.query(
-                &format!(
-                    "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
-                ),
+        self.with_client(|c| {
+            c.query_one(
+                &format!("SELECT EXISTS (SELECT 1 FROM {s}.wm_entries WHERE session = $1)"),
                 &[&session],
             )
             .map_err(|e| self.err(e))
-        })?;
-        let session: Arc<str> = Arc::from(session);
-        rows.iter()
-            .map(|r| {
-                Ok(Entry {
-                    seq: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
-                    session: session.clone(),
-                    role: role_from(&self.location, r.get(1))?,
-                    call_id: r.get::<_, Option<String>>(2).map(Arc::from),
-                    content: Content::from(r.get::<_, String>(3)),
-                    at_ms: r.get(4),
-                })
-            })
-            .collect()
+        })
+        .map(|row| row.get(0))
+    }
+
+    fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
+        // The inner query walks the (session, seq) index backwards to the newest user entry; a
+        // session without one compares with NULL and selects nothing.
+        let s = self.s();
+        self.entries_where(
+            session,
+            &format!(
+                "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries WHERE session = $1 \
+                 AND seq >= (SELECT seq FROM {s}.wm_entries WHERE session = $1 AND role = 'user' \
+                 ORDER BY seq DESC LIMIT 1) ORDER BY seq"
+            ),
+        )
     }
 
     fn clear(&self, session: &str) -> Result<usize> {

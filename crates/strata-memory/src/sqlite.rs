@@ -1737,6 +1737,55 @@ fn check_embedder(
     }
 }
 
+impl SqliteStore {
+    /// The entries of `session` that `sql` selects (its columns as in `entries`, the session
+    /// as `?1`), each checked against its checksum.
+    fn entries_where(&self, session: &str, sql: &str) -> Result<Vec<Entry>> {
+        check_label("session id", session, MAX_LABEL_BYTES)?;
+        let inner = self.lock();
+        let mut stmt = inner.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        let loc = self.location.as_str();
+        let rows = stmt
+            .query_map([session], |r| {
+                let seq: i64 = r.get(0)?;
+                let role = raw(r, 1)?;
+                let call_id = raw_opt(r, 2)?;
+                let content = raw(r, 3)?;
+                let at_ms: i64 = r.get(4)?;
+                let stored = raw_opt(r, 5)?;
+                let name = || format!("seq {seq}");
+                let sum = entry_sum(seq, session.as_bytes(), role, call_id, content, at_ms);
+                Ok((|| -> Result<_> {
+                    verify_sum(loc, "wm_entries", &name, stored, &sum)?;
+                    Ok((
+                        seq,
+                        utf8(loc, "wm_entries", &name, role)?,
+                        call_id
+                            .map(|c| utf8(loc, "wm_entries", &name, c))
+                            .transpose()?,
+                        utf8(loc, "wm_entries", &name, content)?,
+                        at_ms,
+                    ))
+                })())
+            })
+            .map_err(|e| self.err(e))?;
+        let session: Arc<str> = Arc::from(session);
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, role, call_id, content, at_ms) = row.map_err(|e| self.err(e))??;
+            out.push(Entry {
+                seq: u64::try_from(seq).unwrap_or(0),
+                session: session.clone(),
+                role: role_from(&self.location, &role)?,
+                call_id: call_id.map(Arc::from),
+                content: Content::from(content),
+                at_ms,
+            });
+        }
+        Ok(out)
+    }
+}
+
 impl WorkingMemory for SqliteStore {
     fn store_name(&self) -> &str {
         &self.name
@@ -1806,53 +1855,32 @@ impl WorkingMemory for SqliteStore {
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
+        self.entries_where(
+            session,
+            "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries WHERE session = ?1 ORDER BY seq",
+        )
+    }
+
+    fn has_session(&self, session: &str) -> Result<bool> {
         check_label("session id", session, MAX_LABEL_BYTES)?;
         let inner = self.lock();
-        let mut stmt = inner
+        inner
             .conn
-            .prepare_cached(
-                "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries WHERE session = ?1 ORDER BY seq",
-            )
-            .map_err(|e| self.err(e))?;
-        let loc = self.location.as_str();
-        let rows = stmt
-            .query_map([session], |r| {
-                let seq: i64 = r.get(0)?;
-                let role = raw(r, 1)?;
-                let call_id = raw_opt(r, 2)?;
-                let content = raw(r, 3)?;
-                let at_ms: i64 = r.get(4)?;
-                let stored = raw_opt(r, 5)?;
-                let name = || format!("seq {seq}");
-                let sum = entry_sum(seq, session.as_bytes(), role, call_id, content, at_ms);
-                Ok((|| -> Result<_> {
-                    verify_sum(loc, "wm_entries", &name, stored, &sum)?;
-                    Ok((
-                        seq,
-                        utf8(loc, "wm_entries", &name, role)?,
-                        call_id
-                            .map(|c| utf8(loc, "wm_entries", &name, c))
-                            .transpose()?,
-                        utf8(loc, "wm_entries", &name, content)?,
-                        at_ms,
-                    ))
-                })())
-            })
-            .map_err(|e| self.err(e))?;
-        let session: Arc<str> = Arc::from(session);
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, role, call_id, content, at_ms) = row.map_err(|e| self.err(e))??;
-            out.push(Entry {
-                seq: u64::try_from(seq).unwrap_or(0),
-                session: session.clone(),
-                role: role_from(&self.location, &role)?,
-                call_id: call_id.map(Arc::from),
-                content: Content::from(content),
-                at_ms,
-            });
-        }
-        Ok(out)
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM wm_entries WHERE session = ?1)")
+            .and_then(|mut st| st.query_row([session], |r| r.get(0)))
+            .map_err(|e| self.err(e))
+    }
+
+    fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
+        // Both walk the (session, seq) index, the inner one backwards from the newest entry to
+        // the newest user entry; a session without a user entry compares with NULL and
+        // selects nothing.
+        self.entries_where(
+            session,
+            "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries WHERE session = ?1 \
+             AND seq >= (SELECT seq FROM wm_entries WHERE session = ?1 AND role = 'user' \
+             ORDER BY seq DESC LIMIT 1) ORDER BY seq",
+        )
     }
 
     fn clear(&self, session: &str) -> Result<usize> {

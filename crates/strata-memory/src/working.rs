@@ -115,6 +115,22 @@ pub trait WorkingMemory: Send + Sync {
     /// Every entry of `session`, oldest first.
     fn entries(&self, session: &str) -> Result<Vec<Entry>>;
 
+    /// Whether `session` has any entry. Stores answer without reading the session's entries,
+    /// so a caller that only checks a session exists pays nothing for a long conversation.
+    fn has_session(&self, session: &str) -> Result<bool> {
+        Ok(!self.entries(session)?.is_empty())
+    }
+
+    /// The exchange in progress: the newest user entry of `session` and every entry after it,
+    /// oldest first; empty when the session has no user entry. Stores read only those entries.
+    fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
+        let mut all = self.entries(session)?;
+        match all.iter().rposition(|e| e.role == Role::User) {
+            Some(i) => Ok(all.split_off(i)),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// The newest entries of `session` whose content fits in `token_budget` tokens counted by
     /// `tokenizer`, oldest first. See [`select_recent`] for the exact rule.
     fn recent_within(

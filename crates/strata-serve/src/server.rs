@@ -796,7 +796,7 @@ async fn prepare_turn(
         let prepared = match &message {
             Some(m) => session.prepare(m, &opts)?,
             None => {
-                if session.turns()?.is_empty() {
+                if !session.exists()? {
                     return Err(ApiError::unknown_session(&id));
                 }
                 session.continue_turn(&opts)?
@@ -877,7 +877,7 @@ async fn record_reply(
     }
     blocking(move || {
         let session = loaded.rt().session(id.as_str());
-        if session.turns()?.is_empty() {
+        if !session.exists()? {
             return Err(ApiError::unknown_session(&id));
         }
         let report = session.record_reply(&reply)?;
@@ -921,7 +921,7 @@ async fn record_tool_result(
     }
     blocking(move || {
         let session = loaded.rt().session(id.as_str());
-        if session.turns()?.is_empty() {
+        if !session.exists()? {
             return Err(ApiError::unknown_session(&id));
         }
         session.record_tool_result(&req.call_id, &req.output)?;
@@ -969,7 +969,7 @@ async fn remove(st: Arc<AppState>, id: String) -> Result<Json<Removed>, ApiError
     let loaded = st.loaded();
     blocking(move || {
         let session = loaded.rt().session(id.as_str());
-        if session.turns()?.is_empty() {
+        if !session.exists()? {
             return Err(ApiError::unknown_session(&id));
         }
         Ok(Json(Removed {

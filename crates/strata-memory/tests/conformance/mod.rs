@@ -56,6 +56,33 @@ pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
     assert_eq!(wm.entries("s2").unwrap(), vec![other.clone()]);
     assert_eq!(d.turn().seq, d.seq);
 
+    // Existence and the exchange in progress, read without the whole session.
+    assert!(wm.has_session("s1").unwrap());
+    assert!(wm.has_session("s2").unwrap());
+    assert!(!wm.has_session("s4").unwrap());
+    assert_eq!(
+        wm.current_exchange("s1").unwrap(),
+        vec![a.clone(), b.clone(), c.clone(), d.clone()]
+    );
+    assert!(
+        wm.current_exchange("s2").unwrap().is_empty(),
+        "no user entry"
+    );
+    assert!(wm.current_exchange("s4").unwrap().is_empty());
+    let (s5a, s5b) = (
+        wm.append("s5", NewEntry::user("first question")).unwrap(),
+        wm.append("s5", NewEntry::assistant("first answer"))
+            .unwrap(),
+    );
+    assert_eq!(wm.current_exchange("s5").unwrap(), vec![s5a, s5b]);
+    let s5c = wm.append("s5", NewEntry::user("second question")).unwrap();
+    assert_eq!(wm.current_exchange("s5").unwrap(), vec![s5c.clone()]);
+    let s5d = wm.append("s5", NewEntry::tool_call("k1", "{}")).unwrap();
+    assert_eq!(wm.current_exchange("s5").unwrap(), vec![s5c, s5d]);
+    assert_eq!(wm.clear("s5").unwrap(), 4);
+    assert!(!wm.has_session("s5").unwrap());
+    assert!(wm.current_exchange("s5").unwrap().is_empty());
+
     // Validation.
     invalid(wm.append("", NewEntry::user("x")));
     invalid(wm.append(
@@ -150,6 +177,12 @@ fn recent_within(wm: &dyn WorkingMemory) {
     // One call stays pending at the very end.
     wm.append(s, NewEntry::tool_call("pending", "{}")).unwrap();
     let all = wm.entries(s).unwrap();
+    let last_user = all.iter().rposition(|e| e.role == Role::User).unwrap();
+    assert_eq!(wm.current_exchange(s).unwrap(), all[last_user..].to_vec());
+    assert!(
+        all.len() - last_user > 1,
+        "the exchange has entries after the question"
+    );
     let total: usize = all.iter().map(|e| tok.count(e.content.as_str())).sum();
     for budget in 0..=total + 3 {
         let got = wm.recent_within(s, budget, &tok).unwrap();
