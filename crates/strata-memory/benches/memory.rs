@@ -1,5 +1,8 @@
-//! Benchmarks of the SQLite memory store: ingest rate, and hybrid top-10 search over 10,000 and
-//! 100,000 memories (each database is built once per run in a temporary directory).
+//! Benchmarks of the SQLite memory store: ingest rate, hybrid top-10 search over 10,000 and
+//! 100,000 memories (each database is built once per run in a temporary directory), and the
+//! working-memory reads a session turn makes (the newest entries within a token budget, the
+//! exchange in progress) on sessions of 200 and 5,000 entries, next to reading the whole
+//! session and selecting from it, which is what those reads cost before stores paged them.
 //!
 //! Run with `cargo bench -p strata-memory`.
 #![allow(
@@ -12,8 +15,10 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use strata_core::TiktokenTokenizer;
 use strata_memory::{
-    HashEmbedder, LongTermMemory, NewMemory, SearchMode, SearchOptions, SqliteStore, StoreOptions,
+    select_recent, HashEmbedder, LongTermMemory, NewEntry, NewMemory, SearchMode, SearchOptions,
+    SqliteStore, StoreOptions, WorkingMemory,
 };
 
 /// A deterministic vocabulary of 4,000 made-up words from syllables.
@@ -163,9 +168,51 @@ fn search(c: &mut Criterion) {
     g.finish();
 }
 
+fn working(c: &mut Criterion) {
+    let tok = TiktokenTokenizer::o200k();
+    let vocab = vocabulary();
+    let mut rng = Rng(0x7e11);
+    let mut g = c.benchmark_group("working_memory");
+    for n in [200usize, 5_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        for i in 0..n {
+            let text = rng.sentence(&vocab, 40);
+            let e = if i % 2 == 0 {
+                NewEntry::user(text)
+            } else {
+                NewEntry::assistant(text)
+            };
+            store.append("s", e).unwrap();
+        }
+        // The history a turn shows: 4,000 tokens, about 70 entries here.
+        let budget = 4_000;
+        let paged = store.recent_within("s", budget, &tok).unwrap();
+        let whole = select_recent(&store.entries("s").unwrap(), budget, &tok);
+        assert_eq!(paged, whole);
+        g.bench_with_input(
+            BenchmarkId::new("recent_within_4000_tokens", n),
+            &n,
+            |b, _| b.iter(|| store.recent_within("s", budget, &tok).unwrap()),
+        );
+        g.bench_with_input(
+            BenchmarkId::new("whole_session_then_select_4000_tokens", n),
+            &n,
+            |b, _| b.iter(|| select_recent(&store.entries("s").unwrap(), budget, &tok)),
+        );
+        g.bench_with_input(BenchmarkId::new("current_exchange", n), &n, |b, _| {
+            b.iter(|| store.current_exchange("s").unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("has_session", n), &n, |b, _| {
+            b.iter(|| store.has_session("s").unwrap())
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = ingest, search
+    targets = ingest, search, working
 }
 criterion_main!(benches);

@@ -558,10 +558,17 @@ const RECORD_COLUMNS: &str = "m.id, m.agent_id, m.content, m.tags, m.created_ms,
 
 impl PgStore {
     /// The entries of `session` that `sql` selects (the columns as in `entries`, the session
-    /// as `$1`).
-    fn entries_where(&self, session: &str, sql: &str) -> Result<Vec<Entry>> {
+    /// as `$1`, then `more`).
+    fn entries_where(
+        &self,
+        session: &str,
+        sql: &str,
+        more: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Entry>> {
         crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
-        let rows = self.with_client(|c| c.query(sql, &[&session]).map_err(|e| self.err(e)))?;
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&session];
+        params.extend_from_slice(more);
+        let rows = self.with_client(|c| c.query(sql, &params).map_err(|e| self.err(e)))?;
         let session: Arc<str> = Arc::from(session);
         rows.iter()
             .map(|r| {
@@ -635,6 +642,7 @@ impl WorkingMemory for PgStore {
             &format!(
                 "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
             ),
+            &[],
         )
     }
 
@@ -662,6 +670,40 @@ impl WorkingMemory for PgStore {
                  AND seq >= (SELECT seq FROM {s}.wm_entries WHERE session = $1 AND role = 'user' \
                  ORDER BY seq DESC LIMIT 1) ORDER BY seq"
             ),
+            &[],
+        )
+    }
+
+    fn recent_within(
+        &self,
+        session: &str,
+        token_budget: usize,
+        tokenizer: &dyn strata_core::Tokenizer,
+    ) -> Result<Vec<Entry>> {
+        let s = self.s();
+        let page = format!(
+            "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries \
+             WHERE session = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+        );
+        let call = format!(
+            "SELECT EXISTS (SELECT 1 FROM {s}.wm_entries WHERE session = $1 \
+             AND call_id = $2 AND role = 'tool_call')"
+        );
+        crate::working::select_recent_paged(
+            token_budget,
+            tokenizer,
+            |before, limit| {
+                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                self.entries_where(session, &page, &[&before, &limit])
+            },
+            |id| {
+                self.with_client(|c| {
+                    c.query_one(&call, &[&session, &id])
+                        .map_err(|e| self.err(e))
+                })
+                .map(|row| row.get(0))
+            },
         )
     }
 

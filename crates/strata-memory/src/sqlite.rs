@@ -1739,14 +1739,21 @@ fn check_embedder(
 
 impl SqliteStore {
     /// The entries of `session` that `sql` selects (its columns as in `entries`, the session
-    /// as `?1`), each checked against its checksum.
-    fn entries_where(&self, session: &str, sql: &str) -> Result<Vec<Entry>> {
+    /// as `?1`, then `more`), each checked against its checksum.
+    fn entries_where(
+        &self,
+        session: &str,
+        sql: &str,
+        more: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<Entry>> {
         check_label("session id", session, MAX_LABEL_BYTES)?;
         let inner = self.lock();
         let mut stmt = inner.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         let loc = self.location.as_str();
+        let mut params: Vec<&dyn rusqlite::ToSql> = vec![&session];
+        params.extend_from_slice(more);
         let rows = stmt
-            .query_map([session], |r| {
+            .query_map(params.as_slice(), |r| {
                 let seq: i64 = r.get(0)?;
                 let role = raw(r, 1)?;
                 let call_id = raw_opt(r, 2)?;
@@ -1858,6 +1865,7 @@ impl WorkingMemory for SqliteStore {
         self.entries_where(
             session,
             "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries WHERE session = ?1 ORDER BY seq",
+            &[],
         )
     }
 
@@ -1880,6 +1888,40 @@ impl WorkingMemory for SqliteStore {
             "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries WHERE session = ?1 \
              AND seq >= (SELECT seq FROM wm_entries WHERE session = ?1 AND role = 'user' \
              ORDER BY seq DESC LIMIT 1) ORDER BY seq",
+            &[],
+        )
+    }
+
+    fn recent_within(
+        &self,
+        session: &str,
+        token_budget: usize,
+        tokenizer: &dyn strata_core::Tokenizer,
+    ) -> Result<Vec<Entry>> {
+        crate::working::select_recent_paged(
+            token_budget,
+            tokenizer,
+            |before, limit| {
+                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                self.entries_where(
+                    session,
+                    "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries \
+                     WHERE session = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+                    &[&before, &limit],
+                )
+            },
+            |call| {
+                let inner = self.lock();
+                inner
+                    .conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM wm_entries WHERE session = ?1 \
+                         AND call_id = ?2 AND role = 'tool_call')",
+                    )
+                    .and_then(|mut st| st.query_row([session, call], |r| r.get(0)))
+                    .map_err(|e| self.err(e))
+            },
         )
     }
 

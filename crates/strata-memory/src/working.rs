@@ -163,6 +163,17 @@ pub fn select_recent(
     token_budget: usize,
     tokenizer: &dyn Tokenizer,
 ) -> Vec<Entry> {
+    select_recent_counting(entries, token_budget, &mut |e| {
+        tokenizer.count(e.content.as_str())
+    })
+}
+
+/// [`select_recent`] with the content tokens of each entry given by `count`.
+fn select_recent_counting(
+    entries: &[Entry],
+    token_budget: usize,
+    count: &mut dyn FnMut(&Entry) -> usize,
+) -> Vec<Entry> {
     // Orphan results (no call anywhere in the log) cannot be paired: leave them out.
     let calls: std::collections::HashMap<&str, usize> = entries
         .iter()
@@ -206,7 +217,7 @@ pub fn select_recent(
     let mut best = n;
     let mut used = 0usize;
     for s in (0..n).rev() {
-        used = used.saturating_add(tokenizer.count(kept[s].content.as_str()));
+        used = used.saturating_add(count(kept[s]));
         if used > token_budget {
             break;
         }
@@ -215,6 +226,115 @@ pub fn select_recent(
         }
     }
     kept[best..].iter().map(|e| (*e).clone()).collect()
+}
+
+/// [`select_recent`] for a store that can read a session newest first, a page at a time: it
+/// reads pages until the entries read exceed the budget (or the session is read to its start),
+/// so a long conversation costs what the budget holds, not its length, and the result is
+/// exactly `select_recent` over the whole session.
+///
+/// `older(before, limit)` returns up to `limit` entries with sequence numbers below `before`
+/// (all when `None`), newest first. `has_call(id)` says whether the session has a tool call
+/// with that id, for results whose call is older than the pages read: such a call splits
+/// every start position up to its result, as it would in the whole session, and a result
+/// whose call the session lacks is left out, as `select_recent` leaves it out.
+pub(crate) fn select_recent_paged(
+    token_budget: usize,
+    tokenizer: &dyn Tokenizer,
+    mut older: impl FnMut(Option<u64>, usize) -> Result<Vec<Entry>>,
+    mut has_call: impl FnMut(&str) -> Result<bool>,
+) -> Result<Vec<Entry>> {
+    let mut read: Vec<Entry> = Vec::new(); // oldest first
+    let mut limit = 32usize;
+    let mut counted = 0usize; // tokens of the entries read that select_recent would keep
+    let mut earlier_calls: Vec<Arc<str>> = Vec::new();
+    let mut checked: std::collections::HashMap<Arc<str>, bool> = std::collections::HashMap::new();
+    // Each entry is counted once, here or by the selection (sequence numbers are unique).
+    let mut counts: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut count = |e: &Entry| -> usize {
+        *counts
+            .entry(e.seq)
+            .or_insert_with(|| tokenizer.count(e.content.as_str()))
+    };
+    loop {
+        let before = read.first().map(|e| e.seq);
+        let mut page = older(before, limit)?;
+        let complete = page.len() < limit;
+        page.reverse();
+        let new = page.len();
+        page.append(&mut read);
+        read = page;
+        if complete {
+            return Ok(select_recent_counting(&read, token_budget, &mut count));
+        }
+        // Count the new (older) entries; a result counts when its call exists anywhere.
+        let calls_read: std::collections::HashSet<&str> = read
+            .iter()
+            .filter(|e| e.role == Role::ToolCall)
+            .filter_map(|e| e.call_id.as_deref())
+            .collect();
+        // Newest first, and no further than the budget needs.
+        for e in read[..new].iter().rev() {
+            let keep = match (e.role, e.call_id.as_deref()) {
+                (Role::ToolResult, Some(c)) if calls_read.contains(c) => true,
+                (Role::ToolResult, Some(c)) => match checked.get(c) {
+                    Some(&known) => known,
+                    None => {
+                        let found = has_call(c)?;
+                        checked.insert(Arc::from(c), found);
+                        found
+                    }
+                },
+                (Role::ToolResult, None) => false,
+                _ => true,
+            };
+            if keep {
+                counted = counted.saturating_add(count(e));
+                if counted > token_budget {
+                    break;
+                }
+            }
+        }
+        if counted > token_budget {
+            // Every start select_recent may choose lies in what was read. Calls older than it
+            // stand in as empty entries before it, so the pairs they open still split.
+            earlier_calls.clear();
+            for e in &read {
+                if let (Role::ToolResult, Some(c)) = (e.role, e.call_id.as_deref()) {
+                    if !calls_read.contains(c)
+                        && checked.get(c) == Some(&true)
+                        && !earlier_calls.iter().any(|k| &**k == c)
+                    {
+                        earlier_calls.push(Arc::from(c));
+                    }
+                }
+            }
+            let stand_ins = earlier_calls.len();
+            let mut list: Vec<Entry> = earlier_calls
+                .iter()
+                .map(|c| Entry {
+                    seq: 0,
+                    session: Arc::from(""),
+                    role: Role::ToolCall,
+                    call_id: Some(c.clone()),
+                    content: Content::from(""),
+                    at_ms: 0,
+                })
+                .collect();
+            list.extend(read.iter().cloned());
+            // The stand-ins are empty and never counted.
+            let chosen = select_recent_counting(&list, token_budget, &mut |e| {
+                if e.seq == 0 && e.session.is_empty() {
+                    0
+                } else {
+                    count(e)
+                }
+            });
+            debug_assert!(chosen.len() <= list.len() - stand_ins);
+            return Ok(chosen);
+        }
+        limit = limit.saturating_mul(2);
+    }
 }
 
 /// The checks on an entry that need no store state: session id, call id presence, size.

@@ -140,43 +140,68 @@ pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
     recent_within(wm);
 }
 
-/// The budgeted selection, with the real o200k tokenizer, over an interleaved conversation.
+/// The budgeted selection, with the real o200k tokenizer, over an interleaved conversation long
+/// enough that stores reading it a page at a time need several pages, with calls answered much
+/// later (pairs that span pages) and one call still pending at the end.
 fn recent_within(wm: &dyn WorkingMemory) {
     let tok = TiktokenTokenizer::o200k();
     let s = "budget";
     let mut pending: Vec<String> = Vec::new();
-    for i in 0..30u32 {
-        match i % 5 {
-            0 => wm.append(
-                s,
-                NewEntry::user(format!("question number {i} about the build")),
-            ),
-            1 | 2 => {
-                let id = format!("call-{i}");
-                pending.push(id.clone());
-                wm.append(s, NewEntry::tool_call(id, format!("{{\"step\":{i}}}")))
-            }
-            3 => {
-                // Results arrive in reverse order of the calls.
-                let id = pending.pop().unwrap();
-                wm.append(
+    let mut acknowledged = Vec::new();
+    acknowledged.push(
+        wm.append(s, NewEntry::tool_call("slow-early", "{}"))
+            .unwrap(),
+    );
+    for i in 0..170u32 {
+        let e = match i {
+            40 => wm.append(s, NewEntry::tool_call("slow-middle", "{\"wait\":true}")),
+            120 => wm.append(s, NewEntry::tool_result("slow-middle", "finally")),
+            _ => match i % 5 {
+                0 => wm.append(
                     s,
-                    NewEntry::tool_result(id, "output ".repeat(i as usize % 7 + 1)),
-                )
-            }
-            _ => {
-                let id = pending.pop().unwrap();
-                wm.append(
-                    s,
-                    NewEntry::tool_result(id.clone(), format!("late result of {id}")),
-                )
-            }
-        }
-        .unwrap();
+                    NewEntry::user(format!("question number {i} about the build")),
+                ),
+                1 | 2 => {
+                    let id = format!("call-{i}");
+                    pending.push(id.clone());
+                    wm.append(s, NewEntry::tool_call(id, format!("{{\"step\":{i}}}")))
+                }
+                3 => {
+                    // Results arrive in reverse order of the calls.
+                    let id = pending.pop().unwrap();
+                    wm.append(
+                        s,
+                        NewEntry::tool_result(id, "output ".repeat(i as usize % 7 + 1)),
+                    )
+                }
+                _ => {
+                    let id = pending.pop().unwrap();
+                    wm.append(
+                        s,
+                        NewEntry::tool_result(id.clone(), format!("late result of {id}")),
+                    )
+                }
+            },
+        };
+        acknowledged.push(e.unwrap());
+    }
+    acknowledged.push(
+        wm.append(
+            s,
+            NewEntry::tool_result("slow-early", "the first call's answer"),
+        )
+        .unwrap(),
+    );
+    for i in 0..12 {
+        acknowledged.push(
+            wm.append(s, NewEntry::assistant(format!("closing remark {i}")))
+                .unwrap(),
+        );
     }
     // One call stays pending at the very end.
-    wm.append(s, NewEntry::tool_call("pending", "{}")).unwrap();
+    acknowledged.push(wm.append(s, NewEntry::tool_call("pending", "{}")).unwrap());
     let all = wm.entries(s).unwrap();
+    assert_eq!(all, acknowledged);
     let last_user = all.iter().rposition(|e| e.role == Role::User).unwrap();
     assert_eq!(wm.current_exchange(s).unwrap(), all[last_user..].to_vec());
     assert!(
@@ -184,10 +209,16 @@ fn recent_within(wm: &dyn WorkingMemory) {
         "the exchange has entries after the question"
     );
     let total: usize = all.iter().map(|e| tok.count(e.content.as_str())).sum();
-    for budget in 0..=total + 3 {
+    let mut sizes = HashSet::new();
+    for budget in (0..=total + 3).filter(|b| *b < 200 || b % 7 == 0 || *b + 60 > total) {
         let got = wm.recent_within(s, budget, &tok).unwrap();
         check_selection(&all, &got, budget, &tok);
+        sizes.insert(got.len());
     }
+    // The selections reach past the first pages, stop at the pair that spans the middle, and
+    // take everything once the budget holds it.
+    assert!(sizes.iter().any(|n| *n > 64), "{sizes:?}");
+    assert!(sizes.contains(&all.len()));
     assert_eq!(wm.recent_within(s, total, &tok).unwrap(), all);
     let got = wm.recent_within(s, total, &tok).unwrap();
     assert_eq!(got.last().unwrap().call_id.as_deref(), Some("pending"));
