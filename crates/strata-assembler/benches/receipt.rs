@@ -3,12 +3,12 @@
 //! The workload is the typical agent of the `assemble` bench (30 runtime sections, the default
 //! budget), in the plain-text format and as an Anthropic request. Measured: warm assembly alone;
 //! the receipt alone (statement, canonical bytes, SHA-256 subject, ed25519 signature); the two
-//! together (`Assembler::assemble_with_receipt`); the request path when a `ReceiptSigner` signs
-//! off it (assembly, body, hand-over; the worker finishes between turns, untimed), and that
-//! worker's sustained rate (each receipt there includes cloning the assembly it is handed);
-//! the request path with and without the signer when every turn is followed by a pause like a
-//! model's answer (`turn_gap_`, so that neither runs from caches a back-to-back loop keeps
-//! warm); and verifying a receipt.
+//! together (`Assembler::assemble_with_receipt`); the request path (assembly and the bytes to
+//! send) without and with a `ReceiptSigner` signing off it (plus the hand-over; the worker
+//! finishes between turns, untimed), back to back and with a pause like a model's answer after
+//! each turn (`turn_gap_`, so that neither runs from caches a back-to-back loop keeps warm);
+//! that worker's sustained rate (each receipt there includes cloning the assembly it is
+//! handed); and verifying a receipt.
 #![allow(missing_docs, reason = "criterion generates the bench entry points")]
 #![allow(clippy::unwrap_used, reason = "benchmarks fail loudly")]
 
@@ -133,70 +133,60 @@ fn receipts(c: &mut Criterion) {
                 )
             })
         });
-        // Off the request path: the time a turn waits is the assembly, the body and handing
-        // both to the signer's worker; the worker then signs while the request is in flight.
-        // Between turns (untimed) the worker finishes, as it does while a model answers.
+        // Off the request path. The time a turn waits is the assembly and the bytes to send,
+        // plus, with a signer, handing both over; the worker signs while the request is in
+        // flight. What happens after sending is untimed in both: dropping the assembly, or
+        // waiting for the worker and reclaiming the assembly it kept (freed on this thread).
         let signer = ReceiptSigner::start(
             KeyPair::from_seed(&[0x72; 32]),
             |_r: SignedReceipt| Ok(()),
             64,
         );
-        g.bench_function("assemble_warm_and_write_body_then_defer_receipt", |b| {
-            b.iter_custom(|iters| {
-                let mut timed = Duration::ZERO;
-                for _ in 0..iters {
-                    let t = Instant::now();
-                    let ctx = warm.assemble(&agent, &req).unwrap();
-                    let body = provider.map(|p| body_bytes(&ctx.request_body(p, &params).unwrap()));
-                    let sent = match &body {
-                        Some(b) => b.len(),
-                        None => ctx.text().len(),
-                    };
-                    black_box(sent);
+        let turn = |defer: bool, gap: Option<Duration>, iters: u64| {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let ctx = warm.assemble(&agent, &req).unwrap();
+                let body = provider.map(|p| body_bytes(&ctx.request_body(p, &params).unwrap()));
+                let sent = match &body {
+                    Some(b) => b.len(),
+                    None => ctx.text().len(),
+                };
+                black_box(sent);
+                if defer {
                     signer.submit(&agent, &req, ctx, body).unwrap();
                     timed += t.elapsed();
+                    if let Some(g) = gap {
+                        std::thread::sleep(g);
+                    }
                     signer.flush().unwrap();
+                    signer.reclaim();
+                } else {
+                    timed += t.elapsed();
+                    drop((ctx, body));
+                    if let Some(g) = gap {
+                        std::thread::sleep(g);
+                    }
                 }
-                timed
-            })
+            }
+            timed
+        };
+        g.bench_function("request_path", |b| {
+            b.iter_custom(|iters| turn(false, None, iters))
         });
-        // The same two, each turn followed by a pause like a model's answer (untimed; the
-        // worker signs during it): both start every turn from the caches a real turn finds.
+        g.bench_function("request_path_defer_receipt", |b| {
+            b.iter_custom(|iters| turn(true, None, iters))
+        });
+        // The same two, each turn followed by a pause like a model's answer (the worker signs
+        // during it): both start every turn from the caches a real turn finds.
         g.sample_size(20)
             .measurement_time(Duration::from_millis(400));
-        g.bench_function("turn_gap_assemble_warm_and_write_body", |b| {
-            b.iter_custom(|iters| {
-                let mut timed = Duration::ZERO;
-                for _ in 0..iters {
-                    let t = Instant::now();
-                    let ctx = warm.assemble(&agent, &req).unwrap();
-                    let body = provider.map(|p| body_bytes(&ctx.request_body(p, &params).unwrap()));
-                    black_box((ctx, body));
-                    timed += t.elapsed();
-                    std::thread::sleep(TURN_GAP);
-                }
-                timed
-            })
+        g.bench_function("turn_gap_request_path", |b| {
+            b.iter_custom(|iters| turn(false, Some(TURN_GAP), iters))
         });
-        g.bench_function(
-            "turn_gap_assemble_warm_and_write_body_then_defer_receipt",
-            |b| {
-                b.iter_custom(|iters| {
-                    let mut timed = Duration::ZERO;
-                    for _ in 0..iters {
-                        let t = Instant::now();
-                        let ctx = warm.assemble(&agent, &req).unwrap();
-                        let body =
-                            provider.map(|p| body_bytes(&ctx.request_body(p, &params).unwrap()));
-                        signer.submit(&agent, &req, ctx, body).unwrap();
-                        timed += t.elapsed();
-                        std::thread::sleep(TURN_GAP);
-                        signer.flush().unwrap();
-                    }
-                    timed
-                })
-            },
-        );
+        g.bench_function("turn_gap_request_path_defer_receipt", |b| {
+            b.iter_custom(|iters| turn(true, Some(TURN_GAP), iters))
+        });
         g.sample_size(100).measurement_time(Duration::from_secs(5));
         // The worker's sustained rate: receipts submitted back to back, until all are signed.
         g.bench_function("deferred_receipt_throughput", |b| {
@@ -208,6 +198,7 @@ fn receipts(c: &mut Criterion) {
                     signer.submit(&agent, &req, r.context, body).unwrap();
                 }
                 signer.flush().unwrap();
+                signer.reclaim();
                 t.elapsed()
             })
         });

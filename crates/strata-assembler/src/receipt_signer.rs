@@ -14,6 +14,13 @@
 //! receipts whose requests were already sent. A runtime that must never send a request without
 //! a durable receipt uses [`Assembler::assemble_with_receipt`] and appends before sending.
 //!
+//! Memory goes back to the thread that allocated it: the worker only reads what it is handed
+//! and keeps it, once signed, for [`ReceiptSigner::reclaim`], which the runtime calls after
+//! sending (while the model answers) to free it on its own thread. Memory freed on another
+//! thread leaves the runtime's allocator caches empty, so its next turn would allocate on the
+//! allocator's slow path. A runtime that never reclaims loses nothing: past `capacity` kept
+//! assemblies the worker frees them itself.
+//!
 //! Handing over is a lock and a queue push: an idle worker looks at the queue every
 //! millisecond for a quarter of a second before it blocks, so a submission during a
 //! conversation does not pay for waking a thread; a receipt waits at most that millisecond.
@@ -113,6 +120,8 @@ const POLLS_BEFORE_BLOCKING: u32 = 250;
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
+    /// Jobs whose receipts are delivered, kept for [`ReceiptSigner::reclaim`].
+    spent: Vec<Job>,
     submitted: u64,
     done: u64,
     first_error: Option<SignerError>,
@@ -197,7 +206,7 @@ fn next_job(shared: &Shared) -> Option<Job> {
     }
 }
 
-fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink) {
+fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink, keep: usize) {
     let _end = EndGuard(shared);
     let key_id = key.key_id().to_string();
     let mut index = 0u64;
@@ -213,8 +222,13 @@ fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink) {
                 .map_err(|why| SignerError::Sink { index, why }),
             Err(source) => Err(SignerError::Sign { index, source }),
         };
-        drop(job);
         let mut q = shared.lock();
+        let unclaimed = if q.spent.len() < keep {
+            q.spent.push(job);
+            None
+        } else {
+            Some(job)
+        };
         if let Err(e) = outcome {
             tracing::error!(error = %e, "deferred receipt failed");
             q.first_error.get_or_insert(e);
@@ -222,6 +236,7 @@ fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink) {
         q.done += 1;
         drop(q);
         shared.progress.notify_all();
+        drop(unclaimed);
         index += 1;
     }
 }
@@ -241,7 +256,7 @@ impl ReceiptSigner {
             .name("strata-receipts".into())
             .spawn(move || {
                 let mut sink = sink;
-                work(&s, &key, &mut sink);
+                work(&s, &key, &mut sink, capacity.max(1));
             });
         let worker = match worker {
             Ok(w) => Some(w),
@@ -332,6 +347,20 @@ impl ReceiptSigner {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         Ok(())
+    }
+
+    /// Free, on the calling thread, the assemblies whose receipts have been delivered. Call it
+    /// from the thread that assembles, after sending (while the model answers): freeing there
+    /// keeps that thread's allocator caches for its next turn. Returns how many were freed.
+    pub fn reclaim(&self) -> usize {
+        // A new list allocated here, so that the worker never frees one either.
+        let spent = std::mem::replace(
+            &mut self.shared.lock().spent,
+            Vec::with_capacity(self.capacity.min(64)),
+        );
+        let n = spent.len();
+        drop(spent);
+        n
     }
 
     /// Receipts submitted and receipts delivered (or failed) so far.

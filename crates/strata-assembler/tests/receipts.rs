@@ -1037,6 +1037,9 @@ fn deferred_receipts_are_the_synchronous_ones_in_order_and_none_is_lost() {
     }
     signer.flush().unwrap();
     assert_eq!(signer.progress(), (24, 24));
+    // The worker kept the signed assemblies for this thread to free, up to the capacity.
+    assert_eq!(signer.reclaim(), 2);
+    assert_eq!(signer.reclaim(), 0);
     signer.finish().unwrap();
     let got = collected.lock().unwrap().clone();
     assert_eq!(got.len(), expected.len());
