@@ -19,7 +19,7 @@
 //! a [`TrustStore`] over DSSE's pre-authentication encoding, and only then parses the statement
 //! from the exact signed bytes into a [`VerifiedReceipt`], which nothing else can construct.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use ed25519_dalek::Signature;
@@ -397,25 +397,38 @@ impl TurnRoles {
         t
     }
 
-    /// The role of the turn with this id and content; the first turn with the id when none has
-    /// the content.
-    fn role(&self, id: &str, content: &ContentHash) -> Option<Role> {
+    /// The turns by id, built once per statement (a statement looks up every section).
+    fn index(&self) -> RoleIndex<'_> {
+        let mut by_id: HashMap<&str, Vec<(ContentHash, Role)>> = HashMap::new();
         let mut start = 0;
-        let mut first = None;
         for &(end, hash, role) in &self.turns {
-            if &self.ids[start..end] == id {
-                if hash == *content {
-                    return Some(role);
-                }
-                first.get_or_insert(role);
-            }
+            by_id
+                .entry(&self.ids[start..end])
+                .or_default()
+                .push((hash, role));
             start = end;
         }
-        first
+        RoleIndex(by_id)
     }
 }
 
-fn section_record(r: &SectionReport, roles: &TurnRoles) -> SectionRecord {
+/// [`TurnRoles`] by id.
+struct RoleIndex<'a>(HashMap<&'a str, Vec<(ContentHash, Role)>>);
+
+impl RoleIndex<'_> {
+    /// The role of the turn with this id and content; the first turn with the id when none has
+    /// the content.
+    fn role(&self, id: &str, content: &ContentHash) -> Option<Role> {
+        let turns = self.0.get(id)?;
+        turns
+            .iter()
+            .find(|(h, _)| h == content)
+            .or(turns.first())
+            .map(|(_, role)| *role)
+    }
+}
+
+fn section_record(r: &SectionReport, roles: &RoleIndex<'_>) -> SectionRecord {
     let (status, reason, full_tokens) = status_of(&r.status);
     let authority = match r.layer.as_runtime() {
         Some(l) => {
@@ -474,6 +487,7 @@ pub(crate) fn statement_of_turns(
     runtime_key_id: &str,
 ) -> Statement {
     let r = &ctx.report;
+    let role_index = roles.index();
     let subject = match sent {
         Sent::Body(b) => Subject::sha256(SUBJECT_BODY, b),
         Sent::Text(t) => Subject::sha256(SUBJECT_TEXT, t.as_bytes()),
@@ -539,7 +553,7 @@ pub(crate) fn statement_of_turns(
             sections: r
                 .sections
                 .iter()
-                .map(|s| section_record(s, roles))
+                .map(|s| section_record(s, &role_index))
                 .collect(),
             tools: ToolsRecord {
                 offered,
@@ -1100,6 +1114,7 @@ mod tests {
             ..AssemblyRequest::default()
         };
         let roles = TurnRoles::of(&req);
+        let roles = roles.index();
         let h = ContentHash::of;
         assert_eq!(roles.role("t", &h("second")), Some(Role::User));
         assert_eq!(roles.role("t", &h("first")), Some(Role::ToolResult));

@@ -17,9 +17,9 @@
 //! Memory goes back to the thread that allocated it: the worker only reads what it is handed
 //! and keeps it, once signed, for [`ReceiptSigner::reclaim`], which the runtime calls after
 //! sending (while the model answers) to free it on its own thread. Memory freed on another
-//! thread leaves the runtime's allocator caches empty, so its next turn would allocate on the
-//! allocator's slow path. A runtime that never reclaims loses nothing: past `capacity` kept
-//! assemblies the worker frees them itself.
+//! thread does not return to the runtime thread's allocator caches, so its next turn would
+//! allocate on the allocator's slow path. The signer holds at most `capacity` signed
+//! assemblies for that; when they are not reclaimed, the worker frees the ones past that.
 //!
 //! Handing over is a lock and a queue push: an idle worker looks at the queue every
 //! millisecond for a quarter of a second before it blocks, so a submission during a
@@ -151,6 +151,9 @@ impl Shared {
 /// Builds and signs receipts on a worker thread (ADR-0021). See the module documentation.
 pub struct ReceiptSigner {
     shared: Arc<Shared>,
+    /// The list `reclaim` swaps with the worker's, empty between calls: neither list is ever
+    /// grown by the worker or freed by it.
+    spare: Mutex<Vec<Job>>,
     capacity: usize,
     worker: Option<JoinHandle<()>>,
     finished: bool,
@@ -250,13 +253,15 @@ impl ReceiptSigner {
         capacity: usize,
     ) -> ReceiptSigner {
         let key: Arc<KeyPair> = key.into();
+        let capacity = capacity.max(1);
         let shared = Arc::new(Shared::default());
+        shared.lock().spent = Vec::with_capacity(capacity);
         let s = shared.clone();
         let worker = std::thread::Builder::new()
             .name("strata-receipts".into())
             .spawn(move || {
                 let mut sink = sink;
-                work(&s, &key, &mut sink, capacity.max(1));
+                work(&s, &key, &mut sink, capacity);
             });
         let worker = match worker {
             Ok(w) => Some(w),
@@ -268,7 +273,8 @@ impl ReceiptSigner {
         };
         ReceiptSigner {
             shared,
-            capacity: capacity.max(1),
+            spare: Mutex::new(Vec::with_capacity(capacity)),
+            capacity,
             worker,
             finished: false,
         }
@@ -352,14 +358,21 @@ impl ReceiptSigner {
     /// Free, on the calling thread, the assemblies whose receipts have been delivered. Call it
     /// from the thread that assembles, after sending (while the model answers): freeing there
     /// keeps that thread's allocator caches for its next turn. Returns how many were freed.
+    ///
+    /// Until then the signer holds up to `capacity` signed assemblies (context and body) on top
+    /// of the `capacity` waiting to be signed; past that the worker frees them itself.
     pub fn reclaim(&self) -> usize {
-        // A new list allocated here, so that the worker never frees one either.
-        let spent = std::mem::replace(
-            &mut self.shared.lock().spent,
-            Vec::with_capacity(self.capacity.min(64)),
-        );
-        let n = spent.len();
-        drop(spent);
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        {
+            let mut q = self.shared.lock();
+            if q.spent.is_empty() {
+                return 0;
+            }
+            std::mem::swap(&mut q.spent, &mut *spare);
+        }
+        let n = spare.len();
+        // The jobs are freed here; the list keeps its room for the next swap.
+        spare.clear();
         n
     }
 

@@ -569,6 +569,11 @@ impl PgStore {
         let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&session];
         params.extend_from_slice(more);
         let rows = self.with_client(|c| c.query(sql, &params).map_err(|e| self.err(e)))?;
+        self.entries_of(session, &rows)
+    }
+
+    /// Entries from rows with the columns of `entries`.
+    fn entries_of(&self, session: &str, rows: &[postgres::Row]) -> Result<Vec<Entry>> {
         let session: Arc<str> = Arc::from(session);
         rows.iter()
             .map(|r| {
@@ -680,6 +685,7 @@ impl WorkingMemory for PgStore {
         token_budget: usize,
         tokenizer: &dyn strata_core::Tokenizer,
     ) -> Result<Vec<Entry>> {
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
         let s = self.s();
         let page = format!(
             "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries \
@@ -689,22 +695,39 @@ impl WorkingMemory for PgStore {
             "SELECT EXISTS (SELECT 1 FROM {s}.wm_entries WHERE session = $1 \
              AND call_id = $2 AND role = 'tool_call')"
         );
-        crate::working::select_recent_paged(
-            token_budget,
-            tokenizer,
-            |before, limit| {
-                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
-                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-                self.entries_where(session, &page, &[&before, &limit])
-            },
-            |id| {
-                self.with_client(|c| {
-                    c.query_one(&call, &[&session, &id])
+        self.with_client(|c| {
+            // One read-only snapshot over every page and lookup, whatever other runtimes
+            // append or clear meanwhile.
+            let tx = c
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .map_err(|e| self.err(e))?;
+            let tx = std::cell::RefCell::new(tx);
+            let chosen = crate::working::select_recent_paged(
+                token_budget,
+                tokenizer,
+                crate::working::FIRST_PAGE,
+                |before, limit| {
+                    let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+                    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                    let rows = tx
+                        .borrow_mut()
+                        .query(&page, &[&session, &before, &limit])
+                        .map_err(|e| self.err(e))?;
+                    self.entries_of(session, &rows)
+                },
+                |id| {
+                    tx.borrow_mut()
+                        .query_one(&call, &[&session, &id])
+                        .map(|row| row.get(0))
                         .map_err(|e| self.err(e))
-                })
-                .map(|row| row.get(0))
-            },
-        )
+                },
+            )?;
+            tx.into_inner().commit().map_err(|e| self.err(e))?;
+            Ok(chosen)
+        })
     }
 
     fn clear(&self, session: &str) -> Result<usize> {

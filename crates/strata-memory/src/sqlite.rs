@@ -1748,7 +1748,18 @@ impl SqliteStore {
     ) -> Result<Vec<Entry>> {
         check_label("session id", session, MAX_LABEL_BYTES)?;
         let inner = self.lock();
-        let mut stmt = inner.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        self.entries_on(&inner.conn, session, sql, more)
+    }
+
+    /// [`Self::entries_where`] on a connection the caller holds (inside its transaction).
+    fn entries_on(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        sql: &str,
+        more: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<Entry>> {
+        let mut stmt = conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         let loc = self.location.as_str();
         let mut params: Vec<&dyn rusqlite::ToSql> = vec![&session];
         params.extend_from_slice(more);
@@ -1898,31 +1909,44 @@ impl WorkingMemory for SqliteStore {
         token_budget: usize,
         tokenizer: &dyn strata_core::Tokenizer,
     ) -> Result<Vec<Entry>> {
-        crate::working::select_recent_paged(
+        check_label("session id", session, MAX_LABEL_BYTES)?;
+        // One read transaction over every page and lookup: the pages are one snapshot of the
+        // session, whatever other connections write or clear meanwhile.
+        let inner = self.lock();
+        let tx = inner
+            .conn
+            .unchecked_transaction()
+            .map_err(|e| self.err(e))?;
+        let chosen = crate::working::select_recent_paged(
             token_budget,
             tokenizer,
+            crate::working::FIRST_PAGE,
             |before, limit| {
                 let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-                self.entries_where(
+                self.entries_on(
+                    &tx,
                     session,
                     "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries \
                      WHERE session = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
                     &[&before, &limit],
                 )
             },
+            // The call's row is read and checked like any other: a damaged one is an error,
+            // not a missing call.
             |call| {
-                let inner = self.lock();
-                inner
-                    .conn
-                    .prepare_cached(
-                        "SELECT EXISTS (SELECT 1 FROM wm_entries WHERE session = ?1 \
-                         AND call_id = ?2 AND role = 'tool_call')",
-                    )
-                    .and_then(|mut st| st.query_row([session, call], |r| r.get(0)))
-                    .map_err(|e| self.err(e))
+                self.entries_on(
+                    &tx,
+                    session,
+                    "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries \
+                     WHERE session = ?1 AND call_id = ?2 AND role = 'tool_call'",
+                    &[&call],
+                )
+                .map(|found| !found.is_empty())
             },
-        )
+        )?;
+        tx.finish().map_err(|e| self.err(e))?;
+        Ok(chosen)
     }
 
     fn clear(&self, session: &str) -> Result<usize> {

@@ -115,14 +115,16 @@ pub trait WorkingMemory: Send + Sync {
     /// Every entry of `session`, oldest first.
     fn entries(&self, session: &str) -> Result<Vec<Entry>>;
 
-    /// Whether `session` has any entry. Stores answer without reading the session's entries,
-    /// so a caller that only checks a session exists pays nothing for a long conversation.
+    /// Whether `session` has any entry. SQLite, PostgreSQL and the in-process stores answer
+    /// without reading the session's entries (the default reads them all).
     fn has_session(&self, session: &str) -> Result<bool> {
         Ok(!self.entries(session)?.is_empty())
     }
 
     /// The exchange in progress: the newest user entry of `session` and every entry after it,
-    /// oldest first; empty when the session has no user entry. Stores read only those entries.
+    /// oldest first; empty when the session has no user entry. SQLite and PostgreSQL read only
+    /// those entries, finding the user entry by walking the session's index back from its
+    /// newest entry (the default reads the whole session).
     fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
         let mut all = self.entries(session)?;
         match all.iter().rposition(|e| e.role == Role::User) {
@@ -228,6 +230,9 @@ fn select_recent_counting(
     kept[best..].iter().map(|e| (*e).clone()).collect()
 }
 
+/// The first page of a paged history read: about what a turn's history budget holds.
+pub(crate) const FIRST_PAGE: usize = 32;
+
 /// [`select_recent`] for a store that can read a session newest first, a page at a time: it
 /// reads pages until the entries read exceed the budget (or the session is read to its start),
 /// so a long conversation costs what the budget holds, not its length, and the result is
@@ -241,11 +246,12 @@ fn select_recent_counting(
 pub(crate) fn select_recent_paged(
     token_budget: usize,
     tokenizer: &dyn Tokenizer,
+    first_page: usize,
     mut older: impl FnMut(Option<u64>, usize) -> Result<Vec<Entry>>,
     mut has_call: impl FnMut(&str) -> Result<bool>,
 ) -> Result<Vec<Entry>> {
     let mut read: Vec<Entry> = Vec::new(); // oldest first
-    let mut limit = 32usize;
+    let mut limit = first_page.max(1);
     let mut counted = 0usize; // tokens of the entries read that select_recent would keep
     let mut earlier_calls: Vec<Arc<str>> = Vec::new();
     let mut checked: std::collections::HashMap<Arc<str>, bool> = std::collections::HashMap::new();
@@ -444,5 +450,83 @@ mod tests {
         ];
         let got = select_recent(&log, 100, &EstimateTokenizer::new());
         assert_eq!(got.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
+    }
+
+    /// What a session log can hold, as steps: a user or assistant entry, a new tool call, the
+    /// result of a call made earlier (possibly one already answered elsewhere, never twice), or a
+    /// result whose call never existed; contents of 0 to 23 bytes (0 to 6 estimated tokens).
+    fn session(steps: &[(u8, u8, u8)]) -> Vec<Entry> {
+        let mut log = Vec::new();
+        let mut calls: Vec<String> = Vec::new();
+        let mut answered = std::collections::HashSet::new();
+        for (i, &(kind, pick, len)) in steps.iter().enumerate() {
+            let seq = i as u64 + 1;
+            let text = "x".repeat(usize::from(len % 24));
+            let e = match kind % 5 {
+                0 => entry(seq, Role::User, None, &text),
+                1 => entry(seq, Role::Assistant, None, &text),
+                2 => {
+                    calls.push(format!("c{seq}"));
+                    entry(seq, Role::ToolCall, calls.last().map(String::as_str), &text)
+                }
+                3 => {
+                    let open: Vec<&String> =
+                        calls.iter().filter(|c| !answered.contains(*c)).collect();
+                    if open.is_empty() {
+                        entry(seq, Role::User, None, &text)
+                    } else {
+                        let c = open[usize::from(pick) % open.len()].clone();
+                        answered.insert(c.clone());
+                        entry(seq, Role::ToolResult, Some(&c), &text)
+                    }
+                }
+                _ => entry(seq, Role::ToolResult, Some(&format!("gone{pick}")), &text),
+            };
+            log.push(e);
+        }
+        log
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// Verifies ADR-0012: reading a session newest first, a page at a time, selects exactly
+        /// what `select_recent` selects over the whole session, for every budget, with first
+        /// pages of one entry up, pairs that span pages, results whose call is older than every
+        /// page read or missing altogether, and entries of no tokens.
+        #[test]
+        fn paged_selection_equals_the_whole_session_selection(
+            steps in proptest::collection::vec((0u8..5, 0u8..=255, 0u8..=255), 0..70),
+            first_page in 1usize..6,
+        ) {
+            let log = session(&steps);
+            let t = EstimateTokenizer::new();
+            let total: usize = log.iter().map(|e| t.count(e.content.as_str())).sum();
+            for budget in 0..=total + 3 {
+                let paged = select_recent_paged(
+                    budget,
+                    &t,
+                    first_page,
+                    |before, limit| {
+                        let mut older: Vec<Entry> = log
+                            .iter()
+                            .filter(|e| before.is_none_or(|b| e.seq < b))
+                            .rev()
+                            .take(limit)
+                            .cloned()
+                            .collect();
+                        older.truncate(limit);
+                        Ok(older)
+                    },
+                    |id| {
+                        Ok(log
+                            .iter()
+                            .any(|e| e.role == Role::ToolCall && e.call_id.as_deref() == Some(id)))
+                    },
+                )
+                .unwrap();
+                proptest::prop_assert_eq!(&paged, &select_recent(&log, budget, &t), "budget {}", budget);
+            }
+        }
     }
 }

@@ -137,21 +137,24 @@ pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
     wm.clear("s2").unwrap();
     wm.clear("s3").unwrap();
 
-    recent_within(wm);
+    recent_within(wm, "budget", true);
+    recent_within(wm, "budget-2", false);
 }
 
 /// The budgeted selection, with the real o200k tokenizer, over an interleaved conversation long
 /// enough that stores reading it a page at a time need several pages, with calls answered much
-/// later (pairs that span pages) and one call still pending at the end.
-fn recent_within(wm: &dyn WorkingMemory) {
+/// later (pairs that span pages) and one call still pending at the end. With `slow_early`, the
+/// first entry is a call answered near the end, which rules out every start in between.
+fn recent_within(wm: &dyn WorkingMemory, s: &str, slow_early: bool) {
     let tok = TiktokenTokenizer::o200k();
-    let s = "budget";
     let mut pending: Vec<String> = Vec::new();
     let mut acknowledged = Vec::new();
-    acknowledged.push(
-        wm.append(s, NewEntry::tool_call("slow-early", "{}"))
-            .unwrap(),
-    );
+    if slow_early {
+        acknowledged.push(
+            wm.append(s, NewEntry::tool_call("slow-early", "{}"))
+                .unwrap(),
+        );
+    }
     for i in 0..170u32 {
         let e = match i {
             40 => wm.append(s, NewEntry::tool_call("slow-middle", "{\"wait\":true}")),
@@ -185,13 +188,15 @@ fn recent_within(wm: &dyn WorkingMemory) {
         };
         acknowledged.push(e.unwrap());
     }
-    acknowledged.push(
-        wm.append(
-            s,
-            NewEntry::tool_result("slow-early", "the first call's answer"),
-        )
-        .unwrap(),
-    );
+    if slow_early {
+        acknowledged.push(
+            wm.append(
+                s,
+                NewEntry::tool_result("slow-early", "the first call's answer"),
+            )
+            .unwrap(),
+        );
+    }
     for i in 0..12 {
         acknowledged.push(
             wm.append(s, NewEntry::assistant(format!("closing remark {i}")))
@@ -215,10 +220,33 @@ fn recent_within(wm: &dyn WorkingMemory) {
         check_selection(&all, &got, budget, &tok);
         sizes.insert(got.len());
     }
-    // The selections reach past the first pages, stop at the pair that spans the middle, and
-    // take everything once the budget holds it.
-    assert!(sizes.iter().any(|n| *n > 64), "{sizes:?}");
     assert!(sizes.contains(&all.len()));
+    if slow_early {
+        // Only the entries after the early call's answer, or everything.
+        assert!(
+            sizes.iter().all(|n| *n <= 13 || *n == all.len()),
+            "{sizes:?}"
+        );
+    } else {
+        // Selections end past the first pages a store reads (32 and 64 entries), none starts
+        // inside the pair that spans the middle, and one starts right after it.
+        let middle = all
+            .iter()
+            .position(|e| e.call_id.as_deref() == Some("slow-middle"))
+            .unwrap();
+        let answer = all
+            .iter()
+            .rposition(|e| e.call_id.as_deref() == Some("slow-middle"))
+            .unwrap();
+        assert!(sizes.iter().any(|n| *n > 96 && *n < all.len()), "{sizes:?}");
+        assert!(
+            sizes
+                .iter()
+                .all(|n| *n == 0 || !(middle + 1..=answer).contains(&(all.len() - n))),
+            "{sizes:?}"
+        );
+        assert!(sizes.contains(&(all.len() - answer - 1)), "{sizes:?}");
+    }
     assert_eq!(wm.recent_within(s, total, &tok).unwrap(), all);
     let got = wm.recent_within(s, total, &tok).unwrap();
     assert_eq!(got.last().unwrap().call_id.as_deref(), Some("pending"));
