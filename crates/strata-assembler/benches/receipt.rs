@@ -142,7 +142,7 @@ fn receipts(c: &mut Criterion) {
             |_r: SignedReceipt| Ok(()),
             64,
         );
-        let turn = |defer: bool, gap: Option<Duration>, iters: u64| {
+        let turn = |defer: bool, reclaim: bool, gap: Option<Duration>, iters: u64| {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
                 let t = Instant::now();
@@ -160,7 +160,9 @@ fn receipts(c: &mut Criterion) {
                         std::thread::sleep(g);
                     }
                     signer.flush().unwrap();
-                    signer.reclaim();
+                    if reclaim {
+                        signer.reclaim();
+                    }
                 } else {
                     timed += t.elapsed();
                     drop((ctx, body));
@@ -172,20 +174,24 @@ fn receipts(c: &mut Criterion) {
             timed
         };
         g.bench_function("request_path", |b| {
-            b.iter_custom(|iters| turn(false, None, iters))
+            b.iter_custom(|iters| turn(false, false, None, iters))
         });
         g.bench_function("request_path_defer_receipt", |b| {
-            b.iter_custom(|iters| turn(true, None, iters))
+            b.iter_custom(|iters| turn(true, true, None, iters))
+        });
+        // Without `reclaim`: the worker frees what it was handed.
+        g.bench_function("request_path_defer_receipt_worker_frees", |b| {
+            b.iter_custom(|iters| turn(true, false, None, iters))
         });
         // The same two, each turn followed by a pause like a model's answer (the worker signs
         // during it): both start every turn from the caches a real turn finds.
         g.sample_size(20)
             .measurement_time(Duration::from_millis(400));
         g.bench_function("turn_gap_request_path", |b| {
-            b.iter_custom(|iters| turn(false, Some(TURN_GAP), iters))
+            b.iter_custom(|iters| turn(false, false, Some(TURN_GAP), iters))
         });
         g.bench_function("turn_gap_request_path_defer_receipt", |b| {
-            b.iter_custom(|iters| turn(true, Some(TURN_GAP), iters))
+            b.iter_custom(|iters| turn(true, true, Some(TURN_GAP), iters))
         });
         g.sample_size(100).measurement_time(Duration::from_secs(5));
         // The worker's sustained rate: receipts submitted back to back, until all are signed.
