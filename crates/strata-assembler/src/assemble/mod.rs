@@ -639,11 +639,14 @@ impl Assembler {
             return None;
         }
         let mut allow = (max_tokens - overhead) as usize;
+        // Where the next, smaller, head search may start: the walk before it is not repeated.
+        let mut resume = strata_core::Prefix { len: 0, tokens: 0 };
         for _ in 0..16 {
             let (head, tail_start) = match keep {
                 Keep::Head => {
-                    let n = self.tokenizer.prefix(text, allow).len;
-                    (n, text.len())
+                    let (p, next) = self.tokenizer.prefix_from(text, allow, resume);
+                    resume = next;
+                    (p.len, text.len())
                 }
                 Keep::Tail => (0, text.len() - self.tokenizer.suffix(text, allow).len),
                 Keep::Both => {
