@@ -383,6 +383,28 @@ fn a_repeated_request_is_served_from_the_kept_assembly() {
     assert_eq!(hits(&a), 4);
     check(&a.assemble(&agent, &req).unwrap(), &req);
     assert_eq!(hits(&a), 5);
+    // Twenty requests that each change a section: none is served.
+    for i in 0..20 {
+        req.sections[3] = sec(
+            RuntimeLayer::LongTermMemory,
+            "m3",
+            &format!("memory number 3, revised {i} ").repeat(20),
+        )
+        .priority(3)
+        .build();
+        check(&a.assemble(&agent, &req).unwrap(), &req);
+    }
+    assert_eq!(hits(&a), 5);
+    // Then the same request again and again: within eighteen calls it is kept and served.
+    let mut calls = 0;
+    while hits(&a) == 5 {
+        calls += 1;
+        assert!(
+            calls <= 20,
+            "a repeated request was not served after {calls} calls"
+        );
+        check(&a.assemble(&agent, &req).unwrap(), &req);
+    }
 }
 
 /// Verifies ADR-0008: token counts are cached by content hash across assemblies.

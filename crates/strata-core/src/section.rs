@@ -447,7 +447,8 @@ impl Section {
     /// Whether `other` is the same section, field for field: the same answer as `==`, but a
     /// text held in the same shared allocation on both sides (a clone's id, key, provenance
     /// name or content) is recognised by its address and never read. Comparing a request's
-    /// sections with clones of them kept from an earlier call so costs no visit to any text.
+    /// sections with clones of them kept from an earlier call so costs no visit to any text
+    /// (ADR-0024: the kept whole assembly).
     pub fn same_as(&self, other: &Section) -> bool {
         // Every field named, so a field added to sections must be compared here to compile.
         let Section {
@@ -686,8 +687,8 @@ mod tests {
     use super::*;
 
     proptest::proptest! {
-        /// `same_as` answers as `==` does, for sections that share texts (clones) and for
-        /// sections built separately from equal or different fields.
+        /// Verifies ADR-0024: `same_as` answers as `==` does, for sections that share texts
+        /// (clones) and for sections built separately from equal or different fields.
         #[test]
         fn same_as_agrees_with_equality(
             a in (0usize..2, 0usize..2, 0usize..2, 0u32..2, proptest::bool::ANY, 0usize..2),

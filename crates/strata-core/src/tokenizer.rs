@@ -155,7 +155,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     /// same text may start: pass it back as `from` while its `tokens` are at most that search's
     /// budget, and the walk over the text before it is not repeated. `from` must be the start
     /// of the text (`len` and `tokens` 0) or a point this method returned for the same text.
-    /// The default always starts from, and offers, the start of the text.
+    /// The default always starts from, and offers, the start of the text (ADR-0024).
     fn prefix_from(&self, text: &str, max_tokens: usize, from: Prefix) -> (Prefix, Prefix) {
         let _ = from;
         (self.prefix(text, max_tokens), Prefix { len: 0, tokens: 0 })

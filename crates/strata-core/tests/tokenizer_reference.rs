@@ -229,7 +229,7 @@ fn check_prefix_locally(t: &TiktokenTokenizer, r: &CoreBPE, text: &str, budget: 
     let got = t.prefix(text, budget);
     check_cut_locally(t, r, text, budget, got);
     // Searches resumed from the point this one offers, with budgets a little smaller (as a
-    // cut retried after its marker took more than estimated), pass the same checks.
+    // cut retried after its marker took more than estimated), pass the same checks (ADR-0024).
     let (again, resume) = t.prefix_from(text, budget, Prefix { len: 0, tokens: 0 });
     assert_eq!(again, got);
     for smaller in [1, 2, 5, 40] {

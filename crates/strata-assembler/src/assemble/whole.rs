@@ -5,15 +5,18 @@
 //! into an assembly: the agent's signed payload (its SHA-256, which fixes identity, tools and
 //! budget) and every field of the request except the time of the call, which only decides
 //! whether the agent is still valid and is checked on every call before the entry is looked
-//! at. Sections are compared with their own equality, which compares every field of the section
-//! (shared texts compare by pointer first, so an unchanged section costs no visit to its text).
+//! at. Sections are compared with [`strata_core::Section::same_as`], which compares every field
+//! but recognises a text shared with the kept clone by its address, so an unchanged section
+//! costs no visit to its text.
 //!
-//! A fingerprint of the sections' inline fields (text addresses, content hashes, priorities) is
-//! taken on every call but an assembler's first, in the pass that compares the sections with
-//! the kept ones; an entry is stored only when a call has the same fingerprint as the call
-//! before it, so a conversation whose every turn changes something never pays for copying
-//! the request and its result. The fingerprint only decides what is worth keeping: it is
-//! never taken as proof that two requests are equal.
+//! A fingerprint of the sections' inline fields (lengths, content hashes, layers, priorities)
+//! is taken on every call but an assembler's first, and once three calls in a row were neither
+//! served nor kept, on two consecutive calls in sixteen only. The sections are compared with the kept
+//! ones only when it matches the kept entry's, so a request that changed costs one pass over
+//! its own sections; an entry is stored only when a call has the same fingerprint as the call
+//! before it, so a conversation whose every turn changes something never pays for copying the
+//! request and its result. The fingerprint only decides what is worth comparing and keeping:
+//! it is never taken as proof that two requests are equal.
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,6 +28,7 @@ use crate::request::AssemblyRequest;
 
 /// One kept assembly: what went in and what came out.
 struct Entry {
+    fingerprint: u64,
     payload_sha256: String,
     req: AssemblyRequest,
     out: AssembledContext,
@@ -35,8 +39,10 @@ struct State {
     /// Whether any call was made; the first is not fingerprinted (an assembler made for one
     /// call never pays for it).
     called: bool,
-    /// The fingerprint of the last call's request, when it was taken.
+    /// The fingerprint of the last request fingerprinted.
     last: Option<u64>,
+    /// Calls in a row neither served from the entry nor kept.
+    misses: u64,
     entry: Option<Arc<Entry>>,
 }
 
@@ -46,6 +52,9 @@ pub(super) struct Whole {
     state: Mutex<State>,
     hasher: ahash::RandomState,
 }
+
+/// After a run of calls neither served nor kept, two calls in this many are fingerprinted.
+const SKIP: u64 = 16;
 
 /// Bytes counted for each section of a kept request and of its report, besides the output
 /// text: the section's and its report entry's own fields (their texts are shared, not copied).
@@ -58,11 +67,9 @@ impl Whole {
     }
 
     /// The kept result, if `req` for `agent` is exactly the request it was assembled from
-    /// (`Ok`); otherwise a fingerprint of the request's sections (`Err`, none on the
-    /// assembler's first call), taken from their
-    /// inline fields only (the addresses and lengths of their id and content texts, their
-    /// content hashes, layers and priorities) in the same pass that compares them with the
-    /// kept ones, so each section is read once and no text is read.
+    /// (`Ok`); otherwise the fingerprint of the request's sections (`Err`, none on the
+    /// assembler's first call). The sections are compared with the kept ones only when their
+    /// fingerprints agree, so a request that changed costs one pass over its own sections.
     pub(super) fn get(
         &self,
         agent: &VerifiedAgent,
@@ -70,36 +77,53 @@ impl Whole {
     ) -> Result<AssembledContext, Option<u64>> {
         let entry = {
             let mut st = self.lock();
-            if !std::mem::replace(&mut st.called, true) {
+            let first = !std::mem::replace(&mut st.called, true);
+            // After three calls in a row that were neither served nor kept, only two calls in
+            // sixteen, one after the other, are fingerprinted: requests that change every call
+            // pay for two passes in sixteen, and a request that starts repeating is kept and
+            // served within eighteen calls.
+            if first || (st.misses >= 3 && st.misses % SKIP > 1) {
+                st.misses += 1;
                 return Err(None);
             }
+            st.misses += 1;
             st.entry.clone()
         };
-        let entry = entry.filter(|e| {
-            e.payload_sha256 == agent.payload_sha256()
-                && e.req.sections.len() == req.sections.len()
-                && same_settings(&e.req, req)
-        });
-        let kept = entry.as_ref().map_or(&[][..], |e| &e.req.sections[..]);
-        let mut same = entry.is_some();
+        let fingerprint = self.fingerprint(req);
+        match entry {
+            Some(e)
+                if e.fingerprint == fingerprint
+                    && e.payload_sha256 == agent.payload_sha256()
+                    && e.req.sections.len() == req.sections.len()
+                    && same_settings(&e.req, req)
+                    && req
+                        .sections
+                        .iter()
+                        .zip(&e.req.sections)
+                        .all(|(a, b)| a.same_as(b)) =>
+            {
+                self.lock().misses = 0;
+                Ok(e.out.clone())
+            }
+            _ => Err(Some(fingerprint)),
+        }
+    }
+
+    /// A fingerprint of the request's sections from their inline fields only: the lengths of
+    /// their ids and contents, their content hashes, layers and priorities (values, not
+    /// addresses, so a request rebuilt with equal sections has the same one). Reads each
+    /// section once, in order, and no text.
+    fn fingerprint(&self, req: &AssemblyRequest) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write_usize(req.sections.len());
-        for (i, s) in req.sections.iter().enumerate() {
-            same = same && s.same_as(&kept[i]);
-            let id = s.id().as_str();
-            let content = s.content().as_str();
-            h.write_usize(id.as_ptr() as usize);
-            h.write_usize(id.len());
-            h.write_usize(content.as_ptr() as usize);
-            h.write_usize(content.len());
+        for s in &req.sections {
+            h.write_usize(s.id().as_str().len());
+            h.write_usize(s.content().as_str().len());
             h.write(&s.content_hash().as_bytes()[..8]);
             h.write_u32(s.priority());
             h.write_usize(s.layer().index());
         }
-        match entry {
-            Some(e) if same => Ok(e.out.clone()),
-            _ => Err(Some(h.finish())),
-        }
+        h.finish()
     }
 
     /// Note the call's fingerprint, and keep its result when the call before it had the same
@@ -115,19 +139,27 @@ impl Whole {
         let repeated = {
             let mut st = self.lock();
             let repeated = fingerprint.is_some() && st.last == fingerprint;
-            st.last = fingerprint;
+            if fingerprint.is_some() {
+                st.last = fingerprint;
+            }
             repeated
         };
         let size = out.text.len() + PER_SECTION * (req.sections.len() + 1);
         if !repeated || size > limit {
             return;
         }
+        let Some(fingerprint) = fingerprint else {
+            return;
+        };
         let entry = Arc::new(Entry {
+            fingerprint,
             payload_sha256: agent.payload_sha256().to_owned(),
             req: req.clone(),
             out: out.clone(),
         });
-        self.lock().entry = Some(entry);
+        let mut st = self.lock();
+        st.entry = Some(entry);
+        st.misses = 0;
     }
 
     /// Forget the kept assembly (with the element cache, when it is emptied).

@@ -272,7 +272,7 @@ impl Tokenizer for TiktokenTokenizer {
     /// `from.tokens` passes with that count, since counts at piece boundaries only grow. The
     /// point offered back is the last such boundary the walk passed at least
     /// [`RESUME_SLACK`] tokens below the budget, so a search a few tokens smaller (a cut
-    /// retried after its marker took more than estimated) can start there.
+    /// retried after its marker took more than estimated) can start there (ADR-0024).
     fn prefix_from(&self, text: &str, max_tokens: usize, from: Prefix) -> (Prefix, Prefix) {
         let from = if from.tokens <= max_tokens && text.is_char_boundary(from.len) {
             from
