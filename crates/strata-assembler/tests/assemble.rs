@@ -306,6 +306,107 @@ fn trimming_order_markers_and_tool_pairs() {
     );
 }
 
+/// Verifies ADR-0024 (amended): a request made again exactly, after it was made twice in a
+/// row, is answered from the whole assembly kept then; the time of the call and sections
+/// rebuilt with equal fields in new allocations do not prevent that; any other change does,
+/// and every answer equals a fresh assembler's.
+#[test]
+fn a_repeated_request_is_served_from_the_kept_assembly() {
+    let agent = support::agent();
+    let a = Assembler::o200k();
+    let mut req = AssemblyRequest {
+        sections: (0..40)
+            .map(|i| {
+                sec(
+                    RuntimeLayer::LongTermMemory,
+                    &format!("m{i}"),
+                    &format!("memory number {i} ").repeat(20),
+                )
+                .priority(i)
+                .build()
+            })
+            .collect(),
+        budget: Some(BudgetSpec::Explicit(Budget::with_total(1_200))),
+        now_ms: Some(1_750_000_000_000),
+        ..Default::default()
+    };
+    let fresh = |req: &AssemblyRequest| Assembler::o200k().assemble(&agent, req).unwrap();
+    let check = |got: &AssembledContext, req: &AssemblyRequest| {
+        let want = fresh(req);
+        assert_eq!(got.text(), want.text());
+        assert_eq!(got.report(), want.report());
+    };
+    let hits = |a: &Assembler| a.cache_stats().assembly_hits;
+    // An assembler's first call is not fingerprinted; the second is; the third, the same
+    // as the second, is kept; the fourth is served.
+    for _ in 0..3 {
+        check(&a.assemble(&agent, &req).unwrap(), &req);
+    }
+    assert_eq!(hits(&a), 0);
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 1);
+    // Another time of the call: the same output.
+    req.now_ms = Some(1_750_000_060_000);
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 2);
+    // A section rebuilt from new allocations with the same fields: still the same request.
+    req.sections[7] = sec(
+        RuntimeLayer::LongTermMemory,
+        "m7",
+        &"memory number 7 ".repeat(20),
+    )
+    .priority(7)
+    .build();
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 3);
+    // Made sticky: another request, assembled again.
+    req.sections[7] = sec(
+        RuntimeLayer::LongTermMemory,
+        "m7",
+        &"memory number 7 ".repeat(20),
+    )
+    .priority(7)
+    .sticky(true)
+    .build();
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 3);
+    // Another budget with the same sections: assembled again (and kept, its sections being
+    // those of the call before), then served.
+    req.budget = Some(BudgetSpec::Explicit(Budget::with_total(900)));
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 3);
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 4);
+    // The earlier budget again is not the kept request.
+    req.budget = Some(BudgetSpec::Explicit(Budget::with_total(1_200)));
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 4);
+    check(&a.assemble(&agent, &req).unwrap(), &req);
+    assert_eq!(hits(&a), 5);
+    // Twenty requests that each change a section: none is served.
+    for i in 0..20 {
+        req.sections[3] = sec(
+            RuntimeLayer::LongTermMemory,
+            "m3",
+            &format!("memory number 3, revised {i} ").repeat(20),
+        )
+        .priority(3)
+        .build();
+        check(&a.assemble(&agent, &req).unwrap(), &req);
+    }
+    assert_eq!(hits(&a), 5);
+    // Then the same request again and again: within eighteen calls it is kept and served.
+    let mut calls = 0;
+    while hits(&a) == 5 {
+        calls += 1;
+        assert!(
+            calls <= 20,
+            "a repeated request was not served after {calls} calls"
+        );
+        check(&a.assemble(&agent, &req).unwrap(), &req);
+    }
+}
+
 /// Verifies ADR-0008: token counts are cached by content hash across assemblies.
 #[test]
 fn unchanged_sections_are_not_tokenized_again() {

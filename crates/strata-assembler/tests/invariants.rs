@@ -516,6 +516,83 @@ fn change() -> impl Strategy<Value = Change> {
     ]
 }
 
+/// A change to a request that a kept whole assembly must notice, or must see through.
+#[derive(Debug, Clone)]
+enum Repeat {
+    /// One of the section changes above.
+    Sections(Change),
+    /// Another prompt mode (no section changes).
+    Mode(usize),
+    /// Another assembly path.
+    Path(usize),
+    /// Another encoding for layer 6.
+    Encoding(usize),
+    /// The section at this position rebuilt with the same id and text in new allocations,
+    /// its stickiness flipped or not: equal or unequal without any shared text.
+    Rebuild(usize, bool),
+    /// A provider request, or the plain text.
+    Provider(Option<Provider>),
+    /// Another time of the call, which changes nothing in the output.
+    Clock(i64),
+}
+
+fn repeat() -> impl Strategy<Value = Repeat> {
+    prop_oneof![
+        4 => change().prop_map(Repeat::Sections),
+        1 => (0usize..4).prop_map(Repeat::Mode),
+        1 => (0usize..5).prop_map(Repeat::Path),
+        1 => (0usize..3).prop_map(Repeat::Encoding),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(i, f)| Repeat::Rebuild(i, f)),
+        1 => proptest::option::of(proptest::sample::select(&[
+            Provider::OpenAiChat,
+            Provider::Anthropic,
+        ][..]))
+        .prop_map(Repeat::Provider),
+        1 => (1_700_000_000_000i64..1_800_000_000_000).prop_map(Repeat::Clock),
+    ]
+}
+
+fn apply_repeat(req: &mut AssemblyRequest, change: &Repeat) {
+    let n = req.sections.len();
+    match change {
+        Repeat::Sections(c) => apply(req, c),
+        Repeat::Mode(m) => req.mode = PromptMode::ALL[*m],
+        Repeat::Path(p) => req.path = AssemblyPath::ALL[*p],
+        Repeat::Encoding(e) => {
+            req.render = RenderOptions::default().with_encoding(
+                RuntimeLayer::LongTermMemory,
+                [Encoding::Escaped, Encoding::Datamark, Encoding::Base64][*e],
+            );
+        }
+        Repeat::Rebuild(i, flip) if n > 0 => {
+            let s = &req.sections[i % n];
+            // New allocations for the id, the text and the provenance name.
+            let mut b =
+                Section::builder(s.layer(), s.id().as_str(), s.content().as_str().to_owned())
+                    .unwrap()
+                    .priority(s.priority())
+                    .phase(s.phase())
+                    .stability(s.stability())
+                    .weight(s.weight())
+                    .modes(s.modes())
+                    .paths(s.paths())
+                    .keep(s.keep())
+                    .sticky(s.sticky() != *flip)
+                    .source(s.provenance().source.clone(), &*s.provenance().name);
+            if let Some(k) = s.key() {
+                b = b.key(k.as_str()).unwrap();
+            }
+            if let Some(t) = s.turn() {
+                b = b.turn(t.clone());
+            }
+            req.sections[i % n] = b.build();
+        }
+        Repeat::Provider(p) => req.provider = *p,
+        Repeat::Clock(t) => req.now_ms = Some(*t),
+        _ => {}
+    }
+}
+
 fn apply(req: &mut AssemblyRequest, change: &Change) {
     let n = req.sections.len();
     match change {
@@ -584,6 +661,58 @@ proptest! {
                         a.map(|c| c.text().len()),
                         b.map(|c| c.text().len())
                     )))
+                }
+            }
+        }
+    }
+
+    /// Verifies ADR-0024 (amended): the whole assembly kept from an earlier call is given back
+    /// only for exactly the same request. One assembler is taken through random requests, each
+    /// made one or more times in a row (so results are kept and served), changed between runs
+    /// in their sections or in a setting alone (mode, path, encoding, provider, budget), with
+    /// sections rebuilt from new allocations equal or not, and with the time of the call moved
+    /// (in some cases each request is first made twenty times, so that it is kept and the
+    /// checked answers are served from the kept entry); every answer equals a fresh
+    /// assembler's: bytes, conversation and report.
+    #[test]
+    fn kept_whole_assembly_equals_a_fresh_one(
+        first in request(),
+        steps in proptest::collection::vec((repeat(), 1usize..4), 1..7),
+        tiny_cache in proptest::bool::weighted(0.2),
+        run_long in proptest::bool::weighted(0.3),
+    ) {
+        let warm = if tiny_cache {
+            Assembler::o200k().with_cache_limit(4_096)
+        } else {
+            Assembler::o200k()
+        };
+        let mut req = first;
+        req.provider_options.pairs = PairPolicy::DropUnpaired;
+        for (step, (change, times)) in steps.iter().enumerate() {
+            apply_repeat(&mut req, change);
+            if run_long {
+                // Long enough for the kept entry to be stored and served.
+                for _ in 0..20 {
+                    warm.assemble(agent(), &req).ok();
+                }
+            }
+            let fresh = Assembler::o200k().assemble(agent(), &req);
+            for run in 0..*times {
+                let got = warm.assemble(agent(), &req);
+                match (&got, &fresh) {
+                    (Ok(a), Ok(b)) => {
+                        prop_assert_eq!(a.text(), b.text(), "step {} run {}: {:?}", step, run, change);
+                        prop_assert_eq!(a.conversation(), b.conversation(), "step {} run {}", step, run);
+                        prop_assert_eq!(a.report(), b.report(), "step {} run {}: {:?}", step, run, change);
+                    }
+                    (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                    (a, b) => {
+                        return Err(TestCaseError::fail(format!(
+                            "step {step} run {run}: warm {:?}, fresh {:?}",
+                            a.as_ref().map(|c| c.text().len()),
+                            b.as_ref().map(|c| c.text().len())
+                        )))
+                    }
                 }
             }
         }

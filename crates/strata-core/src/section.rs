@@ -444,6 +444,65 @@ impl Section {
         })
     }
 
+    /// Whether `other` is the same section, field for field: the same answer as `==`, but a
+    /// text held in the same shared allocation on both sides (a clone's id, key, provenance
+    /// name or content) is recognised by its address and never read. Comparing a request's
+    /// sections with clones of them kept from an earlier call so costs no visit to any text
+    /// (ADR-0024: the kept whole assembly).
+    pub fn same_as(&self, other: &Section) -> bool {
+        // Every field named, so a field added to sections must be compared here to compile.
+        let Section {
+            id,
+            layer,
+            key,
+            priority,
+            phase,
+            stability,
+            sticky,
+            weight,
+            modes,
+            paths,
+            turn,
+            keep,
+            words,
+            provenance,
+            content,
+        } = self;
+        let Provenance {
+            source,
+            name,
+            content_hash,
+            record,
+            created_ms,
+            score,
+        } = provenance;
+        let p = &other.provenance;
+        same_text(&id.0, &other.id.0)
+            && *layer == other.layer
+            && match (key, &other.key) {
+                (Some(a), Some(b)) => same_text(&a.0, &b.0),
+                (None, None) => true,
+                _ => false,
+            }
+            && *priority == other.priority
+            && *phase == other.phase
+            && *stability == other.stability
+            && *sticky == other.sticky
+            && *weight == other.weight
+            && *modes == other.modes
+            && *paths == other.paths
+            && *turn == other.turn
+            && *keep == other.keep
+            && *words == other.words
+            && *source == p.source
+            && same_text(name, &p.name)
+            && *content_hash == p.content_hash
+            && *record == p.record
+            && *created_ms == p.created_ms
+            && *score == p.score
+            && (std::ptr::eq(content.as_str(), other.content.as_str()) || *content == other.content)
+    }
+
     /// The id.
     pub fn id(&self) -> &SectionId {
         &self.id
@@ -618,9 +677,40 @@ impl SectionBuilder {
     }
 }
 
+/// Two shared texts are equal: the same allocation, or the same characters.
+fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Verifies ADR-0024: `same_as` answers as `==` does, for sections that share texts
+        /// (clones) and for sections built separately from equal or different fields.
+        #[test]
+        fn same_as_agrees_with_equality(
+            a in (0usize..2, 0usize..2, 0usize..2, 0u32..2, proptest::bool::ANY, 0usize..2),
+            b in (0usize..2, 0usize..2, 0usize..2, 0u32..2, proptest::bool::ANY, 0usize..2),
+        ) {
+            let build = |(id, text, key, prio, sticky, name): (usize, usize, usize, u32, bool, usize)| {
+                let mut s = Section::builder(RuntimeLayer::Shared, ["a", "b"][id], ["x y", "x z"][text])
+                    .unwrap()
+                    .priority(prio)
+                    .sticky(sticky)
+                    .source(SourceKind::Store, ["n", "m"][name]);
+                if key == 1 {
+                    s = s.key("k").unwrap();
+                }
+                s.build()
+            };
+            let (x, y) = (build(a), build(b));
+            proptest::prop_assert_eq!(x.same_as(&y), x == y);
+            proptest::prop_assert!(x.same_as(&x.clone()));
+            proptest::prop_assert_eq!(x.clone().same_as(&y.clone()), x == y);
+        }
+    }
 
     #[test]
     fn ids_are_validated() {

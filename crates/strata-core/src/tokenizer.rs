@@ -151,6 +151,16 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         false
     }
 
+    /// The same answer as [`Tokenizer::prefix`], and a point from which a later search in the
+    /// same text may start: pass it back as `from` while its `tokens` are at most that search's
+    /// budget, and the walk over the text before it is not repeated. `from` must be the start
+    /// of the text (`len` and `tokens` 0) or a point this method returned for the same text.
+    /// The default always starts from, and offers, the start of the text (ADR-0024).
+    fn prefix_from(&self, text: &str, max_tokens: usize, from: Prefix) -> (Prefix, Prefix) {
+        let _ = from;
+        (self.prefix(text, max_tokens), Prefix { len: 0, tokens: 0 })
+    }
+
     /// Byte length of [`Tokenizer::prefix`]: the longest prefix of `text` that ends on a
     /// character boundary and holds at most `max_tokens` tokens.
     fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {

@@ -28,6 +28,7 @@ mod fit;
 mod measure;
 mod place;
 mod select;
+mod whole;
 
 use fit::{Fitted, Limits};
 use measure::Measured;
@@ -146,6 +147,9 @@ pub struct CacheStats {
     pub bytes: usize,
     /// Times the cache was emptied to stay within its byte limit.
     pub evictions: u64,
+    /// Whole assemblies served from the last one kept, the request being exactly the same
+    /// but for the time of the call (ADR-0024).
+    pub assembly_hits: u64,
 }
 
 #[derive(Default)]
@@ -182,6 +186,7 @@ pub struct Assembler {
     tokenizer: Arc<dyn Tokenizer>,
     cache: Mutex<Cache>,
     hints: Mutex<Hints>,
+    whole: whole::Whole,
     cache_limit: usize,
 }
 
@@ -320,6 +325,7 @@ impl Assembler {
             tokenizer,
             cache: Mutex::new(Cache::default()),
             hints: Mutex::new(Hints::default()),
+            whole: whole::Whole::default(),
             cache_limit: DEFAULT_CACHE_BYTES,
         }
     }
@@ -599,6 +605,7 @@ impl Assembler {
             c.floors.clear();
             c.bytes = 0;
             c.stats.evictions += 1;
+            self.whole.clear();
         }
     }
 
@@ -632,11 +639,14 @@ impl Assembler {
             return None;
         }
         let mut allow = (max_tokens - overhead) as usize;
+        // Where the next, smaller, head search may start: the walk before it is not repeated.
+        let mut resume = strata_core::Prefix { len: 0, tokens: 0 };
         for _ in 0..16 {
             let (head, tail_start) = match keep {
                 Keep::Head => {
-                    let n = self.tokenizer.prefix(text, allow).len;
-                    (n, text.len())
+                    let (p, next) = self.tokenizer.prefix_from(text, allow, resume);
+                    resume = next;
+                    (p.len, text.len())
                 }
                 Keep::Tail => (0, text.len() - self.tokenizer.suffix(text, allow).len),
                 Keep::Both => {
@@ -709,6 +719,26 @@ impl Assembler {
                     .map_err(|e| AssembleError::AgentNotValid(e.to_string()))?;
             }
         }
+        // The same request as the one kept, to the byte: its result again (ADR-0024).
+        let fingerprint = match self.whole.get(agent, req) {
+            Ok(out) => {
+                self.lock().stats.assembly_hits += 1;
+                return Ok(out);
+            }
+            Err(fingerprint) => fingerprint,
+        };
+        let out = self.assemble_stages(agent, req)?;
+        self.whole
+            .note(agent, req, fingerprint, &out, self.cache_limit);
+        Ok(out)
+    }
+
+    /// The stages of one assembly, from the budget to the report.
+    fn assemble_stages(
+        &self,
+        agent: &VerifiedAgent,
+        req: &AssemblyRequest,
+    ) -> Result<AssembledContext, AssembleError> {
         let (budget, tier) = resolve_budget(agent, req.budget.as_ref());
         budget.validate()?;
         let native = req.provider;
@@ -923,11 +953,12 @@ impl Assembler {
         let mut in_output = vec![false; cands.len()];
         for &c in &kept {
             in_output[c] = true;
-            sections.push(cand_report(c));
         }
-        for (c, _) in in_output.iter().enumerate().filter(|(_, done)| !**done) {
-            sections.push(cand_report(c));
-        }
+        // Written straight into the list, not built and then moved (entries are large).
+        sections.extend(kept.iter().map(|&c| cand_report(c)));
+        // From a slice, so the list grows once and each entry is written in place.
+        let rest: Vec<usize> = (0..cands.len()).filter(|c| !in_output[*c]).collect();
+        sections.extend(rest.iter().map(|&c| cand_report(c)));
         reports.sort_by(|a, b| (a.layer, &a.id).cmp(&(b.layer, &b.id)));
         sections.extend(reports);
         let dropped_any = units.iter().any(|u| u.dropped);

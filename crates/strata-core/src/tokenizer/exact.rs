@@ -23,6 +23,10 @@ const LIMIT_MARGIN: usize = 32;
 /// `'re`, or whitespace that joins the run before it); there it is off by a token or two.
 const CUT_MARGIN: usize = 3;
 
+/// How far below its budget a prefix search keeps the point it offers for resuming: a later
+/// search with a budget up to this much smaller starts there instead of at the beginning.
+const RESUME_SLACK: usize = 64;
+
 /// Exact BPE counts with the encodings OpenAI models use, embedded (no network), linear in the
 /// length of the text for every input. The encoders are process-wide singletons built on first
 /// use, so constructing this type is free.
@@ -259,11 +263,28 @@ impl Tokenizer for TiktokenTokenizer {
     /// finds the longest fitting cut, which need not be where a growing prefix first stops
     /// fitting, since BPE counts are not monotone.
     fn prefix(&self, text: &str, max_tokens: usize) -> Prefix {
-        let (mut used, mut offset) = (0usize, 0usize);
+        self.prefix_from(text, max_tokens, Prefix { len: 0, tokens: 0 })
+            .0
+    }
+
+    /// [`Tokenizer::prefix`], walking from `from`: a piece boundary that follows a piece that
+    /// is not whitespace only (or the start), where the walk of any budget of at least
+    /// `from.tokens` passes with that count, since counts at piece boundaries only grow. The
+    /// point offered back is the last such boundary the walk passed at least
+    /// [`RESUME_SLACK`] tokens below the budget, so a search a few tokens smaller (a cut
+    /// retried after its marker took more than estimated) can start there (ADR-0024).
+    fn prefix_from(&self, text: &str, max_tokens: usize, from: Prefix) -> (Prefix, Prefix) {
+        let from = if from.tokens <= max_tokens && text.is_char_boundary(from.len) {
+            from
+        } else {
+            Prefix { len: 0, tokens: 0 }
+        };
+        let (mut used, mut offset) = (from.tokens, from.len);
         // Where the run of whitespace-only pieces just before `offset` starts, and the count
         // before it.
         let mut blank_run: Option<(usize, usize)> = None;
-        let mut pieces = self.tok.split(text);
+        let mut resume = from;
+        let mut pieces = self.tok.split(&text[from.len..]);
         while let Some(piece) = pieces.next() {
             let blank = is_blank(piece);
             let Some(n) = self.piece_up_to(piece, max_tokens - used) else {
@@ -277,7 +298,10 @@ impl Tokenizer for TiktokenTokenizer {
                         }
                     }
                 }
-                return self.prefix_in_region(text, start, end, before, max_tokens);
+                return (
+                    self.prefix_in_region(text, start, end, before, max_tokens),
+                    resume,
+                );
             };
             if blank {
                 blank_run.get_or_insert((offset, used));
@@ -286,10 +310,19 @@ impl Tokenizer for TiktokenTokenizer {
             }
             used += n;
             offset += piece.len();
+            if !blank && used + RESUME_SLACK <= max_tokens {
+                resume = Prefix {
+                    len: offset,
+                    tokens: used,
+                };
+            }
         }
-        Prefix {
-            len: text.len(),
-            tokens: used,
-        }
+        (
+            Prefix {
+                len: text.len(),
+                tokens: used,
+            },
+            resume,
+        )
     }
 }
