@@ -5,9 +5,8 @@
 //! the receipt alone (statement, canonical bytes, SHA-256 subject, ed25519 signature); the two
 //! together (`Assembler::assemble_with_receipt`); the request path (assembly and the bytes to
 //! send) without and with a `ReceiptSigner` signing off it (plus the hand-over; the worker
-//! finishes between turns, untimed), back to back and with a pause like a model's answer after
-//! each turn (`turn_gap_`, so that neither runs from caches a back-to-back loop keeps warm);
-//! that worker's sustained rate (each receipt there includes cloning the assembly it is
+//! finishes between turns, untimed), with the assembly reclaimed by the runtime's thread or
+//! freed by the worker; that worker's sustained rate (each receipt there includes cloning the assembly it is
 //! handed); and verifying a receipt.
 #![allow(missing_docs, reason = "criterion generates the bench entry points")]
 #![allow(clippy::unwrap_used, reason = "benchmarks fail loudly")]
@@ -47,9 +46,6 @@ fn sections(n: usize, words: usize) -> Vec<Section> {
         })
         .collect()
 }
-
-/// The pause after each turn in the `turn_gap_` benchmarks, long enough for the worker to sign.
-const TURN_GAP: Duration = Duration::from_micros(500);
 
 fn receipts(c: &mut Criterion) {
     let agent = support::agent_with(
@@ -142,7 +138,7 @@ fn receipts(c: &mut Criterion) {
             |_r: SignedReceipt| Ok(()),
             64,
         );
-        let turn = |defer: bool, reclaim: bool, gap: Option<Duration>, iters: u64| {
+        let turn = |defer: bool, reclaim: bool, iters: u64| {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
                 let t = Instant::now();
@@ -156,9 +152,6 @@ fn receipts(c: &mut Criterion) {
                 if defer {
                     signer.submit(&agent, &req, ctx, body).unwrap();
                     timed += t.elapsed();
-                    if let Some(g) = gap {
-                        std::thread::sleep(g);
-                    }
                     signer.flush().unwrap();
                     if reclaim {
                         signer.reclaim();
@@ -166,34 +159,20 @@ fn receipts(c: &mut Criterion) {
                 } else {
                     timed += t.elapsed();
                     drop((ctx, body));
-                    if let Some(g) = gap {
-                        std::thread::sleep(g);
-                    }
                 }
             }
             timed
         };
         g.bench_function("request_path", |b| {
-            b.iter_custom(|iters| turn(false, false, None, iters))
+            b.iter_custom(|iters| turn(false, false, iters))
         });
         g.bench_function("request_path_defer_receipt", |b| {
-            b.iter_custom(|iters| turn(true, true, None, iters))
+            b.iter_custom(|iters| turn(true, true, iters))
         });
         // Without `reclaim`: the worker frees what it was handed.
         g.bench_function("request_path_defer_receipt_worker_frees", |b| {
-            b.iter_custom(|iters| turn(true, false, None, iters))
+            b.iter_custom(|iters| turn(true, false, iters))
         });
-        // The same two, each turn followed by a pause like a model's answer (the worker signs
-        // during it): both start every turn from the caches a real turn finds.
-        g.sample_size(20)
-            .measurement_time(Duration::from_millis(400));
-        g.bench_function("turn_gap_request_path", |b| {
-            b.iter_custom(|iters| turn(false, false, Some(TURN_GAP), iters))
-        });
-        g.bench_function("turn_gap_request_path_defer_receipt", |b| {
-            b.iter_custom(|iters| turn(true, true, Some(TURN_GAP), iters))
-        });
-        g.sample_size(100).measurement_time(Duration::from_secs(5));
         // The worker's sustained rate: receipts submitted back to back, until all are signed.
         g.bench_function("deferred_receipt_throughput", |b| {
             b.iter_custom(|iters| {
