@@ -710,8 +710,6 @@ impl WorkingMemory for PgStore {
                 tokenizer,
                 crate::working::FIRST_PAGE,
                 |before, limit| {
-                    let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
-                    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
                     let rows = tx
                         .borrow_mut()
                         .query(&page, &[&session, &before, &limit])

@@ -1922,8 +1922,6 @@ impl WorkingMemory for SqliteStore {
             tokenizer,
             crate::working::FIRST_PAGE,
             |before, limit| {
-                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
-                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
                 self.entries_on(
                     &tx,
                     session,

@@ -239,6 +239,7 @@ pub(crate) const FIRST_PAGE: usize = 32;
 /// exactly `select_recent` over the whole session.
 ///
 /// `older(before, limit)` returns up to `limit` entries with sequence numbers below `before`
+/// (both as the stores' SQL integers; `i64::MAX` on the first call)
 /// (all when `None`), newest first. `has_call(id)` says whether the session has a tool call
 /// with that id, for results whose call is older than the pages read: such a call splits
 /// every start position up to its result, as it would in the whole session, and a result
@@ -247,7 +248,7 @@ pub(crate) fn select_recent_paged(
     token_budget: usize,
     tokenizer: &dyn Tokenizer,
     first_page: usize,
-    mut older: impl FnMut(Option<u64>, usize) -> Result<Vec<Entry>>,
+    mut older: impl FnMut(i64, i64) -> Result<Vec<Entry>>,
     mut has_call: impl FnMut(&str) -> Result<bool>,
 ) -> Result<Vec<Entry>> {
     let mut read: Vec<Entry> = Vec::new(); // oldest first
@@ -263,8 +264,10 @@ pub(crate) fn select_recent_paged(
             .or_insert_with(|| tokenizer.count(e.content.as_str()))
     };
     loop {
-        let before = read.first().map(|e| e.seq);
-        let mut page = older(before, limit)?;
+        let before = read
+            .first()
+            .map_or(i64::MAX, |e| i64::try_from(e.seq).unwrap_or(i64::MAX));
+        let mut page = older(before, i64::try_from(limit).unwrap_or(i64::MAX))?;
         let complete = page.len() < limit;
         page.reverse();
         let new = page.len();
@@ -508,15 +511,13 @@ mod tests {
                     &t,
                     first_page,
                     |before, limit| {
-                        let mut older: Vec<Entry> = log
+                        Ok(log
                             .iter()
-                            .filter(|e| before.is_none_or(|b| e.seq < b))
+                            .filter(|e| i64::try_from(e.seq).is_ok_and(|s| s < before))
                             .rev()
-                            .take(limit)
+                            .take(usize::try_from(limit).unwrap_or(usize::MAX))
                             .cloned()
-                            .collect();
-                        older.truncate(limit);
-                        Ok(older)
+                            .collect())
                     },
                     |id| {
                         Ok(log
