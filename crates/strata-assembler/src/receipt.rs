@@ -138,7 +138,8 @@ pub struct SectionRecord {
     pub authority: String,
     /// Content digest as the report gives it (`blake3:<hex>`).
     pub content_digest: String,
-    /// For a cut section: tokens of the whole rendered section (the cut is at `tokens`).
+    /// For a cut section: tokens of the whole rendered section (the cut is at `tokens`), when
+    /// they were counted (sections cut to fit sticky ones, or on request; ADR-0024).
     pub full_tokens: Option<u64>,
     /// Section id.
     pub id: String,
@@ -352,7 +353,7 @@ pub enum Sent<'a> {
 fn status_of(s: &SectionStatus) -> (&'static str, Option<String>, Option<u64>) {
     match s {
         SectionStatus::Kept => ("kept", None, None),
-        SectionStatus::Cut { full_tokens, .. } => ("cut", None, Some(*full_tokens)),
+        SectionStatus::Cut { full_tokens, .. } => ("cut", None, *full_tokens),
         SectionStatus::Dropped { reason } => ("dropped", Some(reason.to_string()), None),
         SectionStatus::Filtered { reason } => ("filtered", Some(reason.to_string()), None),
         SectionStatus::Overridden {
@@ -1026,8 +1027,11 @@ pub fn describe(st: &Statement) -> String {
     for s in &p.sections {
         let what = match (s.status.as_str(), &s.reason, s.full_tokens) {
             ("kept", _, _) => format!("kept whole, {} tokens", s.tokens),
-            ("cut", _, Some(full)) => {
-                let mut w = format!("cut to {} of {full} tokens", s.tokens);
+            ("cut", _, full) => {
+                let mut w = match full {
+                    Some(full) => format!("cut to {} of {full} tokens", s.tokens),
+                    None => format!("cut to {} tokens", s.tokens),
+                };
                 match (s.kept_head_bytes, s.kept_tail_bytes) {
                     (Some(h), Some(0)) => w.push_str(&format!(", the first {h} bytes kept")),
                     (Some(0), Some(t)) => w.push_str(&format!(", the last {t} bytes kept")),

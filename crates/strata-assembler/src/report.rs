@@ -15,8 +15,13 @@ pub enum SectionStatus {
     /// (as offered, `bytes` long) and `tail_bytes` from its end; the bytes between were left
     /// out. A head cut (the default) keeps no tail, so `head_bytes` is the cut offset.
     Cut {
-        /// Tokens of the whole rendered section.
-        full_tokens: u64,
+        /// Tokens of the whole rendered section, when they were counted: a section cut to
+        /// make sticky sections fit was measured whole first; otherwise only on request
+        /// (`AssemblyRequest::count_cut_sections`), because the part left out is not
+        /// tokenized by default (ADR-0024). `head_bytes` and `tail_bytes` against `bytes`
+        /// always say how much was left out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        full_tokens: Option<u64>,
         /// Bytes kept from the start of the content.
         #[serde(default)]
         head_bytes: u64,

@@ -87,6 +87,11 @@ pub struct AssemblyRequest {
     pub provider: Option<crate::provider::Provider>,
     /// Settings of provider-native assemblies.
     pub provider_options: crate::provider::ProviderOptions,
+    /// Count a cut section's whole rendered form for its report entry
+    /// (`SectionStatus::Cut { full_tokens }`). Off by default: the part of a section left out
+    /// is then never tokenized, and the report gives its size in bytes (ADR-0024). Diagnostic
+    /// views such as `strata explain` turn it on.
+    pub count_cut_sections: bool,
     /// The time of this assembly (Unix milliseconds). When given, the agent must be valid then,
     /// under the time policy it was loaded with (ADR-0017); the session API always gives it.
     /// The assembler reads no clock of its own.

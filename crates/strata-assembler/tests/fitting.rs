@@ -115,17 +115,18 @@ fn dropped_sections_are_never_tokenized_in_full() {
     let out = ctx.text().len() as u64;
     assert_eq!(ctx.report().used_tokens, reference(ctx.text()));
     assert!(ctx.report().used_tokens <= ctx.report().prompt_budget);
-    // Everything counted in full is in the output, apart from the cut section's whole count,
-    // the frame of the cut and the marker bound: a small constant over the output.
-    let cut_whole: u64 = ctx
+    // Everything counted is in the output, apart from the frame of the cut and the marker
+    // bound: a small constant over the output. The part of the cut section left out is not
+    // counted (its whole count is only taken on request).
+    let cut_frames: u64 = ctx
         .report()
         .sections
         .iter()
         .filter(|r| matches!(r.status, SectionStatus::Cut { .. }))
-        .map(|r| r.bytes + 256)
+        .map(|_| 256)
         .sum();
     assert!(
-        stats.tokenized_bytes <= out + cut_whole + 4_096,
+        stats.tokenized_bytes <= out + cut_frames + 4_096,
         "tokenized {} bytes for an output of {out} (offered {offered})",
         stats.tokenized_bytes
     );
@@ -190,6 +191,71 @@ fn dropped_sections_are_never_tokenized_in_full() {
     let after = a.cache_stats();
     assert_eq!(after.tokenized_bytes, before.tokenized_bytes);
     assert_eq!(after.probed_over, before.probed_over);
+}
+
+/// Verifies ADR-0024: the part of a cut section that is left out is not tokenized, and the
+/// report says how much was left out in bytes; asked for, the whole section is counted too, and
+/// that count is the reference count of the whole element. Asking changes only the report.
+#[test]
+fn a_cut_section_is_counted_whole_only_on_request() {
+    let s = Section::builder(RuntimeLayer::LongTermMemory, "notes", prose(7, 6_000))
+        .unwrap()
+        .build();
+    let bytes = s.content().as_str().len() as u64;
+    let a = Assembler::o200k();
+    let ctx = a
+        .assemble(agent(), &request(vec![s.clone()], 1_500))
+        .unwrap();
+    let r = &ctx.report().sections[0];
+    let SectionStatus::Cut {
+        full_tokens,
+        head_bytes,
+        tail_bytes,
+    } = r.status
+    else {
+        panic!("not cut: {:?}", r.status)
+    };
+    assert_eq!(full_tokens, None);
+    assert_eq!(r.bytes, bytes);
+    assert!(head_bytes > 0 && tail_bytes == 0 && head_bytes < bytes);
+    assert_eq!(ctx.report().used_tokens, reference(ctx.text()));
+    // Well under the section's size was tokenized: about the output, not the whole section.
+    let stats = a.cache_stats();
+    assert!(
+        stats.tokenized_bytes < ctx.text().len() as u64 + 8_192
+            && stats.tokenized_bytes < bytes / 2,
+        "tokenized {} bytes for a {bytes}-byte section and a {}-byte output",
+        stats.tokenized_bytes,
+        ctx.text().len()
+    );
+
+    let mut asked = request(vec![s.clone()], 1_500);
+    asked.count_cut_sections = true;
+    // A fresh assembler, and the one that has the cut cached.
+    let fresh = Assembler::o200k();
+    for b in [&fresh, &a] {
+        let counted = b.assemble(agent(), &asked).unwrap();
+        assert_eq!(counted.text(), ctx.text());
+        let c = &counted.report().sections[0];
+        assert_eq!(c.tokens, r.tokens);
+        assert_eq!(
+            c.status,
+            SectionStatus::Cut {
+                full_tokens: Some(reference(&element(&s))),
+                head_bytes,
+                tail_bytes,
+            }
+        );
+    }
+    // The kept whole assembly answers only the request it was made for.
+    let again = a.assemble(agent(), &request(vec![s], 1_500)).unwrap();
+    assert!(matches!(
+        again.report().sections[0].status,
+        SectionStatus::Cut {
+            full_tokens: None,
+            ..
+        }
+    ));
 }
 
 /// Verifies ADR-0024: a large, important unit that does not fit (a tool call with a huge

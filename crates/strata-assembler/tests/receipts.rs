@@ -917,7 +917,7 @@ proptest! {
             prop_assert_eq!(x.sticky, y.sticky);
             let (status, reason, full) = match &y.status {
                 SectionStatus::Kept => ("kept", None, None),
-                SectionStatus::Cut { full_tokens, .. } => ("cut", None, Some(*full_tokens)),
+                SectionStatus::Cut { full_tokens, .. } => ("cut", None, *full_tokens),
                 SectionStatus::Dropped { reason } => ("dropped", Some(reason.as_ref()), None),
                 SectionStatus::Filtered { reason } => ("filtered", Some(reason.as_ref()), None),
                 SectionStatus::Overridden { by_id, .. } => ("overridden", Some(by_id.as_str()), None),

@@ -107,9 +107,25 @@ impl Kind {
 pub fn outcome(s: &SectionReport) -> (Kind, String) {
     match &s.status {
         SectionStatus::Kept => (Kind::Kept, "kept".into()),
-        SectionStatus::Cut { full_tokens, .. } => (
+        SectionStatus::Cut {
+            full_tokens: Some(full),
+            ..
+        } => (
             Kind::Cut,
-            format!("cut to {} of {} tokens", num(s.tokens), num(*full_tokens)),
+            format!("cut to {} of {} tokens", num(s.tokens), num(*full)),
+        ),
+        SectionStatus::Cut {
+            head_bytes,
+            tail_bytes,
+            ..
+        } => (
+            Kind::Cut,
+            format!(
+                "cut to {} tokens ({} of {} bytes)",
+                num(s.tokens),
+                num(head_bytes + tail_bytes),
+                num(s.bytes)
+            ),
         ),
         SectionStatus::Dropped { .. } => (Kind::Dropped, "dropped".into()),
         SectionStatus::Filtered { reason } => (Kind::ByDesign, format!("not in this {reason}")),
@@ -144,11 +160,26 @@ pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> St
                 "kept whole".into()
             }
         }
-        SectionStatus::Cut { full_tokens, .. } => format!(
+        SectionStatus::Cut {
+            full_tokens: Some(full),
+            ..
+        } => format!(
             "shortened to fit: {} of its {} tokens kept ({} cut); the cut point is marked in the text",
             num(s.tokens),
-            num(*full_tokens),
-            num(full_tokens.saturating_sub(s.tokens))
+            num(*full),
+            num(full.saturating_sub(s.tokens))
+        ),
+        SectionStatus::Cut {
+            head_bytes,
+            tail_bytes,
+            ..
+        } => format!(
+            "shortened to fit: {} of its {} bytes kept in {} tokens ({} bytes cut, not counted); \
+             the cut point is marked in the text",
+            num(head_bytes + tail_bytes),
+            num(s.bytes),
+            num(s.tokens),
+            num(s.bytes.saturating_sub(head_bytes + tail_bytes))
         ),
         SectionStatus::Dropped { reason } => {
             let need = input.map(|i| i.tokens);

@@ -78,8 +78,11 @@ impl Assembler {
         // Over the cap (the probe had the whole room above it): cut to the cap.
         match self.cut_to(cand.base.get(), enc, cap, native) {
             Some(cut) => {
-                let full = self.render(cand.base.get(), enc, None, native).tokens;
-                cand.cut_from = Some(full);
+                // The whole form is counted only on request (ADR-0024).
+                cand.cut_from = Some(
+                    req.count_cut_sections
+                        .then(|| self.render(cand.base.get(), enc, None, native).tokens),
+                );
                 cand.cut = Some(Box::new(cut.section));
                 cand.cut_at = Some(cut.at);
                 cand.element = Some(cut.rendered);
@@ -159,7 +162,8 @@ impl Assembler {
                 units[u].tokens = units[u].tokens - have + r.tokens;
                 units[u].chars = units[u].chars - cands[c].rendered().chars + r.chars;
                 excess = excess.saturating_sub(have - r.tokens);
-                cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(have));
+                // Measured whole above, so its full count is known without counting again.
+                cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(Some(have)));
                 cands[c].cut = Some(Box::new(cut.section));
                 cands[c].cut_at = Some(cut.at);
                 cands[c].element = Some(r);
@@ -351,8 +355,11 @@ impl Assembler {
                         let r = cut.rendered;
                         let chars_ok = max_chars.is_none_or(|mc| used.1 + r.chars <= mc);
                         if chars_ok {
-                            let full = self.render(cands[c].base.get(), enc, None, native_b);
-                            cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full.tokens));
+                            // The whole form is counted only on request (ADR-0024).
+                            let full = req.count_cut_sections.then(|| {
+                                self.render(cands[c].base.get(), enc, None, native_b).tokens
+                            });
+                            cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full));
                             cands[c].cut = Some(Box::new(cut.section));
                             cands[c].cut_at = Some(cut.at);
                             cost = (r.tokens, r.chars);

@@ -207,7 +207,8 @@ struct Cand<'a> {
     sticky: bool,
     /// The rendered element, once fitting has measured it (ADR-0024).
     element: Option<Arc<Rendered>>,
-    cut_from: Option<u64>,
+    /// Set once cut: the tokens of the whole rendered section, when they were counted.
+    cut_from: Option<Option<u64>>,
     /// Where the offered text was cut, once cut.
     cut_at: Option<CutAt>,
     unit: usize,

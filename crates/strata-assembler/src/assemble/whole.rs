@@ -186,6 +186,7 @@ fn same_settings(a: &AssemblyRequest, b: &AssemblyRequest) -> bool {
         omissions,
         provider,
         provider_options,
+        count_cut_sections,
         now_ms: _,
     } = a;
     *tools == b.tools
@@ -198,4 +199,5 @@ fn same_settings(a: &AssemblyRequest, b: &AssemblyRequest) -> bool {
         && *omissions == b.omissions
         && *provider == b.provider
         && *provider_options == b.provider_options
+        && *count_cut_sections == b.count_cut_sections
 }

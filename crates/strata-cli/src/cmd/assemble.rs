@@ -312,6 +312,9 @@ pub fn build_request(
         }
     }
     req.provider = args.format.provider().or(args.provider);
+    // The reports people read (`--report`, and `--format json`, which `strata explain` draws)
+    // say how many tokens a cut section had in full; that costs counting it whole.
+    req.count_cut_sections = args.report || matches!(args.format, Format::Json);
     req.provider_options = ProviderOptions {
         system_role: match args.system_role {
             SystemRoleArg::System => SystemRole::System,

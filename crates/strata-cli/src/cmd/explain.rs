@@ -414,7 +414,9 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         .sections
         .iter()
         .map(|s| match s.status {
-            SectionStatus::Cut { full_tokens, .. } => full_tokens.saturating_sub(s.tokens),
+            SectionStatus::Cut { full_tokens, .. } => {
+                full_tokens.map_or(0, |f| f.saturating_sub(s.tokens))
+            }
             _ => 0,
         })
         .sum();
@@ -450,7 +452,9 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
             .iter()
             .filter(|s| s.layer == l.layer)
             .map(|s| match s.status {
-                SectionStatus::Cut { full_tokens, .. } => full_tokens.saturating_sub(s.tokens),
+                SectionStatus::Cut { full_tokens, .. } => {
+                    full_tokens.map_or(0, |f| f.saturating_sub(s.tokens))
+                }
                 _ => 0,
             })
             .sum();
@@ -570,10 +574,23 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
                     .iter()
                     .find(|s| s.id == id)
                     .and_then(|s| match s.status {
-                        SectionStatus::Cut { full_tokens, .. } => Some(format!(
+                        SectionStatus::Cut {
+                            full_tokens: Some(full),
+                            ..
+                        } => Some(format!(
                             " [cut here: {} of {} tokens kept] ",
                             num(s.tokens),
-                            num(full_tokens)
+                            num(full)
+                        )),
+                        SectionStatus::Cut {
+                            head_bytes,
+                            tail_bytes,
+                            ..
+                        } => Some(format!(
+                            " [cut here: {} tokens kept, {} of {} bytes] ",
+                            num(s.tokens),
+                            num(head_bytes + tail_bytes),
+                            num(s.bytes)
                         )),
                         _ => None,
                     })
