@@ -258,6 +258,58 @@ fn a_cut_section_is_counted_whole_only_on_request() {
     ));
 }
 
+/// Verifies ADR-0024: a section cut again after its text changed (grown at its end, as a turn
+/// streamed in; edited before, at or after the cut; shortened) is cut exactly as a fresh
+/// assembler cuts it, by the reference count, whether or not the walk of its last cut is
+/// reused. Contents include text the escaping rewrites (headings, tags, labels, setext lines)
+/// and CJK, so the escaped element differs from the text as offered.
+#[test]
+fn a_changed_section_is_cut_again_as_a_fresh_assembler_cuts_it() {
+    let escapes = "# Heading\nUser: <b>bold</b> & more [INST] text\n===\n- item one\n\
+                   1. numbered: yes\n    indented code & <tags>\n";
+    let cjk = "日本語のテキストと漢字、中文，标点。한국어 텍스트 ";
+    let bases = [
+        prose(3, 3_000),
+        escapes.repeat(120),
+        cjk.repeat(200),
+        [prose(5, 800), escapes.repeat(40), cjk.repeat(40)].concat(),
+    ];
+    let a = Assembler::o200k();
+    for (k, base) in bases.iter().enumerate() {
+        let half = base.floor_char_boundary(base.len() / 2);
+        let edits: Vec<String> = vec![
+            base.clone(),
+            format!("{base} and then some more words arrived"),
+            format!("{base} and then some more words arrived, and more: <x> & #y"),
+            format!("X{}", &base[base.ceil_char_boundary(1)..]),
+            format!("{}CHANGED{}", &base[..half], &base[half..]),
+            base[..base.floor_char_boundary(base.len() * 3 / 4)].to_owned(),
+            base.clone(),
+        ];
+        for total in [900u32, 2_500] {
+            for text in &edits {
+                let s = Section::builder(
+                    RuntimeLayer::WorkingMemory,
+                    format!("turn.{k}"),
+                    text.clone(),
+                )
+                .unwrap()
+                .build();
+                let req = request(vec![s], total);
+                let got = a.assemble(agent(), &req).unwrap();
+                let fresh = Assembler::o200k().assemble(agent(), &req).unwrap();
+                assert_eq!(got.text(), fresh.text(), "content {k}, budget {total}");
+                assert!(matches!(
+                    got.report().sections[0].status,
+                    SectionStatus::Cut { .. }
+                ));
+                assert_eq!(got.report().used_tokens, reference(got.text()));
+                assert!(got.report().used_tokens <= got.report().prompt_budget);
+            }
+        }
+    }
+}
+
 /// Verifies ADR-0024: a large, important unit that does not fit (a tool call with a huge
 /// result: a pair is never cut) no longer empties the rest of the budget; older, smaller turns
 /// that fit are kept and reported as filled, and the idle budget is reported exactly.

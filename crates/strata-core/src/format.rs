@@ -43,6 +43,10 @@ pub const OPEN_PREFIX: &str = "<strata:";
 /// The opening of every closing tag; reserved in trusted text.
 pub const CLOSE_PREFIX: &str = "</strata:";
 const SECTION_CLOSE: &str = "</strata:section>";
+
+/// What ends every untrusted section after its body: a line break, the closing tag and a blank
+/// line.
+pub const UNTRUSTED_END: &str = "\n</strata:section>\n\n";
 /// The elision marker of a cut section, on its own line inside the body (ADR-0024).
 const ELIDED_OPEN: &str = "<strata:elided bytes=\"";
 const ELIDED_CLOSE: &str = "\"/>\n";
@@ -293,11 +297,32 @@ fn push_entity(out: &mut String, c: char) {
 /// lookalike colon) after a short label becomes `&#58;` (or `&#x..;`). A Markdown list marker
 /// (`- `, `* `, `+ `, `1. `, `1) `) keeps what follows at the start of the line.
 pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    escape_within(text, usize::MAX).0
+}
+
+/// How many bytes from the start of `text` [`escape`] writes within `max_len` bytes: the
+/// longest run of whole steps of the escaping (a character, an entity, a list marker, a label
+/// with its colon, a run of plain ASCII) whose output takes at most `max_len` bytes. Where a
+/// cut falls in an escaped text, in the text as given (ADR-0024). The escape of the prefix on
+/// its own can differ from that output near its end (the rules look at the rest of a line).
+pub fn escaped_prefix_len(text: &str, max_len: usize) -> usize {
+    escape_within(text, max_len).1
+}
+
+/// [`escape`], stopped before the step that would take the output past `limit` bytes: the
+/// output and the bytes of `text` it covers.
+fn escape_within(text: &str, limit: usize) -> (String, usize) {
+    let mut out = String::with_capacity(text.len().min(limit) + text.len().min(limit) / 16);
     let mut at_line_start = true;
     let mut prev: Option<char> = None;
     let mut i = 0;
+    let mut within = (0usize, 0usize);
     while i < text.len() {
+        if out.len() > limit {
+            out.truncate(within.0);
+            return (out, within.1);
+        }
+        within = (out.len(), i);
         let rest = &text[i..];
         let mut it = rest.chars();
         let c = it.next().unwrap_or('\0');
@@ -362,7 +387,12 @@ pub fn escape(text: &str) -> String {
         // written as it is; no rule below changes such characters past a line start.
         let plain = |b: u8| (b == b'\t' || (0x20..0x7f).contains(&b)) && !b"&<>[".contains(&b);
         if plain(rest.as_bytes()[0]) {
-            let run = rest.bytes().take_while(|b| plain(*b)).count();
+            // Within the limit (at least one byte, so the loop moves on and stops there).
+            let run = rest
+                .bytes()
+                .take(limit.saturating_sub(out.len()).max(1))
+                .take_while(|b| plain(*b))
+                .count();
             out.push_str(&rest[..run]);
             prev = rest[..run].chars().last();
             i += run;
@@ -385,7 +415,11 @@ pub fn escape(text: &str) -> String {
         prev = Some(c);
         i += c.len_utf8();
     }
-    out
+    if out.len() > limit {
+        out.truncate(within.0);
+        return (out, within.1);
+    }
+    (out, text.len())
 }
 
 /// An error from [`unescape`] or [`parse`].
@@ -642,9 +676,7 @@ pub fn write_untrusted(out: &mut String, h: &SectionHeader<'_>, text: &str, enco
     };
     write_open(out, h, authority, Some(encoding), Keep::Head);
     out.push_str(&encode_untrusted(text, encoding));
-    out.push('\n');
-    out.push_str(SECTION_CLOSE);
-    out.push_str("\n\n");
+    out.push_str(UNTRUSTED_END);
 }
 
 /// Append an untrusted section that was cut to fit, keeping `head` and `tail` of its text with

@@ -161,6 +161,33 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         (self.prefix(text, max_tokens), Prefix { len: 0, tokens: 0 })
     }
 
+    /// [`Tokenizer::prefix_from`] from a point `from` that it offered for another text,
+    /// `walked`: where the two texts are the same from their start to a little past `from`,
+    /// the walk over `text` starts there; otherwise at the start of `text`. A text that changed
+    /// after its kept part (a turn that grew) is then cut again without walking what it kept
+    /// (ADR-0024). The default always starts at the start.
+    fn prefix_after(
+        &self,
+        text: &str,
+        max_tokens: usize,
+        walked: &str,
+        from: Prefix,
+    ) -> (Prefix, Prefix) {
+        let _ = (walked, from);
+        self.prefix_from(text, max_tokens, Prefix { len: 0, tokens: 0 })
+    }
+
+    /// The number of tokens in `text`, given a point `from` that [`Tokenizer::prefix_from`]
+    /// offered for another text, `walked`: where the two texts are the same from their start
+    /// to a little past `from`, the part before `from` is not counted again (ADR-0024). Used
+    /// to count a cut element after walking the element written with its whole body. Where
+    /// they differ sooner (or `from` is the start), `text` is counted in full. `from` must come
+    /// from a walk over `walked`. The default counts in full.
+    fn count_resumed(&self, text: &str, walked: &str, from: Prefix) -> usize {
+        let _ = (walked, from);
+        self.count(text)
+    }
+
     /// Byte length of [`Tokenizer::prefix`]: the longest prefix of `text` that ends on a
     /// character boundary and holds at most `max_tokens` tokens.
     fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {

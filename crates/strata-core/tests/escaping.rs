@@ -344,6 +344,27 @@ proptest! {
         round_trips(&text);
     }
 
+    /// Verifies ADR-0024: `escaped_prefix_len` says where, in the text as given, the escape's
+    /// output reaches a length: the escape of the whole text fits exactly when all of it is
+    /// covered; the covered prefix ends on a character boundary, grows with the length, and
+    /// its own escape's length is close to the length asked for (the rules that look along a
+    /// line may escape its last characters differently).
+    #[test]
+    fn escaped_prefix_len_follows_the_escape(
+        text in "\\PC{0,60}|[\\x00-\\x7f\u{A0}\u{3000}\u{FF1C}:#=\\[\\]<>&\n-]{0,80}|([a-z]{1,8}[ \n]|#|User: |<b>|&|===\n|- ){0,20}",
+        max in 0usize..200,
+    ) {
+        let whole = format::escape(&text).len();
+        let n = format::escaped_prefix_len(&text, max);
+        prop_assert!(text.is_char_boundary(n));
+        prop_assert_eq!(n == text.len(), whole <= max, "{:?} within {}", text, max);
+        prop_assert!(format::escaped_prefix_len(&text, max + 1) >= n);
+        prop_assert!(format::escape(&text[..n]).len() <= max + 16, "{:?} within {}", text, max);
+        if text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b' ') {
+            prop_assert_eq!(n, max.min(text.len()));
+        }
+    }
+
     /// Verifies I3: any text round-trips exactly, and unescape accepts only escape's output.
     #[test]
     fn any_text_round_trips(text in "\\PC{0,60}|[\\x00-\\x7f\u{A0}\u{2003}\u{3000}\u{FF1C}\u{FF1E}\u{3008}\u{304F}\u{FF1A}\u{FF3B}:#=\\[\\]<>&-]{0,60}") {

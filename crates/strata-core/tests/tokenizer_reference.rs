@@ -273,6 +273,89 @@ fn check_cut_locally(t: &TiktokenTokenizer, r: &CoreBPE, text: &str, budget: usi
     }
 }
 
+/// Checks [`Tokenizer::count_resumed`] for texts that share the start of `text` up to a byte
+/// near the resume point of a walk over `text` (before it, just past it, and well past it)
+/// and then go on with `ends`: the count is the reference count of each.
+fn check_resumed_counts(
+    t: &TiktokenTokenizer,
+    r: &CoreBPE,
+    rng: &mut Rng,
+    text: &str,
+    budget: usize,
+) -> bool {
+    let (_, resume) = t.prefix_from(text, budget, Prefix { len: 0, tokens: 0 });
+    let ends = [
+        String::new(),
+        "\n</strata:section>\n\n".to_owned(),
+        soup(rng, 30),
+        document(rng, 8),
+        long_run(rng, 300),
+    ];
+    for shift in [0usize, 1, 3, 63, 64, 65, 80, 200, 1_000] {
+        let mut at = (resume.len + shift).min(text.len());
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        for end in &ends {
+            let other = [&text[..at], end.as_str()].concat();
+            assert_eq!(
+                t.count_resumed(&other, text, resume),
+                reference(r, &other),
+                "{}: resumed from {resume:?}, the text cut at {at} and ended with {end:?}: {other:?}",
+                t.name()
+            );
+            // A walk over the other text resumed there cuts where a fresh walk cuts, with the
+            // reference's count of that cut.
+            for b in [budget, budget + 40] {
+                let (p, _) = t.prefix_after(&other, b, text, resume);
+                assert_eq!(p, t.prefix(&other, b), "{}: {other:?} within {b}", t.name());
+                assert_eq!(p.tokens, reference(r, &other[..p.len]));
+                assert!(p.tokens <= b);
+            }
+        }
+    }
+    resume.len > 0
+}
+
+/// Verifies ADR-0024: a count that reuses the walk over another text, which shares its start,
+/// is the reference count, whatever follows the shared bytes (a cut element's end, soup,
+/// words, long runs) and wherever they stop.
+#[test]
+fn counts_resumed_from_a_walk_match_the_reference() {
+    for (t, r) in pairs() {
+        let mut rng = Rng(17);
+        let mut resumed = 0;
+        for round in 0..60 {
+            let words = 100 + rng.below(500);
+            let text = match round % 3 {
+                0 => document(&mut rng, words),
+                1 => [
+                    document(&mut rng, 120),
+                    soup(&mut rng, 200),
+                    long_run(&mut rng, 600),
+                    document(&mut rng, 60),
+                ]
+                .concat(),
+                _ => [
+                    soup(&mut rng, 400),
+                    document(&mut rng, 100),
+                    soup(&mut rng, 300),
+                ]
+                .concat(),
+            };
+            let total = reference(r, &text);
+            let budget = 64 + rng.below(total.saturating_sub(63).max(1));
+            resumed += usize::from(check_resumed_counts(&t, r, &mut rng, &text, budget));
+        }
+        // Most walks pass a resume point, so most checks count from one.
+        assert!(
+            resumed >= 40,
+            "{}: only {resumed} of 60 walks offered a point",
+            t.name()
+        );
+    }
+}
+
 /// Verifies ADR-0020: counts and token ids equal the reference on a varied corpus.
 #[test]
 fn counts_and_ids_match_the_reference_on_a_varied_corpus() {
@@ -552,6 +635,9 @@ fn thorough_differential_campaign() {
                 check_prefix_exhaustively(&t, r, &text, budget);
             } else {
                 check_prefix_locally(&t, r, &text, budget);
+                if round % 8 < 2 {
+                    check_resumed_counts(&t, r, &mut rng, &text, budget);
+                }
             }
         }
     }

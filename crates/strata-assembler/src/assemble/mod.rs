@@ -101,6 +101,18 @@ struct CutAt {
     elided: u64,
 }
 
+/// Bytes the cache counts for a kept walk.
+fn walk_size(id: &SectionId, text: &str) -> usize {
+    text.len() + id.as_str().len() + ENTRY_OVERHEAD
+}
+
+/// The text a head cut walks (see `Assembler::element_walk`).
+struct ElementWalk {
+    text: String,
+    body_start: usize,
+    allow: usize,
+}
+
 /// A section cut to a limit: its cut form, rendered, and where the cut is in the offered text.
 #[derive(Debug, Clone)]
 struct Cutting {
@@ -139,7 +151,8 @@ pub struct CacheStats {
     pub probed_over: u64,
     /// Cut results served from the cache.
     pub cut_hits: u64,
-    /// Bytes handed to the tokenizer for full counts (probes stop early and are not included).
+    /// Bytes handed to the tokenizer for full counts (probes stop early and are not included;
+    /// a cut element counted from a point of an earlier walk is included whole).
     pub tokenized_bytes: u64,
     /// Entries now held.
     pub entries: usize,
@@ -159,6 +172,9 @@ struct Cache {
     over: FastMap<ElementKey, u64>,
     /// Cut results by the whole section's key and the tokens allowed.
     cuts: FastMap<(ElementKey, u64), Cutting>,
+    /// The last head cut of each section id: the text walked and a point of the walk, where
+    /// the next cut of the same id may resume if its element starts with the same bytes.
+    walks: FastMap<SectionId, (String, strata_core::Prefix)>,
     texts: FastMap<ContentHash, (u64, u64)>,
     /// Lower bounds of one element's tokens, by layer, encoding and frame.
     floors: FastMap<(RuntimeLayer, Encoding, bool), u64>,
@@ -493,6 +509,19 @@ impl Assembler {
         cut: Option<CutAt>,
         native: bool,
     ) -> Arc<Rendered> {
+        self.render_resumed(s, enc, cut, native, None)
+    }
+
+    /// [`Assembler::render`], counting from a point of a walk over `walked` where the element
+    /// starts with the same bytes (ADR-0024, [`Tokenizer::count_resumed`]).
+    fn render_resumed(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        cut: Option<CutAt>,
+        native: bool,
+        walked: Option<(&str, strata_core::Prefix)>,
+    ) -> Arc<Rendered> {
         let key = Self::element_key(s, enc, cut, native);
         {
             let mut c = self.lock();
@@ -502,7 +531,10 @@ impl Assembler {
             }
         }
         let (text, frame) = self.element_text(s, enc, cut, native);
-        let content_tokens = self.tokenizer.count(&text) as u64;
+        let content_tokens = match walked {
+            Some((w, from)) => self.tokenizer.count_resumed(&text, w, from),
+            None => self.tokenizer.count(&text),
+        } as u64;
         self.store(key, text, content_tokens, frame)
     }
 
@@ -603,6 +635,7 @@ impl Assembler {
             c.texts.clear();
             c.over.clear();
             c.cuts.clear();
+            c.walks.clear();
             c.floors.clear();
             c.bytes = 0;
             c.stats.evictions += 1;
@@ -642,15 +675,43 @@ impl Assembler {
         let mut allow = (max_tokens - overhead) as usize;
         // Where the next, smaller, head search may start: the walk before it is not repeated.
         let mut resume = strata_core::Prefix { len: 0, tokens: 0 };
+        // An escaped head cut walks the element it becomes, written with its whole body (up to
+        // the body's end), so the cut element is then counted only from the walk's last
+        // resume point, not in full; the kept text is tokenized about once (ADR-0024).
+        let walk = (keep == Keep::Head && enc == Encoding::Escaped)
+            .then(|| self.element_walk(s, enc, native, max_tokens))
+            .flatten();
+        // The walk of this section's last cut: where its element starts with the same bytes
+        // (a turn that grew at its end), the walk resumes there (ADR-0024).
+        let mut prior = None;
+        if let Some(w) = &walk {
+            allow = w.allow;
+            let mut c = self.lock();
+            prior = c.walks.remove(s.id());
+            if let Some((t, _)) = &prior {
+                c.bytes = c.bytes.saturating_sub(walk_size(s.id(), t));
+            }
+        }
         for _ in 0..16 {
-            let (head, tail_start) = match keep {
-                Keep::Head => {
+            let (head, tail_start) = match (keep, &walk) {
+                (Keep::Head, Some(w)) => {
+                    let (p, next) = match prior.take() {
+                        Some((before, from)) => {
+                            self.tokenizer.prefix_after(&w.text, allow, &before, from)
+                        }
+                        None => self.tokenizer.prefix_from(&w.text, allow, resume),
+                    };
+                    resume = next;
+                    let body = p.len.saturating_sub(w.body_start);
+                    (format::escaped_prefix_len(text, body), text.len())
+                }
+                (Keep::Head, None) => {
                     let (p, next) = self.tokenizer.prefix_from(text, allow, resume);
                     resume = next;
                     (p.len, text.len())
                 }
-                Keep::Tail => (0, text.len() - self.tokenizer.suffix(text, allow).len),
-                Keep::Both => {
+                (Keep::Tail, _) => (0, text.len() - self.tokenizer.suffix(text, allow).len),
+                (Keep::Both, _) => {
                     let h = self.tokenizer.prefix(text, allow / 2);
                     let rest = &text[h.len..];
                     let t = self.tokenizer.suffix(rest, allow - h.tokens);
@@ -666,7 +727,8 @@ impl Assembler {
                 at: head,
                 elided: (tail_start - head) as u64,
             };
-            let r = self.render(&cut, enc, Some(at), native);
+            let walked = walk.as_ref().map(|w| (w.text.as_str(), resume));
+            let r = self.render_resumed(&cut, enc, Some(at), native, walked);
             if r.tokens <= max_tokens {
                 let mut c = self.lock();
                 let size = ENTRY_OVERHEAD + cache_key.0.id.as_str().len();
@@ -678,6 +740,12 @@ impl Assembler {
                     at,
                 };
                 c.cuts.insert(cache_key, done.clone());
+                if let Some(w) = walk {
+                    let size = walk_size(s.id(), &w.text);
+                    self.make_room(&mut c, size);
+                    c.bytes += size;
+                    c.walks.insert(s.id().clone(), (w.text, resume));
+                }
                 return Some(done);
             }
             let excess = (r.tokens - max_tokens) as usize;
@@ -687,6 +755,39 @@ impl Assembler {
             allow = allow.saturating_sub(excess.max(1));
         }
         None
+    }
+
+    /// The text a head cut of `s` walks: its element as a cut writes it, with the whole body
+    /// and without the end that follows the body, where the body starts, and the budget of a
+    /// walk over it for an element of `max_tokens` (less the framing and the end). `None` where
+    /// the element is not written that way (then the cut walks the content as offered).
+    fn element_walk(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        native: bool,
+        max_tokens: u64,
+    ) -> Option<ElementWalk> {
+        let whole = CutAt {
+            keep: Keep::Head,
+            at: s.content().as_str().len(),
+            elided: 0,
+        };
+        let (mut text, frame) = self.element_text(s, enc, Some(whole), native);
+        let nothing = CutAt { at: 0, ..whole };
+        let (empty, _) = self.element_text(&s.with_content(""), enc, Some(nothing), native);
+        let open = empty.strip_suffix(format::UNTRUSTED_END)?;
+        if !text.starts_with(open) || !text.ends_with(format::UNTRUSTED_END) {
+            return None;
+        }
+        text.truncate(text.len() - format::UNTRUSTED_END.len());
+        let end = self.text_cost(format::UNTRUSTED_END).0;
+        let allow = max_tokens.saturating_sub(frame + end);
+        Some(ElementWalk {
+            text,
+            body_start: open.len(),
+            allow: usize::try_from(allow).unwrap_or(usize::MAX),
+        })
     }
 
     /// Estimated tokens of one tool definition: its name, description and canonical schema

@@ -27,6 +27,13 @@ const CUT_MARGIN: usize = 3;
 /// search with a budget up to this much smaller starts there instead of at the beginning.
 const RESUME_SLACK: usize = 64;
 
+/// How many bytes past a resume point two texts must share before the count of one before that
+/// point is taken for the other. A piece of the tiktoken patterns is decided by the text up to
+/// its end and a few characters after it (one to end a run of a class, up to three for a
+/// contraction such as `'ll`, one for the `(?!\S)` look-ahead); 64 bytes is over four times
+/// the most that can take in UTF-8.
+const SHARED_PAST_RESUME: usize = 64;
+
 /// Exact BPE counts with the encodings OpenAI models use, embedded (no network), linear in the
 /// length of the text for every input. The encoders are process-wide singletons built on first
 /// use, so constructing this type is free.
@@ -224,6 +231,18 @@ fn may_split(piece: &str) -> bool {
     piece.len() <= 32 || piece.contains('\'') || piece.contains(['\n', '\r'])
 }
 
+/// Whether `text` and `walked` have the same bytes from their start to [`SHARED_PAST_RESUME`]
+/// past `from` (a point of a walk over `walked`, not the start), so that a count or walk over
+/// `text` may resume at `from`.
+fn shares_past(text: &str, walked: &str, from: Prefix) -> bool {
+    let shared = from.len.saturating_add(SHARED_PAST_RESUME);
+    from.len > 0
+        && text.len() >= shared
+        && walked.len() >= shared
+        && text.is_char_boundary(from.len)
+        && text.as_bytes()[..shared] == walked.as_bytes()[..shared]
+}
+
 /// Whether a pre-tokenizer piece is whitespace only (the regex's `\s`, Unicode White_Space).
 fn is_blank(piece: &str) -> bool {
     piece.chars().all(char::is_whitespace)
@@ -241,6 +260,40 @@ impl Tokenizer for TiktokenTokenizer {
 
     fn splits_ascii_words(&self) -> bool {
         true
+    }
+
+    /// [`Tokenizer::count_resumed`]. A resume point follows a piece that is not whitespace
+    /// only, found by walking `walked` from its start; every piece up to it, and where it ends,
+    /// is decided by the bytes before it and a few after it. When `text` has the same bytes
+    /// up to [`SHARED_PAST_RESUME`] past it, its pre-tokenizer makes the same pieces up to
+    /// there, and the pieces after start afresh (the patterns look nowhere behind), so the
+    /// count is the walk's count plus a count of the rest. Checked against tiktoken-rs in the
+    /// tests (ADR-0024).
+    fn count_resumed(&self, text: &str, walked: &str, from: Prefix) -> usize {
+        if shares_past(text, walked, from) {
+            from.tokens + self.tok.count(&text[from.len..])
+        } else {
+            self.tok.count(text)
+        }
+    }
+
+    /// [`Tokenizer::prefix_after`]: where `text` has the bytes of `walked` up to
+    /// [`SHARED_PAST_RESUME`] past `from`, its pieces up to `from` are those of `walked` (see
+    /// [`TiktokenTokenizer::count_resumed`]), so a walk over `text` may start there as over
+    /// `walked` itself.
+    fn prefix_after(
+        &self,
+        text: &str,
+        max_tokens: usize,
+        walked: &str,
+        from: Prefix,
+    ) -> (Prefix, Prefix) {
+        let from = if shares_past(text, walked, from) {
+            from
+        } else {
+            Prefix { len: 0, tokens: 0 }
+        };
+        self.prefix_from(text, max_tokens, from)
     }
 
     fn count_up_to(&self, text: &str, limit: usize) -> Option<usize> {
