@@ -287,7 +287,7 @@ fn a_changed_section_is_cut_again_as_a_fresh_assembler_cuts_it() {
             base.clone(),
         ];
         for total in [900u32, 2_500] {
-            for text in &edits {
+            for (e, text) in edits.iter().enumerate() {
                 let s = Section::builder(
                     RuntimeLayer::WorkingMemory,
                     format!("turn.{k}"),
@@ -296,7 +296,16 @@ fn a_changed_section_is_cut_again_as_a_fresh_assembler_cuts_it() {
                 .unwrap()
                 .build();
                 let req = request(vec![s], total);
+                let before = a.cache_stats().resumed_cuts;
                 let got = a.assemble(agent(), &req).unwrap();
+                let resumed = a.cache_stats().resumed_cuts > before;
+                // Grown at its end, the section's cut resumes the last walk; changed at its
+                // start, it cannot.
+                match e {
+                    1 | 2 => assert!(resumed, "content {k}, edit {e}: the walk did not resume"),
+                    3 => assert!(!resumed, "content {k}: resumed over a changed start"),
+                    _ => {}
+                }
                 let fresh = Assembler::o200k().assemble(agent(), &req).unwrap();
                 assert_eq!(got.text(), fresh.text(), "content {k}, budget {total}");
                 assert!(matches!(

@@ -266,6 +266,22 @@ pub fn dropped_tokens(r: &Report, inputs: &[SectionInput], layer: Layer) -> u64 
         .sum()
 }
 
+/// Tokens cut off a cut section: from its whole count when the report has it, otherwise from
+/// the tokens its input was counted at (an estimate, as for dropped sections); 0 for other
+/// outcomes or when neither is known.
+pub fn cut_off_tokens(s: &SectionReport, inputs: &[SectionInput]) -> u64 {
+    match s.status {
+        SectionStatus::Cut {
+            full_tokens: Some(full),
+            ..
+        } => full.saturating_sub(s.tokens),
+        SectionStatus::Cut {
+            full_tokens: None, ..
+        } => input_of(inputs, s).map_or(0, |i| i.tokens.saturating_sub(s.tokens)),
+        _ => 0,
+    }
+}
+
 /// Prompt budget left idle while content was dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Idle {

@@ -73,6 +73,11 @@ fn page(dir: &Path) -> PathBuf {
         "layer": "working_memory", "id": "log.big", "content": "build log line <b>bold?</b>\n".repeat(600)
     }));
     std::fs::write(dir.join("big.json"), input.to_string()).unwrap();
+    explained(dir, "big.json", "out.json", "explain.html")
+}
+
+/// Assemble `input` within 8,000 tokens into the report `out`, and draw it into `html`.
+fn explained(dir: &Path, input: &str, out: &str, html: &str) -> PathBuf {
     let json = strata(
         dir,
         &[
@@ -82,16 +87,36 @@ fn page(dir: &Path) -> PathBuf {
             "--trust",
             "trust.toml",
             "--input",
-            "big.json",
+            input,
             "--budget",
             "8000",
             "--format",
             "json",
         ],
     );
-    std::fs::write(dir.join("out.json"), json).unwrap();
-    strata(dir, &["explain", "out.json", "--html", "explain.html"]);
-    dir.join("explain.html")
+    std::fs::write(dir.join(out), json).unwrap();
+    strata(dir, &["explain", out, "--html", html]);
+    dir.join(html)
+}
+
+/// The example's turn and a tool call whose result is far over the budget: a call and its
+/// result are kept or dropped together, never cut, so dropping them leaves most of the budget
+/// unused (run after `page`, which signs the agent).
+fn idle_page(dir: &Path) -> PathBuf {
+    let mut input: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(repo_root().join("examples/ada/turn.json")).unwrap())
+            .unwrap();
+    let turns = input["turns"].as_array_mut().unwrap();
+    turns.push(serde_json::json!({
+        "role": "tool_call", "call_id": "call_2", "name": "file_read",
+        "arguments": {"path": "build.log"}
+    }));
+    turns.push(serde_json::json!({
+        "role": "tool_result", "call_id": "call_2",
+        "content": "build log line <b>bold?</b>\n".repeat(3_000)
+    }));
+    std::fs::write(dir.join("idle.json"), input.to_string()).unwrap();
+    explained(dir, "idle.json", "idle.out.json", "idle.html")
 }
 
 /// Verifies ADR-0026: the page and the table explain the report in words, and the browser shows
@@ -109,10 +134,23 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
     };
     let html = page(&dir);
 
+    // A cut takes the room left by the first section that does not fit, so the budget stays
+    // unused only when what is dropped cannot be cut: a call with its result.
+    let idle_html = idle_page(&dir);
+    let idle_table = strata(&dir, &["explain", "idle.out.json"]);
+    assert!(
+        idle_table.contains("WARNING: idle budget:"),
+        "the table lacks the idle-budget warning:\n{idle_table}"
+    );
+    // Each dropped section says how it compares with the budget left unused.
+    assert!(
+        idle_table.contains("tokens short of the") || idle_table.contains("it would have fit"),
+        "{idle_table}"
+    );
+
     // The terminal table says the same in words, with or without a browser.
     let table = strata(&dir, &["explain", "out.json"]);
     for needle in [
-        "WARNING: idle budget:",
         "why: layer 6 yields to layers 1-5",
         "[tool_result #3]",
         "cut to ",
@@ -123,11 +161,6 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
             "the table lacks {needle:?}:\n{table}"
         );
     }
-    // Each dropped section says how it compares with the budget left unused.
-    assert!(
-        table.contains("tokens short of the") || table.contains("it would have fit"),
-        "{table}"
-    );
     // The page, as written: the source column names the producer once, not `caller:caller`.
     let written = std::fs::read_to_string(&html).unwrap();
     assert!(!written.contains("caller:caller"), "source shown twice");
@@ -173,9 +206,6 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
         // The legend, open by default.
         "<details id=\"legend\" open=\"open\">",
         "<summary>Legend</summary>",
-        // The idle-budget warning.
-        "id=\"idle-warning\"",
-        "WARNING: idle budget.",
         // Reasons in words.
         "layer 6 yields to layers 1-5 when the prompt budget (6,976 tokens) runs out",
         // Dropped volume, drawn.
@@ -196,6 +226,23 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
         "class=\"design\"",
     ] {
         assert!(dom.contains(needle), "the DOM lacks {needle:?}");
+    }
+    // The idle-budget warning, on the page of the dropped call.
+    let idle_url = format!("file://{}", idle_html.display());
+    let out = Command::new(browser)
+        .args(common)
+        .arg(&profile_arg)
+        .arg("--dump-dom")
+        .arg(&idle_url)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let idle_dom = String::from_utf8(out.stdout).unwrap();
+    for needle in ["id=\"idle-warning\"", "WARNING: idle budget."] {
+        assert!(
+            idle_dom.contains(needle),
+            "the idle page's DOM lacks {needle:?}"
+        );
     }
     // Text from the input is escaped, never markup.
     assert!(!dom.contains("<b>bold?</b>"));

@@ -1130,6 +1130,30 @@ fn expect_blank(rest: &str, at: usize) -> Result<usize, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Verifies ADR-0024: stopped at a length, the escape writes the start of the whole
+        /// escape, within the length, and stops only where its next step would pass it.
+        #[test]
+        fn escape_within_is_the_longest_start_of_the_escape(
+            text in "([a-z]{1,8}[ \\n]|#|User: |<b>|&|===\\n|- |1. |\u{200b}|\u{FF1C}|\\PC){0,16}",
+            max in 0usize..120,
+        ) {
+            let whole = escape(&text);
+            let (out, n) = escape_within(&text, max);
+            prop_assert!(out.len() <= max);
+            prop_assert!(whole.starts_with(&out), "{:?}: {:?} is not a start of {:?}", text, out, whole);
+            prop_assert_eq!(n == text.len(), whole.len() <= max);
+            if n < text.len() {
+                // The smallest length that covers more of the text is past `max`.
+                let next = (out.len() + 1..=whole.len())
+                    .find(|&m| escape_within(&text, m).1 > n)
+                    .unwrap_or(usize::MAX);
+                prop_assert!(next > max, "{:?}: {} covers more within {}", text, next, max);
+            }
+        }
+    }
 
     fn round_trip(s: &str) {
         let e = escape(s);

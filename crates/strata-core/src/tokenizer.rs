@@ -161,6 +161,14 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         (self.prefix(text, max_tokens), Prefix { len: 0, tokens: 0 })
     }
 
+    /// Whether [`Tokenizer::count_resumed`] and [`Tokenizer::prefix_after`] resume at `from`
+    /// for `text`, given a walk over `walked`; `false` means they start at the start. The
+    /// default never resumes.
+    fn resumes(&self, text: &str, walked: &str, from: Prefix) -> bool {
+        let _ = (text, walked, from);
+        false
+    }
+
     /// [`Tokenizer::prefix_from`] from a point `from` that it offered for another text,
     /// `walked`: where the two texts are the same from their start to a little past `from`,
     /// the walk over `text` starts there; otherwise at the start of `text`. A text that changed

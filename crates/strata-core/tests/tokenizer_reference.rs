@@ -305,12 +305,18 @@ fn check_resumed_counts(
                 t.name()
             );
             // A walk over the other text resumed there cuts where a fresh walk cuts, with the
-            // reference's count of that cut.
-            for b in [budget, budget + 40] {
-                let (p, _) = t.prefix_after(&other, b, text, resume);
+            // reference's count of that cut; so does a third text resumed from the point
+            // that walk offers (a section changed twice), and a retry a little under the
+            // point's own count (where the walk must start afresh).
+            for b in [budget, budget + 40, resume.tokens.saturating_sub(3)] {
+                let (p, next) = t.prefix_after(&other, b, text, resume);
                 assert_eq!(p, t.prefix(&other, b), "{}: {other:?} within {b}", t.name());
                 assert_eq!(p.tokens, reference(r, &other[..p.len]));
                 assert!(p.tokens <= b);
+                let third = [&other[..other.floor_char_boundary(p.len)], "\n</x>"].concat();
+                assert_eq!(t.count_resumed(&third, &other, next), reference(r, &third));
+                let (q, _) = t.prefix_after(&third, b, &other, next);
+                assert_eq!(q, t.prefix(&third, b), "{}: {third:?} within {b}", t.name());
             }
         }
     }

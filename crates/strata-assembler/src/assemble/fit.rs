@@ -170,12 +170,27 @@ impl Assembler {
             }
         }
         // Sticky sections must fit with identity, or the assembly fails (I2).
-        let sticky_tokens: u64 = units.iter().filter(|u| u.sticky).map(|u| u.tokens).sum();
-        let sticky_chars: u64 = units.iter().filter(|u| u.sticky).map(|u| u.chars).sum();
-        let sticky_count = cands.iter().filter(|c| c.sticky).count();
+        // One pass over the units: what the sticky ones take (in all and per layer), and per
+        // layer how many of the others there are and their bytes.
+        let (mut sticky_tokens, mut sticky_chars) = (0u64, 0u64);
+        let mut layer_used = [0u64; 4];
+        let mut per_layer = [(0u64, 0u64); 4];
+        let mut fresh: Vec<usize> = Vec::with_capacity(units.len());
+        for (i, u) in units.iter().enumerate() {
+            let l = u.layer.index();
+            if u.sticky {
+                sticky_tokens += u.tokens;
+                sticky_chars += u.chars;
+                layer_used[l] += u.tokens;
+            } else {
+                fresh.push(i);
+                per_layer[l].0 += 1;
+                per_layer[l].1 += u.bytes;
+            }
+        }
         if base_tokens + sticky_tokens > fit_budget {
             return Err(AssembleError::StickyExceedsBudget {
-                count: sticky_count,
+                count: cands.iter().filter(|c| c.sticky).count(),
                 needed: base_tokens + sticky_tokens,
                 budget: fit_budget,
             });
@@ -194,7 +209,6 @@ impl Assembler {
         // request that changed little is then nearly sorted, and the merge sort costs about one
         // comparison per unit); the key ends with a unique index, so the result is the same
         // from any start (ADR-0024).
-        let fresh: Vec<usize> = (0..units.len()).filter(|u| !units[*u].sticky).collect();
         let mut order = {
             let hint = std::mem::take(&mut self.hints().keep);
             let mut member = vec![false; units.len()];
@@ -227,21 +241,15 @@ impl Assembler {
         // could state. A layer's bound is reserved until the layer is done; if the layer drops
         // nothing it is given back. Bounds that do not fit are left out, highest layer first:
         // those layers drop without a marker (the report still lists every dropped section).
+        // The units in `order` are those not sticky (`per_layer`, counted above).
         let mut marker = [(0u64, 0u64); 4];
         for l in RuntimeLayer::ALL {
-            let (n, b) = order
-                .iter()
-                .filter(|u| units[**u].layer == l)
-                .fold((0u64, 0u64), |(n, b), u| (n + 1, b + units[*u].bytes));
+            let (n, b) = per_layer[l.index()];
             if n > 0 {
                 marker[l.index()] = self.text_cost(&marker_text(l, n.max(10) * 10, b.max(10) * 10));
             }
         }
         let mut used = (base_tokens + sticky_tokens, id_chars + sticky_chars);
-        let mut layer_used = [0u64; 4];
-        for u in units.iter().filter(|u| u.sticky) {
-            layer_used[u.layer.index()] += u.tokens;
-        }
         let mut reserved = [false; 4];
         for l in RuntimeLayer::ALL {
             let (t, c) = marker[l.index()];

@@ -101,6 +101,10 @@ struct CutAt {
     elided: u64,
 }
 
+/// How far past its resume point a kept walk's text is kept: what the tokenizer compares
+/// before resuming there (64 bytes for the exact tokenizer), with room to spare.
+const WALK_KEPT_PAST: usize = 128;
+
 /// Bytes the cache counts for a kept walk.
 fn walk_size(id: &SectionId, text: &str) -> usize {
     text.len() + id.as_str().len() + ENTRY_OVERHEAD
@@ -163,6 +167,9 @@ pub struct CacheStats {
     /// Whole assemblies served from the last one kept, the request being exactly the same
     /// but for the time of the call (ADR-0024).
     pub assembly_hits: u64,
+    /// Cuts whose walk resumed where the last cut of the same section's walk passed, its
+    /// element having the same bytes up to there (ADR-0024).
+    pub resumed_cuts: u64,
 }
 
 #[derive(Default)]
@@ -697,6 +704,9 @@ impl Assembler {
                 (Keep::Head, Some(w)) => {
                     let (p, next) = match prior.take() {
                         Some((before, from)) => {
+                            if self.tokenizer.resumes(&w.text, &before, from) {
+                                self.lock().stats.resumed_cuts += 1;
+                            }
                             self.tokenizer.prefix_after(&w.text, allow, &before, from)
                         }
                         None => self.tokenizer.prefix_from(&w.text, allow, resume),
@@ -740,11 +750,24 @@ impl Assembler {
                     at,
                 };
                 c.cuts.insert(cache_key, done.clone());
-                if let Some(w) = walk {
+                // Only the bytes a later walk compares are kept: the walked text up to a
+                // little past the resume point (none when the walk offered no point).
+                if let Some(mut w) = walk.filter(|_| resume.len > 0) {
+                    let mut keep = (resume.len + WALK_KEPT_PAST).min(w.text.len());
+                    while !w.text.is_char_boundary(keep) {
+                        keep += 1;
+                    }
+                    w.text.truncate(keep);
+                    w.text.shrink_to_fit();
                     let size = walk_size(s.id(), &w.text);
-                    self.make_room(&mut c, size);
-                    c.bytes += size;
-                    c.walks.insert(s.id().clone(), (w.text, resume));
+                    if size <= self.cache_limit / 8 {
+                        self.make_room(&mut c, size);
+                        c.bytes += size;
+                        if let Some((old, _)) = c.walks.insert(s.id().clone(), (w.text, resume)) {
+                            // Another thread cut the same id meanwhile: its entry is replaced.
+                            c.bytes = c.bytes.saturating_sub(walk_size(s.id(), &old));
+                        }
+                    }
                 }
                 return Some(done);
             }
@@ -1063,7 +1086,14 @@ impl Assembler {
         sections.extend(rest.iter().map(|&c| cand_report(c)));
         reports.sort_by(|a, b| (a.layer, &a.id).cmp(&(b.layer, &b.id)));
         sections.extend(reports);
-        let dropped_any = units.iter().any(|u| u.dropped);
+        // Sections and bytes dropped per layer, in one pass over the units.
+        let mut dropped_per_layer = [(0usize, 0u64); 4];
+        for u in units.iter().filter(|u| u.dropped) {
+            let d = &mut dropped_per_layer[u.layer.index()];
+            d.0 += u.members.len();
+            d.1 += u.bytes;
+        }
+        let dropped_any = dropped_per_layer.iter().any(|d| d.0 > 0);
         let layers = RuntimeLayer::ALL
             .iter()
             .map(|l| {
@@ -1074,16 +1104,8 @@ impl Assembler {
                     budget: budget.layers.get(*l).map(u64::from),
                     kept: kept_n[i],
                     cut: cut_n[i],
-                    dropped: units
-                        .iter()
-                        .filter(|u| u.dropped && u.layer == *l)
-                        .map(|u| u.members.len())
-                        .sum(),
-                    dropped_bytes: units
-                        .iter()
-                        .filter(|u| u.dropped && u.layer == *l)
-                        .map(|u| u.bytes)
-                        .sum(),
+                    dropped: dropped_per_layer[i].0,
+                    dropped_bytes: dropped_per_layer[i].1,
                 }
             })
             .collect();

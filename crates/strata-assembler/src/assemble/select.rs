@@ -75,21 +75,43 @@ pub(super) fn select<'a>(
     };
     // Sort compact keys (layer, score, position), read once per section, then order each run
     // of equal layer and score by id and hash: strings are compared only inside such runs.
-    let mut keys: Vec<(RuntimeLayer, Reverse<u64>, usize)> = start
-        .iter()
-        .map(|&i| (live[i].layer(), Reverse(live[i].score()), i))
-        .collect();
-    keys.sort_unstable();
+    // Where layer, score and position fit in 64 bits (scores below 2^48 with 10,000
+    // sections), each key is one integer in that order, which sorts faster than the tuple.
+    let raw: Vec<(RuntimeLayer, u64)> = live.iter().map(|s| (s.layer(), s.score())).collect();
+    let max_score = raw.iter().map(|r| r.1).max().unwrap_or(0);
+    let pos_bits = usize::BITS - live.len().leading_zeros();
+    let score_bits = u64::BITS - max_score.leading_zeros();
     let mut perm: Vec<usize> = start;
-    perm.clear();
-    perm.extend(keys.iter().map(|k| k.2));
+    // Per position in the sorted order, the (layer, score) it sorted by, as a value that is
+    // equal exactly when both are.
+    let group: Vec<(u64, u64)> = if 2 + score_bits + pos_bits <= u64::BITS {
+        let mut keys: Vec<u64> = perm
+            .iter()
+            .map(|&i| {
+                let (layer, score) = raw[i];
+                ((layer.index() as u64) << 62) | ((max_score - score) << pos_bits) | i as u64
+            })
+            .collect();
+        keys.sort_unstable();
+        perm.clear();
+        perm.extend(keys.iter().map(|k| (k & ((1u64 << pos_bits) - 1)) as usize));
+        keys.iter().map(|k| (0, k >> pos_bits)).collect()
+    } else {
+        let mut keys: Vec<(RuntimeLayer, Reverse<u64>, usize)> = perm
+            .iter()
+            .map(|&i| (raw[i].0, Reverse(raw[i].1), i))
+            .collect();
+        keys.sort_unstable();
+        perm.clear();
+        perm.extend(keys.iter().map(|k| k.2));
+        keys.iter().map(|k| (k.0.index() as u64, k.1 .0)).collect()
+    };
     let mut run = 0;
-    while run < keys.len() {
-        let end = run
-            + keys[run..]
-                .iter()
-                .take_while(|k| (k.0, k.1) == (keys[run].0, keys[run].1))
-                .count();
+    while run < perm.len() {
+        let mut end = run + 1;
+        while end < perm.len() && group[end] == group[run] {
+            end += 1;
+        }
         if end - run > 1 {
             perm[run..end].sort_by(|&a, &b| {
                 let (x, y) = (live[a], live[b]);

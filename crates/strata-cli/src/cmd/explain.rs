@@ -413,12 +413,7 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
     let cut_total: u64 = r
         .sections
         .iter()
-        .map(|s| match s.status {
-            SectionStatus::Cut { full_tokens, .. } => {
-                full_tokens.map_or(0, |f| f.saturating_sub(s.tokens))
-            }
-            _ => 0,
-        })
+        .map(|s| report_view::cut_off_tokens(s, inputs))
         .sum();
     let scale = budget.max(r.used_tokens + lost_total + cut_total) as f64;
     // The upper bar is the prompt budget, drawn to the shared scale; its bands are shares of it.
@@ -451,12 +446,7 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
             .sections
             .iter()
             .filter(|s| s.layer == l.layer)
-            .map(|s| match s.status {
-                SectionStatus::Cut { full_tokens, .. } => {
-                    full_tokens.map_or(0, |f| f.saturating_sub(s.tokens))
-                }
-                _ => 0,
-            })
+            .map(|s| report_view::cut_off_tokens(s, inputs))
             .sum();
         if cut > 0 {
             lost_bands.push(Band {

@@ -269,6 +269,10 @@ impl Tokenizer for TiktokenTokenizer {
     /// there, and the pieces after start afresh (the patterns look nowhere behind), so the
     /// count is the walk's count plus a count of the rest. Checked against tiktoken-rs in the
     /// tests (ADR-0024).
+    fn resumes(&self, text: &str, walked: &str, from: Prefix) -> bool {
+        shares_past(text, walked, from)
+    }
+
     fn count_resumed(&self, text: &str, walked: &str, from: Prefix) -> usize {
         if shares_past(text, walked, from) {
             from.tokens + self.tok.count(&text[from.len..])
