@@ -36,7 +36,8 @@ pub use layer::{IdentityLayer, Layer, RuntimeLayer};
 pub use mode::{AssemblyPath, ModeSet, OperationalMode, PathSet, PromptMode};
 pub use provenance::{Provenance, SourceKind};
 pub use section::{
-    Keep, Phase, Role, Section, SectionBuilder, SectionId, SectionKey, Stability, Turn, Weight,
+    id_digest, Keep, Phase, Role, Section, SectionBuilder, SectionId, SectionKey, Stability, Turn,
+    Weight,
 };
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;

@@ -46,6 +46,17 @@ impl SectionId {
     }
 }
 
+/// The first 64 bits of the BLAKE3 hash of an id. Equal ids have equal digests; different ids
+/// have equal ones with odds of about one in 2^64 per pair, and finding such a pair takes
+/// about 2^32 hashes, so a map keyed by digests stays balanced whatever ids it is given (its
+/// hasher is seeded per process). Users still compare the texts where digests are equal.
+pub fn id_digest(id: &str) -> u64 {
+    let h = blake3::hash(id.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(first)
+}
+
 /// A conflict key: sections that claim the same key conflict, and the higher layer wins.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SectionKey(Arc<str>);
@@ -369,6 +380,8 @@ impl Keep {
 #[derive(Clone, PartialEq)]
 pub struct Section {
     id: SectionId,
+    /// [`id_digest`] of the id, worked out when the section is built.
+    id_digest: u64,
     layer: RuntimeLayer,
     key: Option<SectionKey>,
     priority: u32,
@@ -425,6 +438,7 @@ impl Section {
         };
         Ok(SectionBuilder {
             s: Section {
+                id_digest: id_digest(id.as_str()),
                 id,
                 layer,
                 key: None,
@@ -453,6 +467,7 @@ impl Section {
         // Every field named, so a field added to sections must be compared here to compile.
         let Section {
             id,
+            id_digest,
             layer,
             key,
             priority,
@@ -478,6 +493,7 @@ impl Section {
         } = provenance;
         let p = &other.provenance;
         same_text(&id.0, &other.id.0)
+            && *id_digest == other.id_digest
             && *layer == other.layer
             && match (key, &other.key) {
                 (Some(a), Some(b)) => same_text(&a.0, &b.0),
@@ -506,6 +522,11 @@ impl Section {
     /// The id.
     pub fn id(&self) -> &SectionId {
         &self.id
+    }
+    /// [`id_digest`] of the id, kept with the section: sections with equal ids have equal
+    /// digests, so a check for equal ids reads the id texts only where digests are equal.
+    pub fn id_digest(&self) -> u64 {
+        self.id_digest
     }
     /// The runtime layer (3-6).
     pub fn layer(&self) -> RuntimeLayer {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 /// Hash maps keyed by caller-chosen strings on the per-call path: a fast keyed hash that is
 /// still seeded per process, so crafted ids cannot force collisions.
-type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::{Arc, Mutex};
 
 use strata_agentdef::VerifiedAgent;

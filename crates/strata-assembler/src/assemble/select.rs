@@ -127,26 +127,51 @@ pub(super) fn select<'a>(
     *hint = perm;
     let n = live.len();
 
-    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Hash maps keyed by
-    // the sections' own id and key text, borrowed: no string is copied or compared in order and
-    // no reference count is touched per section (ADR-0024).
+    // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Ids are found by
+    // the digest each section keeps of its id, so an id's text is read only where two digests
+    // are equal (a real conflict, or a collision, which goes to a map keyed by the text);
+    // keys by their text, borrowed. No string is copied or compared in order and no reference
+    // count is touched per section (ADR-0024).
     let identity = agent.identity();
     let mut by_key: FastMap<&str, (Layer, &SectionId)> =
         FastMap::with_capacity_and_hasher(n, Default::default());
-    let mut by_id: FastMap<&str, Layer> = FastMap::with_capacity_and_hasher(n, Default::default());
+    let mut by_id: FastMap<u64, (Layer, &str)> =
+        FastMap::with_capacity_and_hasher(n, Default::default());
+    // Ids whose digest another id already holds.
+    let mut collided: FastMap<&str, Layer> = FastMap::default();
     for s in identity.sections() {
         if let Some(k) = s.key() {
             by_key.insert(k.as_str(), (s.layer().into(), s.id()));
         }
-        by_id.insert(s.id().as_str(), s.layer().into());
+        let id = s.id().as_str();
+        match by_id.entry(strata_core::id_digest(id)) {
+            Entry::Vacant(v) => {
+                v.insert((s.layer().into(), id));
+            }
+            Entry::Occupied(o) if o.get().1 == id => {}
+            Entry::Occupied(_) => {
+                collided.insert(id, s.layer().into());
+            }
+        }
+    }
+    /// Where a winning section's id is recorded.
+    enum Slot<'m, 'a> {
+        Digest(std::collections::hash_map::VacantEntry<'m, u64, (Layer, &'a str)>),
+        Text(std::collections::hash_map::VacantEntry<'m, &'a str, Layer>),
     }
     let mut winners = Vec::with_capacity(n);
     for s in live {
-        // One hash of the id per section: the entry is looked up once, and filled only if the
-        // section wins.
-        let slot = match by_id.entry(s.id().as_str()) {
-            Entry::Occupied(o) => Err(((*o.get(), s.id().clone()), format!("id:{}", s.id()))),
-            Entry::Vacant(v) => Ok(v),
+        // One lookup of the id's digest per section: the entry is looked up once, and filled
+        // only if the section wins.
+        let id = s.id().as_str();
+        let lost_id = |l: Layer| Err(((l, s.id().clone()), format!("id:{}", s.id())));
+        let slot = match by_id.entry(s.id_digest()) {
+            Entry::Vacant(v) => Ok(Slot::Digest(v)),
+            Entry::Occupied(o) if o.get().1 == id => lost_id(o.get().0),
+            Entry::Occupied(_) => match collided.entry(id) {
+                Entry::Occupied(o) => lost_id(*o.get()),
+                Entry::Vacant(v) => Ok(Slot::Text(v)),
+            },
         };
         let lost = match slot {
             Err(lost) => Some(lost),
@@ -157,7 +182,14 @@ pub(super) fn select<'a>(
             }) {
                 Some(lost) => Some(lost),
                 None => {
-                    v.insert(s.layer().into());
+                    match v {
+                        Slot::Digest(v) => {
+                            v.insert((s.layer().into(), id));
+                        }
+                        Slot::Text(v) => {
+                            v.insert(s.layer().into());
+                        }
+                    }
                     None
                 }
             },

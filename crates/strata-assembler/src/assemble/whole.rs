@@ -50,7 +50,7 @@ struct State {
 #[derive(Default)]
 pub(super) struct Whole {
     state: Mutex<State>,
-    hasher: ahash::RandomState,
+    hasher: foldhash::fast::RandomState,
 }
 
 /// After a run of calls neither served nor kept, two calls in this many are fingerprinted.
