@@ -1066,13 +1066,16 @@ impl Assembler {
                 }
                 (None, None) => SectionStatus::Kept,
             };
-            let mut r = report_of(cand.base.get(), cand.sticky, status);
-            if why_of[c].is_none() {
-                r.tokens = cand.rendered().tokens;
-                r.chars = cand.rendered().chars;
-                r.filled = units[cand.unit].filled;
-            }
-            r
+            // Built in one piece, so the entry is written once, where it goes.
+            let measured = match why_of[c] {
+                Some(_) => (0, 0, false),
+                None => (
+                    cand.rendered().tokens,
+                    cand.rendered().chars,
+                    units[cand.unit].filled,
+                ),
+            };
+            entry_of(cand.base.get(), cand.sticky, status, measured)
         };
         let mut sections: Vec<SectionReport> = Vec::with_capacity(cands.len() + reports.len());
         let mut in_output = vec![false; cands.len()];
@@ -1204,13 +1207,24 @@ fn marker_text(l: RuntimeLayer, count: u64, bytes: u64) -> String {
 }
 
 fn report_of(s: &Section, sticky: bool, status: SectionStatus) -> SectionReport {
+    entry_of(s, sticky, status, (0, 0, false))
+}
+
+/// A report entry with its tokens, characters and whether it filled the budget.
+#[inline(always)]
+fn entry_of(
+    s: &Section,
+    sticky: bool,
+    status: SectionStatus,
+    (tokens, chars, filled): (u64, u64, bool),
+) -> SectionReport {
     SectionReport {
         id: s.id().clone(),
         layer: s.layer().into(),
-        tokens: 0,
-        chars: 0,
+        tokens,
+        chars,
         bytes: s.content().as_str().len() as u64,
-        filled: false,
+        filled,
         sticky,
         stable: s.stability() == Stability::Stable,
         status,
