@@ -19,6 +19,16 @@ use super::{marker_text, Assembler, Cand, Unit, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
 use crate::request::AssemblyRequest;
 
+/// A unit's place in keep order: layer, turns first, newest turn first, highest score first,
+/// then its first candidate (unique).
+type KeepKey = (
+    RuntimeLayer,
+    Reverse<bool>,
+    Reverse<u64>,
+    Reverse<u64>,
+    usize,
+);
+
 /// What fitting decided.
 pub(super) struct Fitted {
     /// Units dropped per layer whose omission marker is written.
@@ -225,16 +235,27 @@ impl Assembler {
                 fresh
             }
         };
-        order.sort_by_key(|u| {
-            let u = &units[*u];
-            (
-                u.layer,
-                Reverse(u.turn_seq.is_some()),
-                Reverse(u.turn_seq.unwrap_or(0)),
-                Reverse(u.score),
-                u.first,
-            )
-        });
+        // Keys read once per unit into one array (a unit is large and `order` visits units out
+        // of place), then sorted with the unit; the key ends with a unique index.
+        let mut keyed: Vec<(KeepKey, usize)> = order
+            .iter()
+            .map(|&i| {
+                let u = &units[i];
+                (
+                    (
+                        u.layer,
+                        Reverse(u.turn_seq.is_some()),
+                        Reverse(u.turn_seq.unwrap_or(0)),
+                        Reverse(u.score),
+                        u.first,
+                    ),
+                    i,
+                )
+            })
+            .collect();
+        keyed.sort_by_key(|k| k.0);
+        order.clear();
+        order.extend(keyed.iter().map(|k| k.1));
         self.hints().keep.clone_from(&order);
 
         // Upper bounds of each layer's omission marker, from the most sections and bytes it
