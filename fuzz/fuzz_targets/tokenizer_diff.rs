@@ -3,8 +3,9 @@
 //! datamarked or base64 encoded), counts and token ids equal the reference, counting up to a
 //! limit agrees with the count, and the prefix within a budget holds exactly the tokens it
 //! reports, fits, and is the longest that fits (by brute force on short inputs, over the next
-//! characters on long ones). Inputs stay at a kilobyte, where tiktoken-rs (quadratic in one
-//! pre-tokenizer piece) finishes quickly.
+//! characters on long ones); counts and cuts resumed from a point of a walk over another text
+//! that shares the input's start equal the reference's (ADR-0024). Inputs stay at a kilobyte,
+//! where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes quickly.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -32,6 +33,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let body = String::from_utf8_lossy(rest);
+    // Any tail for the resumed checks below: the input's own characters, reversed.
+    let tail: String = body.chars().rev().take(64).collect();
     let mut text = match mode % 4 {
         0 => body.into_owned(),
         1 if !body.is_empty() => {
@@ -46,8 +49,14 @@ fuzz_target!(|data: &[u8]| {
     text.truncate(floor_boundary(&text, text.len().min(MAX_BYTES)));
 
     for (t, r) in [
-        (TiktokenTokenizer::o200k(), tiktoken_rs::o200k_base_singleton()),
-        (TiktokenTokenizer::cl100k(), tiktoken_rs::cl100k_base_singleton()),
+        (
+            TiktokenTokenizer::o200k(),
+            tiktoken_rs::o200k_base_singleton(),
+        ),
+        (
+            TiktokenTokenizer::cl100k(),
+            tiktoken_rs::cl100k_base_singleton(),
+        ),
     ] {
         let ids = r.encode_ordinary(&text);
         let n = ids.len();
@@ -61,12 +70,29 @@ fuzz_target!(|data: &[u8]| {
         let budget = usize::from(*budget_seed) * (n + 1) / 256;
         let p = t.prefix(&text, budget);
         assert!(text.is_char_boundary(p.len));
-        assert_eq!(p.tokens, reference(r, &text[..p.len]), "{}: reported count", t.name());
-        assert!(p.tokens <= budget, "{}: {} tokens over {budget}", t.name(), p.tokens);
+        assert_eq!(
+            p.tokens,
+            reference(r, &text[..p.len]),
+            "{}: reported count",
+            t.name()
+        );
+        assert!(
+            p.tokens <= budget,
+            "{}: {} tokens over {budget}",
+            t.name(),
+            p.tokens
+        );
         let longer: Vec<usize> = if text.chars().count() <= 64 {
-            text.char_indices().map(|(i, c)| i + c.len_utf8()).filter(|&e| e > p.len).collect()
+            text.char_indices()
+                .map(|(i, c)| i + c.len_utf8())
+                .filter(|&e| e > p.len)
+                .collect()
         } else {
-            text[p.len..].char_indices().take(8).map(|(i, c)| p.len + i + c.len_utf8()).collect()
+            text[p.len..]
+                .char_indices()
+                .take(8)
+                .map(|(i, c)| p.len + i + c.len_utf8())
+                .collect()
         };
         for end in longer {
             assert!(
@@ -76,5 +102,26 @@ fuzz_target!(|data: &[u8]| {
                 p.len
             );
         }
+
+        // Resuming from a point of this walk over another text that shares its start (ADR-0024):
+        // the text cut somewhere past the point and ended with the input's own bytes reversed
+        // (any tail); the count and the cut equal the reference's and a fresh search's.
+        let (_, resume) = t.prefix_from(&text, budget, strata_core::Prefix { len: 0, tokens: 0 });
+        let at = floor_boundary(&text, (resume.len + usize::from(*mode)).min(text.len()));
+        let other = [&text[..at], tail.as_str()].concat();
+        assert_eq!(
+            t.count_resumed(&other, &text, resume),
+            reference(r, &other),
+            "{}: count resumed from {resume:?}",
+            t.name()
+        );
+        let (q, _) = t.prefix_after(&other, budget, &text, resume);
+        assert_eq!(
+            q,
+            t.prefix(&other, budget),
+            "{}: cut resumed from {resume:?}",
+            t.name()
+        );
+        assert_eq!(q.tokens, reference(r, &other[..q.len]));
     }
 });
