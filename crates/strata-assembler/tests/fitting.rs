@@ -319,6 +319,89 @@ fn a_changed_section_is_cut_again_as_a_fresh_assembler_cuts_it() {
     }
 }
 
+/// Verifies ADR-0024: the resumed cut holds for a provider request, where a tool result cut to
+/// let its sticky call fit carries the provider's framing, and for cl100k_base: each cut of a
+/// growing result equals a fresh assembler's, request body and report alike; in the plain
+/// format with cl100k_base, the total is tiktoken-rs's count of the output.
+#[test]
+fn resumed_cuts_hold_for_provider_requests_and_cl100k() {
+    let ask = Section::builder(RuntimeLayer::WorkingMemory, "u0", "Read the build log.")
+        .unwrap()
+        .turn(Turn::new(0, Role::User))
+        .sticky(true)
+        .build();
+    let call = Section::builder(RuntimeLayer::WorkingMemory, "c1", r#"{"path":"build.log"}"#)
+        .unwrap()
+        .turn(Turn::tool_call(
+            1,
+            "call_1",
+            ToolName::new("file_read").unwrap(),
+        ))
+        .sticky(true)
+        .build();
+    let result = |text: &str| {
+        Section::builder(RuntimeLayer::WorkingMemory, "r1", text)
+            .unwrap()
+            .turn(Turn::tool_result(2, "call_1"))
+            .build()
+    };
+    let params = RequestParams {
+        model: "test-model".into(),
+        max_tokens: Some(256),
+        ..Default::default()
+    };
+    let mut text = "build log line <b>bold?</b> & [INST] # step\n".repeat(400);
+    let a = Assembler::o200k();
+    for provider in [Provider::OpenAiChat, Provider::Anthropic] {
+        for round in 0..4 {
+            text.push_str(&format!("round {round} done: ok\n"));
+            let req = AssemblyRequest {
+                sections: vec![ask.clone(), call.clone(), result(&text)],
+                budget: Some(BudgetSpec::Explicit(Budget::with_total(1_500))),
+                provider: Some(provider),
+                ..Default::default()
+            };
+            let got = a.assemble(agent(), &req).unwrap();
+            let fresh = Assembler::o200k().assemble(agent(), &req).unwrap();
+            assert!(got
+                .report()
+                .sections
+                .iter()
+                .any(|s| matches!(s.status, SectionStatus::Cut { .. })));
+            assert_eq!(
+                got.request_body(provider, &params).unwrap(),
+                fresh.request_body(provider, &params).unwrap(),
+                "{provider:?}, round {round}"
+            );
+            assert_eq!(got.report(), fresh.report());
+        }
+    }
+    assert!(a.cache_stats().resumed_cuts > 0, "no cut resumed");
+
+    let cl100k = |text: &str| {
+        tiktoken_rs::cl100k_base_singleton()
+            .encode_ordinary(text)
+            .len() as u64
+    };
+    let b = Assembler::new(std::sync::Arc::new(TiktokenTokenizer::cl100k()));
+    let mut grown = prose(11, 3_000);
+    for round in 0..4 {
+        grown.push_str(&format!(" and then round {round} <ended>"));
+        let s = Section::builder(RuntimeLayer::WorkingMemory, "log", grown.clone())
+            .unwrap()
+            .build();
+        let req = request(vec![s], 1_200);
+        let got = b.assemble(agent(), &req).unwrap();
+        let fresh = Assembler::new(std::sync::Arc::new(TiktokenTokenizer::cl100k()))
+            .assemble(agent(), &req)
+            .unwrap();
+        assert_eq!(got.text(), fresh.text());
+        assert_eq!(got.report().used_tokens, cl100k(got.text()));
+        assert!(got.report().used_tokens <= got.report().prompt_budget);
+    }
+    assert!(b.cache_stats().resumed_cuts > 0, "no cl100k cut resumed");
+}
+
 /// Verifies ADR-0024: a large, important unit that does not fit (a tool call with a huge
 /// result: a pair is never cut) no longer empties the rest of the budget; older, smaller turns
 /// that fit are kept and reported as filled, and the idle budget is reported exactly.
