@@ -402,6 +402,59 @@ fn resumed_cuts_hold_for_provider_requests_and_cl100k() {
     assert!(b.cache_stats().resumed_cuts > 0, "no cl100k cut resumed");
 }
 
+/// Verifies ADR-0024: threads sharing one assembler cut sections of the same id at once, each
+/// growing its own text, so kept walks of one thread meet elements of another (which must not
+/// resume) and replace each other; every cut equals a fresh assembler's, by the reference
+/// count.
+#[test]
+fn concurrent_cuts_of_one_id_equal_fresh_ones() {
+    let a = std::sync::Arc::new(Assembler::o200k());
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let mut text = prose(100 + t, 2_500);
+                for round in 0..12 {
+                    text.push_str(&format!(" thread {t} round {round} <done>"));
+                    let s =
+                        Section::builder(RuntimeLayer::WorkingMemory, "shared.turn", text.clone())
+                            .unwrap()
+                            .build();
+                    let req = request(vec![s], 1_000 + 150 * (t as u32 % 2));
+                    let got = a.assemble(agent(), &req).unwrap();
+                    let fresh = Assembler::o200k().assemble(agent(), &req).unwrap();
+                    assert_eq!(got.text(), fresh.text(), "thread {t}, round {round}");
+                    assert_eq!(got.report().used_tokens, reference(got.text()));
+                    assert!(got.report().used_tokens <= got.report().prompt_budget);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // After the threads replaced each other's walks, the kept walk still serves its id: a text
+    // cut and then grown resumes, and both cuts equal fresh ones.
+    let mut text = prose(7, 2_500);
+    for round in 0..2 {
+        text.push_str(&format!(" main round {round}"));
+        let s = Section::builder(RuntimeLayer::WorkingMemory, "shared.turn", text.clone())
+            .unwrap()
+            .build();
+        let req = request(vec![s], 1_000);
+        let before = a.cache_stats().resumed_cuts;
+        let got = a.assemble(agent(), &req).unwrap();
+        let fresh = Assembler::o200k().assemble(agent(), &req).unwrap();
+        assert_eq!(got.text(), fresh.text());
+        if round == 1 {
+            assert!(
+                a.cache_stats().resumed_cuts > before,
+                "the grown text did not resume"
+            );
+        }
+    }
+}
+
 /// Verifies ADR-0024: a large, important unit that does not fit (a tool call with a huge
 /// result: a pair is never cut) no longer empties the rest of the budget; older, smaller turns
 /// that fit are kept and reported as filled, and the idle budget is reported exactly.
