@@ -673,9 +673,10 @@ impl Assembler {
             at: 0,
             elided: text.len() as u64,
         };
-        let overhead = self
-            .render(&s.with_content(""), enc, Some(bound), native)
-            .tokens;
+        // The element with an empty body: its cost bounds the cut, and its text (cached) gives
+        // where a walked element's body starts.
+        let empty = self.render(&s.with_content(""), enc, Some(bound), native);
+        let overhead = empty.tokens;
         if overhead >= max_tokens {
             return None;
         }
@@ -686,7 +687,7 @@ impl Assembler {
         // the body's end), so the cut element is then counted only from the walk's last
         // resume point, not in full; the kept text is tokenized about once (ADR-0024).
         let walk = (keep == Keep::Head && enc == Encoding::Escaped)
-            .then(|| self.element_walk(s, enc, native, max_tokens))
+            .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens))
             .flatten();
         // The walk of this section's last cut: where its element starts with the same bytes
         // (a turn that grew at its end), the walk resumes there (ADR-0024).
@@ -783,10 +784,12 @@ impl Assembler {
     /// The text a head cut of `s` walks: its element as a cut writes it, with the whole body
     /// and without the end that follows the body, where the body starts, and the budget of a
     /// walk over it for an element of `max_tokens` (less the framing and the end). `None` where
-    /// the element is not written that way (then the cut walks the content as offered).
+    /// the element is not written that way (then the cut walks the content as offered). `empty`
+    /// is the text of the cut element of `s` with an empty body: its opening, then its end.
     fn element_walk(
         &self,
         s: &Section,
+        empty: &str,
         enc: Encoding,
         native: bool,
         max_tokens: u64,
@@ -797,8 +800,6 @@ impl Assembler {
             elided: 0,
         };
         let (mut text, frame) = self.element_text(s, enc, Some(whole), native);
-        let nothing = CutAt { at: 0, ..whole };
-        let (empty, _) = self.element_text(&s.with_content(""), enc, Some(nothing), native);
         let open = empty.strip_suffix(format::UNTRUSTED_END)?;
         if !text.starts_with(open) || !text.ends_with(format::UNTRUSTED_END) {
             return None;
