@@ -1,5 +1,7 @@
 //! The assembled context and its provider formats (ADR-0013).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{json, Value};
 use strata_core::{ContentHash, ToolName};
@@ -9,8 +11,19 @@ use crate::report::Report;
 
 /// The result of one assembly. Read-only: it can only be produced by the assembler, so what a
 /// runtime sends is what the assembler checked (I1, I8).
+///
+/// A shared handle: cloning it (to keep it, to hand it to a [`crate::ReceiptSigner`], or when
+/// the assembler answers a repeated request from its last assembly) copies a pointer, not the
+/// text or the report, whatever the number of sections (ADR-0024).
 #[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
 pub struct AssembledContext {
+    pub(crate) inner: Arc<Contents>,
+}
+
+/// What an [`AssembledContext`] holds.
+#[derive(Debug, Serialize)]
+pub(crate) struct Contents {
     pub(crate) text: String,
     pub(crate) identity_digest: ContentHash,
     pub(crate) tools: Vec<ToolName>,
@@ -19,37 +32,50 @@ pub struct AssembledContext {
 }
 
 impl AssembledContext {
+    /// Wrap what an assembly produced.
+    pub(crate) fn new(contents: Contents) -> AssembledContext {
+        AssembledContext {
+            inner: Arc::new(contents),
+        }
+    }
+
+    /// Whether `self` and `other` are the same assembly (one result shared), not two equal ones.
+    pub fn ptr_eq(&self, other: &AssembledContext) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The plain text: rendered layers 1-2, byte for byte, then fenced layers 3-6. For a
     /// provider request, the system channel alone (the signed text).
     pub fn text(&self) -> &str {
-        &self.text
+        &self.inner.text
     }
 
     /// BLAKE3 of the rendered layers 1-2.
     pub fn identity_digest(&self) -> ContentHash {
-        self.identity_digest
+        self.inner.identity_digest
     }
 
     /// Tools the model may be offered.
     pub fn tools(&self) -> &[ToolName] {
-        &self.tools
+        &self.inner.tools
     }
 
     /// What was kept, cut and dropped, and why.
     pub fn report(&self) -> &Report {
-        &self.report
+        &self.inner.report
     }
 
     /// The conversation placed into a provider's channels, when the request named a provider.
     pub fn conversation(&self) -> Option<&Conversation> {
-        self.conversation.as_ref()
+        self.inner.conversation.as_ref()
     }
 
     /// Bytes of the stable prefix (layers 1-2 and the stable sections that lead the rest).
     pub fn stable_prefix(&self) -> &str {
-        self.text
-            .get(..self.report.stable_prefix.byte)
-            .unwrap_or(&self.text)
+        self.inner
+            .text
+            .get(..self.inner.report.stable_prefix.byte)
+            .unwrap_or(&self.inner.text)
     }
 
     /// The complete request body for `provider` (which must be the provider the assembly was
@@ -59,7 +85,7 @@ impl AssembledContext {
         provider: Provider,
         params: &RequestParams,
     ) -> Result<Value, RequestError> {
-        match &self.conversation {
+        match &self.inner.conversation {
             Some(c) => c.body(provider, params),
             None => Err(RequestError::WrongProvider {
                 placed: "the plain-text format".into(),
@@ -71,7 +97,7 @@ impl AssembledContext {
     /// OpenAI chat messages: one system message holding the whole plain-text context. For
     /// native turns and tools, assemble with a provider and use [`Self::request_body`].
     pub fn openai_messages(&self) -> Value {
-        json!([{ "role": "system", "content": self.text }])
+        json!([{ "role": "system", "content": self.inner.text }])
     }
 
     /// Anthropic `system` blocks split at the breakpoints, each prefix block marked with
@@ -79,8 +105,13 @@ impl AssembledContext {
     pub fn anthropic_system(&self) -> Value {
         let mut blocks = Vec::new();
         let mut start = 0;
-        for bp in &self.report.breakpoints {
-            let Some(text) = self.text.get(start..bp.byte).filter(|t| !t.is_empty()) else {
+        for bp in &self.inner.report.breakpoints {
+            let Some(text) = self
+                .inner
+                .text
+                .get(start..bp.byte)
+                .filter(|t| !t.is_empty())
+            else {
                 continue;
             };
             {
@@ -92,7 +123,7 @@ impl AssembledContext {
                 start = bp.byte;
             }
         }
-        if let Some(rest) = self.text.get(start..).filter(|t| !t.is_empty()) {
+        if let Some(rest) = self.inner.text.get(start..).filter(|t| !t.is_empty()) {
             blocks.push(json!({ "type": "text", "text": rest }));
         }
         Value::Array(blocks)

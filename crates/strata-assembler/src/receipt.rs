@@ -487,13 +487,13 @@ pub(crate) fn statement_of_turns(
     sent: Sent<'_>,
     runtime_key_id: &str,
 ) -> Statement {
-    let r = &ctx.report;
+    let r = &ctx.inner.report;
     let role_index = roles.index();
     let subject = match sent {
         Sent::Body(b) => Subject::sha256(SUBJECT_BODY, b),
         Sent::Text(t) => Subject::sha256(SUBJECT_TEXT, t.as_bytes()),
     };
-    let offered = match &ctx.conversation {
+    let offered = match &ctx.inner.conversation {
         Some(c) => c
             .tools
             .iter()
@@ -531,8 +531,7 @@ pub(crate) fn statement_of_turns(
                 identity_digest: agent.identity_digest().to_string(),
             },
             format: ctx
-                .conversation
-                .as_ref()
+                .conversation()
                 .map_or("text", |c| c.provider.name())
                 .to_owned(),
             tokenizer: r.tokenizer.clone(),
@@ -652,13 +651,13 @@ impl Assembler {
         runtime_key: &KeyPair,
     ) -> Result<Receipted, ReceiptedError> {
         let context = self.assemble(agent, req)?;
-        let sent = match &context.conversation {
+        let sent = match &context.inner.conversation {
             Some(c) => body_bytes(&context.request_body(c.provider, params)?),
-            None => context.text.as_bytes().to_vec(),
+            None => context.inner.text.as_bytes().to_vec(),
         };
-        let s = match &context.conversation {
+        let s = match &context.inner.conversation {
             Some(_) => Sent::Body(&sent),
-            None => Sent::Text(&context.text),
+            None => Sent::Text(&context.inner.text),
         };
         let st = statement(agent, req, &context, s, runtime_key.key_id().as_str());
         let receipt = SignedReceipt::sign(st, runtime_key)?;

@@ -214,7 +214,7 @@ fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink, keep: usize)
     let key_id = key.key_id().to_string();
     let mut index = 0u64;
     while let Some(job) = next_job(shared) {
-        let sent = match &job.context.conversation {
+        let sent = match &job.context.inner.conversation {
             Some(_) => Sent::Body(&job.sent),
             None => Sent::Text(job.context.text()),
         };
@@ -291,7 +291,7 @@ impl ReceiptSigner {
         context: AssembledContext,
         body: Option<Vec<u8>>,
     ) -> Result<(), SignerError> {
-        let sent = match (&context.conversation, body) {
+        let sent = match (&context.inner.conversation, body) {
             (Some(_), Some(b)) => b,
             (None, None) => Vec::new(),
             (Some(_), None) => {

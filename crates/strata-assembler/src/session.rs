@@ -609,12 +609,12 @@ pub struct PreparedTurn {
 impl PreparedTurn {
     /// The report.
     pub fn report(&self) -> &Report {
-        &self.context.report
+        &self.context.inner.report
     }
 
     /// The identity digest the request was built from.
     pub fn identity_digest(&self) -> ContentHash {
-        self.context.identity_digest
+        self.context.inner.identity_digest
     }
 }
 
@@ -880,7 +880,7 @@ impl Session<'_> {
         }
         tracing::debug!(
             session = &*self.id,
-            tokens = context.report.used_tokens,
+            tokens = context.inner.report.used_tokens,
             "prepared a turn"
         );
         Ok(PreparedTurn {

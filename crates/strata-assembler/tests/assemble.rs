@@ -339,12 +339,21 @@ fn a_repeated_request_is_served_from_the_kept_assembly() {
     let hits = |a: &Assembler| a.cache_stats().assembly_hits;
     // An assembler's first call is not fingerprinted; the second is; the third, the same
     // as the second, is kept; the fourth is served.
+    let mut earlier = Vec::new();
     for _ in 0..3 {
-        check(&a.assemble(&agent, &req).unwrap(), &req);
+        let out = a.assemble(&agent, &req).unwrap();
+        check(&out, &req);
+        earlier.push(out);
     }
     assert_eq!(hits(&a), 0);
-    check(&a.assemble(&agent, &req).unwrap(), &req);
+    // Each of those was assembled: three results, none shared with another.
+    assert!(!earlier[0].ptr_eq(&earlier[1]) && !earlier[1].ptr_eq(&earlier[2]));
+    let served = a.assemble(&agent, &req).unwrap();
+    check(&served, &req);
     assert_eq!(hits(&a), 1);
+    // The answer is the kept result itself (the third call's), shared rather than copied.
+    assert!(served.ptr_eq(&earlier[2]));
+    assert!(!served.ptr_eq(&earlier[1]));
     // Another time of the call: the same output.
     req.now_ms = Some(1_750_000_060_000);
     check(&a.assemble(&agent, &req).unwrap(), &req);

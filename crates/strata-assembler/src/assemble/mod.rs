@@ -36,7 +36,7 @@ use place::Laid;
 use select::Selected;
 
 use crate::error::AssembleError;
-use crate::output::AssembledContext;
+use crate::output::{AssembledContext, Contents};
 use crate::provider::RequestTool;
 use crate::report::{Breakpoint, LayerReport, Report, RequestReport, SectionReport, SectionStatus};
 use crate::request::{AssemblyRequest, BudgetSpec};
@@ -1139,7 +1139,7 @@ impl Assembler {
             }
         });
         tracing::debug!(tokens = tokens_so_far, budget = prompt_budget, "assembled");
-        Ok(AssembledContext {
+        Ok(AssembledContext::new(Contents {
             identity_digest: agent.identity_digest(),
             tools: tools_report.effective.clone(),
             report: Report {
@@ -1170,7 +1170,7 @@ impl Assembler {
             },
             text,
             conversation: placed,
-        })
+        }))
     }
 }
 

@@ -1,5 +1,6 @@
 //! The last whole assembly, kept so that a request that repeats the one before it costs a
-//! comparison and a copy of the result instead of the stages (ADR-0024, amended).
+//! comparison instead of the stages, and is answered with the kept result itself (a shared
+//! handle: no text or report entry is copied, however many sections; ADR-0024, amended).
 //!
 //! One entry per assembler. It is found only by an exact comparison of everything that goes
 //! into an assembly: the agent's signed payload (its SHA-256, which fixes identity, tools and
@@ -15,7 +16,7 @@
 //! ones only when it matches the kept entry's, so a request that changed costs one pass over
 //! its own sections; an entry is stored only when a call has the same fingerprint as the call
 //! before it, so a conversation whose every turn changes something never pays for copying the
-//! request and its result. The fingerprint only decides what is worth comparing and keeping:
+//! request. The fingerprint only decides what is worth comparing and keeping:
 //! it is never taken as proof that two requests are equal.
 
 use std::hash::{BuildHasher, Hasher};
@@ -144,7 +145,7 @@ impl Whole {
             }
             repeated
         };
-        let size = out.text.len() + PER_SECTION * (req.sections.len() + 1);
+        let size = out.text().len() + PER_SECTION * (req.sections.len() + 1);
         if !repeated || size > limit {
             return;
         }
