@@ -94,7 +94,7 @@ fn receipts(c: &mut Criterion) {
                     Some(_) => Sent::Body(&sent),
                     None => Sent::Text(r.context.text()),
                 };
-                let st = receipt::statement(&agent, &req, &r.context, s, key.key_id().as_str());
+                let st = receipt::statement(&agent, &r.context, s, key.key_id().as_str());
                 black_box(SignedReceipt::sign(st, &key).unwrap())
             })
         });
@@ -106,9 +106,9 @@ fn receipts(c: &mut Criterion) {
         };
         let id = key.key_id().to_string();
         g.bench_function("part_statement", |b| {
-            b.iter(|| black_box(receipt::statement(&agent, &req, &r.context, sent_of(), &id)))
+            b.iter(|| black_box(receipt::statement(&agent, &r.context, sent_of(), &id)))
         });
-        let st = receipt::statement(&agent, &req, &r.context, sent_of(), &id);
+        let st = receipt::statement(&agent, &r.context, sent_of(), &id);
         g.bench_function("part_canonical_bytes", |b| {
             b.iter(|| black_box(st.canonical_bytes()))
         });
@@ -150,7 +150,7 @@ fn receipts(c: &mut Criterion) {
                 };
                 black_box(sent);
                 if defer {
-                    signer.submit(&agent, &req, ctx, body).unwrap();
+                    signer.submit(&agent, ctx, body).unwrap();
                     timed += t.elapsed();
                     signer.flush().unwrap();
                     if reclaim {
@@ -180,7 +180,7 @@ fn receipts(c: &mut Criterion) {
                 for _ in 0..iters {
                     let r = r.clone();
                     let body = provider.map(|_| r.sent);
-                    signer.submit(&agent, &req, r.context, body).unwrap();
+                    signer.submit(&agent, r.context, body).unwrap();
                 }
                 signer.flush().unwrap();
                 let spent = t.elapsed();

@@ -3,6 +3,8 @@
 //! assembler, nothing cached), warm (the same request again) and warm with three turns changed
 //! (three sections of the session log have new text on every call), next to the two baselines
 //! the targets are stated against: tokenizing the output once, and copying and hashing it.
+//! The warm arms are also timed as a runtime's request path, without and with each turn's
+//! receipt handed to a `ReceiptSigner` (the receipt's cost against the warm targets).
 //!
 //! The workloads live in `shared/bench/` beside the repository (`<repo>/../shared/bench`), or
 //! in the directory named by `STRATA_BENCH_WORKLOADS`. Without them the benchmark says so and
@@ -19,7 +21,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use serde_json::Value;
@@ -194,7 +196,58 @@ fn workloads(c: &mut Criterion) {
                 BatchSize::PerIteration,
             )
         });
+        // A receipt for every turn, built and signed off the request path (ADR-0021): the time
+        // a turn waits is the assembly plus handing it to a `ReceiptSigner`; the worker signs
+        // while the request is in flight. Both arms time the same thing, the request path, and
+        // leave out what follows the send (waiting for the worker, reclaiming or dropping the
+        // result); the request of a changed turn is built and dropped untimed as above.
+        let signer = ReceiptSigner::start(
+            KeyPair::from_seed(&[0x72; 32]),
+            |_r: SignedReceipt| Ok(()),
+            64,
+        );
+        let turn = |changed_turns: bool, receipt: bool, iters: u64| {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iters {
+                let fresh = changed_turns.then(|| {
+                    let turn = TURN.fetch_add(1, Ordering::Relaxed);
+                    let mut sections = w.sections.clone();
+                    for (k, &i) in changed.iter().enumerate() {
+                        let text = format!(
+                            "{} (revised in turn {turn}.{k})",
+                            sections[i].content().as_str()
+                        );
+                        sections[i] = sections[i].with_content(text);
+                    }
+                    request(&w, sections)
+                });
+                let r = fresh.as_ref().unwrap_or(&req);
+                let t = Instant::now();
+                let ctx = warm.assemble(&agent, r).unwrap();
+                black_box(ctx.text().len());
+                if receipt {
+                    signer.submit(&agent, ctx, None).unwrap();
+                    timed += t.elapsed();
+                    signer.flush().unwrap();
+                    signer.reclaim();
+                } else {
+                    timed += t.elapsed();
+                    drop(ctx);
+                }
+                drop(fresh);
+            }
+            timed
+        };
+        for (name, changed_turns) in [("warm", false), ("warm_3_turns_changed", true)] {
+            g.bench_function(format!("{name}_request_path"), |b| {
+                b.iter_custom(|iters| turn(changed_turns, false, iters))
+            });
+            g.bench_function(format!("{name}_request_path_receipt_handed_over"), |b| {
+                b.iter_custom(|iters| turn(changed_turns, true, iters))
+            });
+        }
         g.finish();
+        signer.finish().unwrap();
     }
 }
 

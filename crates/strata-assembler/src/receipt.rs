@@ -19,7 +19,7 @@
 //! a [`TrustStore`] over DSSE's pre-authentication encoding, and only then parses the statement
 //! from the exact signed bytes into a [`VerifiedReceipt`], which nothing else can construct.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ed25519_dalek::Signature;
@@ -29,7 +29,7 @@ use sha2::{Digest as _, Sha256};
 use strata_agentdef::envelope::{pae, Envelope};
 use strata_agentdef::{KeyId, KeyPair, TrustStore, VerifiedAgent};
 use strata_core::format::Authority;
-use strata_core::{ContentHash, Layer, Role, RuntimeLayer, Tier};
+use strata_core::{Layer, RuntimeLayer, Tier};
 
 use crate::output::AssembledContext;
 use crate::provider::{RequestError, RequestParams};
@@ -371,74 +371,13 @@ fn status_of(s: &SectionStatus) -> (&'static str, Option<String>, Option<u64>) {
     }
 }
 
-/// The roles of a request's working-memory turns, which give each turn section its authority
-/// in a receipt (several sections may share an id; the content hash picks among them). Owned
-/// and compact, so that a receipt built later on another thread needs nothing else from the
-/// request: the ids are copied into one string, and no section (or reference count shared with
-/// the caller's sections) is handed over.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TurnRoles {
-    ids: String,
-    /// End of the id in `ids`, its content hash and its role, in request order.
-    turns: Vec<(usize, ContentHash, Role)>,
-}
-
-impl TurnRoles {
-    pub(crate) fn of(req: &AssemblyRequest) -> TurnRoles {
-        let mut t = TurnRoles::default();
-        for s in &req.sections {
-            if let Some(turn) = s
-                .turn()
-                .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
-            {
-                t.ids.push_str(s.id().as_str());
-                t.turns.push((t.ids.len(), s.content_hash(), turn.role));
-            }
-        }
-        t
-    }
-
-    /// The turns by id, built once per statement (a statement looks up every section).
-    fn index(&self) -> RoleIndex<'_> {
-        let mut by_id: HashMap<&str, Vec<(ContentHash, Role)>> = HashMap::new();
-        let mut start = 0;
-        for &(end, hash, role) in &self.turns {
-            by_id
-                .entry(&self.ids[start..end])
-                .or_default()
-                .push((hash, role));
-            start = end;
-        }
-        RoleIndex(by_id)
-    }
-}
-
-/// [`TurnRoles`] by id.
-struct RoleIndex<'a>(HashMap<&'a str, Vec<(ContentHash, Role)>>);
-
-impl RoleIndex<'_> {
-    /// The role of the turn with this id and content; the first turn with the id when none has
-    /// the content.
-    fn role(&self, id: &str, content: &ContentHash) -> Option<Role> {
-        let turns = self.0.get(id)?;
-        turns
-            .iter()
-            .find(|(h, _)| h == content)
-            .or(turns.first())
-            .map(|(_, role)| *role)
-    }
-}
-
-fn section_record(r: &SectionReport, roles: &RoleIndex<'_>) -> SectionRecord {
+fn section_record(r: &SectionReport) -> SectionRecord {
     let (status, reason, full_tokens) = status_of(&r.status);
     let authority = match r.layer.as_runtime() {
         Some(l) => {
-            let role = match l {
-                RuntimeLayer::WorkingMemory => {
-                    roles.role(r.id.as_str(), &r.provenance.content_hash)
-                }
-                _ => None,
-            };
+            // The role the assembler reported for this very section (a turn of working
+            // memory; none elsewhere).
+            let role = r.role.filter(|_| l == RuntimeLayer::WorkingMemory);
             Authority::of_runtime(l, role)
         }
         None => Authority::Signed,
@@ -471,24 +410,11 @@ fn section_record(r: &SectionReport, roles: &RoleIndex<'_>) -> SectionRecord {
 /// `ctx`; `runtime_key_id` is the id of the key that will sign it.
 pub fn statement(
     agent: &VerifiedAgent,
-    req: &AssemblyRequest,
-    ctx: &AssembledContext,
-    sent: Sent<'_>,
-    runtime_key_id: &str,
-) -> Statement {
-    statement_of_turns(agent, &TurnRoles::of(req), ctx, sent, runtime_key_id)
-}
-
-/// [`statement`] with the request's turns already reduced to their roles.
-pub(crate) fn statement_of_turns(
-    agent: &VerifiedAgent,
-    roles: &TurnRoles,
     ctx: &AssembledContext,
     sent: Sent<'_>,
     runtime_key_id: &str,
 ) -> Statement {
     let r = &ctx.inner.report;
-    let role_index = roles.index();
     let subject = match sent {
         Sent::Body(b) => Subject::sha256(SUBJECT_BODY, b),
         Sent::Text(t) => Subject::sha256(SUBJECT_TEXT, t.as_bytes()),
@@ -550,11 +476,7 @@ pub(crate) fn statement_of_turns(
             },
             stable_prefix: BreakpointRecord::from(&r.stable_prefix),
             breakpoints: r.breakpoints.iter().map(BreakpointRecord::from).collect(),
-            sections: r
-                .sections
-                .iter()
-                .map(|s| section_record(s, &role_index))
-                .collect(),
+            sections: r.sections.iter().map(section_record).collect(),
             tools: ToolsRecord {
                 offered,
                 refused: r
@@ -659,7 +581,7 @@ impl Assembler {
             Some(_) => Sent::Body(&sent),
             None => Sent::Text(&context.inner.text),
         };
-        let st = statement(agent, req, &context, s, runtime_key.key_id().as_str());
+        let st = statement(agent, &context, s, runtime_key.key_id().as_str());
         let receipt = SignedReceipt::sign(st, runtime_key)?;
         tracing::debug!(
             agent = agent.agent_id(),
@@ -1081,51 +1003,4 @@ pub fn describe(st: &Statement) -> String {
         );
     }
     o
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use strata_core::{Phase, Section, Turn};
-
-    fn turn(layer: RuntimeLayer, id: &str, text: &str, role: Role) -> Section {
-        Section::builder(layer, id, text)
-            .unwrap()
-            .phase(Phase::History)
-            .turn(Turn {
-                seq: 0,
-                role,
-                call_id: None,
-                name: None,
-            })
-            .build()
-    }
-
-    /// Verifies ADR-0021: a turn's role is found by its id and content; a section sharing an id
-    /// with turns but not their content takes the first such turn's role; ids that are prefixes
-    /// or suffixes of one another do not match, nor do turns outside working memory.
-    #[test]
-    fn turn_roles_match_id_then_content() {
-        let req = AssemblyRequest {
-            sections: vec![
-                turn(RuntimeLayer::WorkingMemory, "t", "first", Role::ToolResult),
-                turn(RuntimeLayer::WorkingMemory, "t1", "x", Role::Assistant),
-                turn(RuntimeLayer::WorkingMemory, "t", "second", Role::User),
-                turn(RuntimeLayer::WorkingMemory, "at", "y", Role::Assistant),
-                turn(RuntimeLayer::Shared, "s", "z", Role::User),
-            ],
-            ..AssemblyRequest::default()
-        };
-        let roles = TurnRoles::of(&req);
-        let roles = roles.index();
-        let h = ContentHash::of;
-        assert_eq!(roles.role("t", &h("second")), Some(Role::User));
-        assert_eq!(roles.role("t", &h("first")), Some(Role::ToolResult));
-        assert_eq!(roles.role("t", &h("other")), Some(Role::ToolResult));
-        assert_eq!(roles.role("t1", &h("x")), Some(Role::Assistant));
-        assert_eq!(roles.role("at", &h("first")), Some(Role::Assistant));
-        assert_eq!(roles.role("a", &h("y")), None);
-        assert_eq!(roles.role("s", &h("z")), None);
-        assert_eq!(roles.role("", &h("")), None);
-    }
 }

@@ -34,8 +34,8 @@ use std::time::Duration;
 
 use strata_agentdef::{KeyPair, VerifiedAgent};
 
-use crate::receipt::{statement_of_turns, ReceiptError, Sent, SignedReceipt, TurnRoles};
-use crate::{AssembledContext, AssemblyRequest};
+use crate::receipt::{statement, ReceiptError, Sent, SignedReceipt};
+use crate::AssembledContext;
 
 /// Receives each signed receipt, on the signer's worker thread, in submission order. An error
 /// is kept and returned by [`ReceiptSigner::finish`]; later receipts are still delivered.
@@ -73,9 +73,6 @@ impl ReceiptSink for crate::PgReceiptLog {
 /// What the worker needs to build one receipt, all owned.
 struct Job {
     agent: VerifiedAgent,
-    /// The roles of the request's working-memory turns: the only part of the request a
-    /// statement reads (the authority of each turn).
-    turns: TurnRoles,
     context: AssembledContext,
     sent: Vec<u8>,
 }
@@ -218,7 +215,7 @@ fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink, keep: usize)
             Some(_) => Sent::Body(&job.sent),
             None => Sent::Text(job.context.text()),
         };
-        let st = statement_of_turns(&job.agent, &job.turns, &job.context, sent, &key_id);
+        let st = statement(&job.agent, &job.context, sent, &key_id);
         let outcome = match SignedReceipt::sign(st, key) {
             Ok(r) => sink
                 .receive(r)
@@ -287,7 +284,6 @@ impl ReceiptSigner {
     pub fn submit(
         &self,
         agent: &VerifiedAgent,
-        req: &AssemblyRequest,
         context: AssembledContext,
         body: Option<Vec<u8>>,
     ) -> Result<(), SignerError> {
@@ -305,10 +301,8 @@ impl ReceiptSigner {
                 ))
             }
         };
-        let turns = TurnRoles::of(req);
         let job = Job {
             agent: agent.clone(),
-            turns,
             context,
             sent,
         };

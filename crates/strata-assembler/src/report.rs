@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
-use strata_core::{Layer, Provenance, SectionId, Tier, ToolName};
+use strata_core::{Layer, Provenance, Role, SectionId, Tier, ToolName};
 
 /// What happened to one runtime section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,6 +72,10 @@ pub struct SectionReport {
     /// it did not fit: a smaller, less important section filling the budget (ADR-0024).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub filled: bool,
+    /// The role of a working-memory turn (user, assistant, tool call or tool result): what
+    /// gives the turn its authority in a receipt (ADR-0021). None for every other section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
     /// Sticky or protected.
     pub sticky: bool,
     /// Stable.

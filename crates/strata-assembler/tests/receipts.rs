@@ -261,6 +261,92 @@ fn authority_follows_the_turn_role() {
     );
 }
 
+/// Verifies ADR-0021: every section's authority comes from the role of the very section the
+/// report lists, not from a lookup by id: two turns sharing an id with different roles (one
+/// of them overridden), a turn cut to fit, and a section outside working memory that carries
+/// a user role each get the authority their own layer and role give, and the report entries
+/// carry the roles the sections were offered with.
+#[test]
+fn every_turn_takes_the_role_it_was_offered_with() {
+    let turn = |layer: RuntimeLayer, id: &str, text: &str, role: Role, seq: u64| {
+        Section::builder(layer, id, text)
+            .unwrap()
+            .phase(Phase::History)
+            .turn(Turn {
+                seq,
+                role,
+                call_id: None,
+                name: None,
+            })
+            .build()
+    };
+    let wm = RuntimeLayer::WorkingMemory;
+    let long = "a tool result that is far too long to be kept whole. ".repeat(400);
+    let offered = vec![
+        turn(wm, "t", "the same id, a tool result", Role::ToolResult, 1),
+        turn(wm, "t", "the same id, a user turn", Role::User, 2),
+        turn(wm, "a", "an assistant turn", Role::Assistant, 3),
+        turn(wm, "long", &long, Role::ToolResult, 4),
+        turn(
+            RuntimeLayer::Shared,
+            "s",
+            "shared text with a user role",
+            Role::User,
+            0,
+        ),
+        turn(wm, "u", "the newest user turn", Role::User, 5),
+    ];
+    let req = AssemblyRequest {
+        sections: offered.clone(),
+        budget: Some(BudgetSpec::Explicit(Budget::with_total(1_400))),
+        ..Default::default()
+    };
+    let r = Assembler::new(tokenizer())
+        .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
+        .unwrap();
+    let report = r.context.report();
+    assert!(
+        report
+            .sections
+            .iter()
+            .any(|e| matches!(e.status, SectionStatus::Cut { .. }) && e.id.as_str() == "long"),
+        "the long tool result is cut"
+    );
+    assert!(report
+        .sections
+        .iter()
+        .any(|e| matches!(e.status, SectionStatus::Overridden { .. })));
+    // What each offered section should be recorded with, from its layer and role alone.
+    let expected = |s: &Section| match (s.layer(), s.turn().map(|t| t.role)) {
+        (RuntimeLayer::WorkingMemory, Some(Role::User)) => "user",
+        (RuntimeLayer::WorkingMemory, Some(Role::Assistant | Role::ToolCall)) => "agent",
+        _ => "data",
+    };
+    let records = &r.receipt.statement.predicate.sections;
+    assert_eq!(records.len(), report.sections.len());
+    for (entry, record) in report.sections.iter().zip(records) {
+        // The offered section this entry is: by id, and by content among sections sharing one.
+        let same_id: Vec<&Section> = offered
+            .iter()
+            .filter(|s| s.id().as_str() == entry.id.as_str())
+            .collect();
+        let section = match same_id.as_slice() {
+            [only] => *only,
+            _ => same_id
+                .iter()
+                .find(|s| s.content_hash() == entry.provenance.content_hash)
+                .copied()
+                .unwrap(),
+        };
+        let role = section
+            .turn()
+            .filter(|_| section.layer() == wm)
+            .map(|t| t.role);
+        assert_eq!(entry.role, role, "{}", entry.id.as_str());
+        assert_eq!(record.authority, expected(section), "{}", entry.id.as_str());
+    }
+}
+
 /// Verifies ADR-0021: a fresh verification accepts the receipt, the body it names and the
 /// definition it records, and refuses another body and another definition.
 #[test]
@@ -954,7 +1040,6 @@ fn statement_builder_names_plain_text_by_its_bytes() {
     let ctx = assembler().assemble(agent(), &request(None)).unwrap();
     let st = receipt::statement(
         agent(),
-        &request(None),
         &ctx,
         Sent::Text(ctx.text()),
         runtime_key().key_id().as_str(),
@@ -1033,7 +1118,7 @@ fn deferred_receipts_are_the_synchronous_ones_in_order_and_none_is_lost() {
             .unwrap();
         expected.push((r.receipt.to_json(), r.sent.clone()));
         let body = r.context.conversation().is_some().then_some(r.sent);
-        signer.submit(agent(), &req, r.context, body).unwrap();
+        signer.submit(agent(), r.context, body).unwrap();
     }
     signer.flush().unwrap();
     assert_eq!(signer.progress(), (24, 24));
@@ -1086,15 +1171,13 @@ fn deferred_receipt_failures_are_reported_and_drop_delivers_everything() {
         let r = assembler()
             .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
             .unwrap();
-        signer
-            .submit(agent(), &req, r.context, Some(r.sent))
-            .unwrap();
+        signer.submit(agent(), r.context, Some(r.sent)).unwrap();
     }
     // A body must go with a provider-native assembly, and only with one.
     let r = assembler()
         .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
         .unwrap();
-    let e = signer.submit(agent(), &req, r.context, None).unwrap_err();
+    let e = signer.submit(agent(), r.context, None).unwrap_err();
     assert!(matches!(e, SignerError::Body(_)), "{e:?}");
     let e = signer.finish().unwrap_err();
     assert!(
@@ -1110,9 +1193,7 @@ fn deferred_receipt_failures_are_reported_and_drop_delivers_everything() {
         let r = assembler()
             .assemble_with_receipt(agent(), &req, &params(), &runtime_key())
             .unwrap();
-        signer
-            .submit(agent(), &req, r.context, Some(r.sent))
-            .unwrap();
+        signer.submit(agent(), r.context, Some(r.sent)).unwrap();
     }
     drop(signer);
     let a = receipt_log::audit(&path, Some(&runtime_trust()), None).unwrap();
@@ -1132,7 +1213,7 @@ fn a_panicking_sink_stops_the_signer_without_hanging() {
     let mut refused = 0;
     for _ in 0..4 {
         let ctx = assembler().assemble(agent(), &req).unwrap();
-        if signer.submit(agent(), &req, ctx, None).is_err() {
+        if signer.submit(agent(), ctx, None).is_err() {
             refused += 1;
         }
     }

@@ -1226,6 +1226,10 @@ fn entry_of(
         chars,
         bytes: s.content().as_str().len() as u64,
         filled,
+        role: s
+            .turn()
+            .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+            .map(|t| t.role),
         sticky,
         stable: s.stability() == Stability::Stable,
         status,
