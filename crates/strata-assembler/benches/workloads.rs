@@ -28,6 +28,9 @@ use serde_json::Value;
 use strata_agentdef::{sign_definition, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent};
 use strata_assembler::*;
 
+/// Numbers the revisions of the changing turns, so that every changed turn is new text.
+static TURN: AtomicU64 = AtomicU64::new(0);
+
 /// The workload files, smallest first.
 const FILES: [&str; 3] = ["n30.json", "n1000.json", "n10000.json"];
 
@@ -143,7 +146,6 @@ fn workloads(c: &mut Criterion) {
     };
     let tok = Arc::new(TiktokenTokenizer::o200k());
     tok.warm_up();
-    static TURN: AtomicU64 = AtomicU64::new(0);
     for file in FILES {
         let w = load(&dir.join(file));
         let agent = agent(&w);
@@ -270,5 +272,119 @@ fn workloads(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, workloads);
+/// The request path with and without a receipt when every turn starts with cooled caches, as
+/// in a conversation, where a turn follows a model's answer rather than the previous turn:
+/// before each timed turn 64 MiB are written, untimed. Criterion cannot time this (it plans
+/// iterations from the timed part alone), so this runs only with `STRATA_BENCH_COOLED=1`, a
+/// fixed number of turns per arm with the arms interleaved, and prints medians.
+fn cooled(_c: &mut Criterion) {
+    if std::env::var_os("STRATA_BENCH_COOLED").is_none() {
+        return;
+    }
+    let Some(dir) = workload_dir() else {
+        eprintln!("cooled: skipped; no workloads");
+        return;
+    };
+    let tok = Arc::new(TiktokenTokenizer::o200k());
+    tok.warm_up();
+    let mut cooler = vec![0u8; 64 << 20];
+    let mut cool = |round: u64| {
+        for i in (0..cooler.len()).step_by(64) {
+            cooler[i] = cooler[i].wrapping_add(round as u8 | 1);
+        }
+        black_box(&cooler);
+    };
+    let signer = ReceiptSigner::start(
+        KeyPair::from_seed(&[0x72; 32]),
+        |_r: SignedReceipt| Ok(()),
+        64,
+    );
+    let key = KeyPair::from_seed(&[0x72; 32]);
+    let key_id = key.key_id().to_string();
+    for file in FILES {
+        let w = load(&dir.join(file));
+        let agent = agent(&w);
+        let req = request(&w, w.sections.clone());
+        let warm = Assembler::new(tok.clone());
+        for _ in 0..4 {
+            warm.assemble(&agent, &req).unwrap();
+        }
+        let changed = changing(&w.sections);
+        let turns = if w.sections.len() >= 5_000 { 60 } else { 240 };
+        for (name, changed_turns) in [("warm", false), ("warm_3_turns_changed", true)] {
+            let mut times: [Vec<Duration>; 3] = Default::default();
+            for round in 0..turns {
+                // The six orders of the arms in turn, so that each arm follows each other one
+                // about as often (the arm before leaves the allocator in its own state).
+                const ORDERS: [[usize; 3]; 6] = [
+                    [0, 1, 2],
+                    [1, 2, 0],
+                    [2, 0, 1],
+                    [0, 2, 1],
+                    [2, 1, 0],
+                    [1, 0, 2],
+                ];
+                for arm in ORDERS[round as usize % 6] {
+                    let times = &mut times[arm];
+                    let fresh = changed_turns.then(|| {
+                        let turn = TURN.fetch_add(1, Ordering::Relaxed);
+                        let mut sections = w.sections.clone();
+                        for (k, &i) in changed.iter().enumerate() {
+                            let text = format!(
+                                "{} (revised in turn {turn}.{k})",
+                                sections[i].content().as_str()
+                            );
+                            sections[i] = sections[i].with_content(text);
+                        }
+                        request(&w, sections)
+                    });
+                    let r = fresh.as_ref().unwrap_or(&req);
+                    cool(round);
+                    let t = Instant::now();
+                    let ctx = warm.assemble(&agent, r).unwrap();
+                    black_box(ctx.text().len());
+                    match arm {
+                        0 => {
+                            times.push(t.elapsed());
+                            drop(ctx);
+                        }
+                        1 => {
+                            signer.submit(&agent, ctx, None).unwrap();
+                            times.push(t.elapsed());
+                            signer.flush().unwrap();
+                            signer.reclaim();
+                        }
+                        _ => {
+                            times.push(t.elapsed());
+                            let st = receipt::statement(
+                                &agent,
+                                &ctx,
+                                receipt::Sent::Text(ctx.text()),
+                                &key_id,
+                            );
+                            black_box(SignedReceipt::sign(st, &key).unwrap());
+                        }
+                    }
+                    drop(fresh);
+                }
+            }
+            let median = |v: &mut Vec<Duration>| {
+                v.sort();
+                v[v.len() / 2]
+            };
+            let [a, b, c] = &mut times;
+            let (a, b, c) = (median(a), median(b), median(c));
+            eprintln!(
+                "cooled {} {name}: request path {a:?}; receipt handed over {b:?} ({:+.1}%); \
+                 signed after the send {c:?} ({:+.1}%); {turns} turns each",
+                w.name,
+                (b.as_secs_f64() / a.as_secs_f64() - 1.0) * 100.0,
+                (c.as_secs_f64() / a.as_secs_f64() - 1.0) * 100.0,
+            );
+        }
+    }
+    signer.finish().unwrap();
+}
+
+criterion_group!(benches, workloads, cooled);
 criterion_main!(benches);
