@@ -144,7 +144,7 @@ impl TiktokenTokenizer {
         let mut estimate: Vec<usize> = Vec::with_capacity(window + 1);
         estimate.push(0);
         // The pieces of the region as (end, whether a cut inside may split it differently).
-        let mut pieces: Vec<(usize, bool)> = Vec::new();
+        let mut pieces: Vec<(usize, Split)> = Vec::new();
         let mut base = 0usize;
         for piece in self.tok.split(region) {
             let mut enc = AppendableEncoder::new(&self.tok.bpe);
@@ -170,7 +170,14 @@ impl TiktokenTokenizer {
             for i in (piece_start + 1..=piece_end).rev() {
                 // An estimate over the budget is exact, unless a cut here can split the piece
                 // or join its first character to whitespace before it.
-                let risky = split || i - piece_start <= 4;
+                let risky = match split {
+                    Split::Anywhere => true,
+                    // Only a cut within a contraction's few bytes after its apostrophe.
+                    Split::AfterApostrophe => region.as_bytes()
+                        [(i.saturating_sub(APOSTROPHE_REACH)).max(piece_start)..i]
+                        .contains(&b'\''),
+                    Split::Never => false,
+                } || i - piece_start <= 4;
                 let over = estimate[i] > room;
                 if (over && (!risky || estimate[i] > room + CUT_MARGIN))
                     || !region.is_char_boundary(i)
@@ -222,13 +229,38 @@ impl TiktokenTokenizer {
     }
 }
 
-/// Whether a cut inside a pre-tokenizer piece may split the prefix into more than one piece,
-/// so that the count of the prefix is not the BPE count of its bytes. With the tiktoken
-/// patterns this happens only inside an apostrophe contraction (`they'r` is `they`, `'`, `r`)
-/// and inside whitespace that holds a line break (` \n ` is ` \n` and ` `); whitespace without
-/// one stays a single piece when cut. Short pieces are checked anyway, since that costs little.
-fn may_split(piece: &str) -> bool {
-    piece.len() <= 32 || piece.contains('\'') || piece.contains(['\n', '\r'])
+/// Where a cut inside a pre-tokenizer piece may split the prefix into more than one piece, so
+/// that the count of the prefix is not the BPE count of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Split {
+    /// At no cut (but one within the piece's first few bytes, checked anyway).
+    Never,
+    /// At a cut within [`APOSTROPHE_REACH`] bytes after an apostrophe: inside a contraction
+    /// that ends a run of letters (`they'r` is `they`, `'r`). Anywhere else a prefix of such a
+    /// piece is one piece: letters (with or without a leading mark or apostrophe) stay one run
+    /// when cut, as do runs of punctuation, which may hold apostrophes.
+    AfterApostrophe,
+    /// At any cut: whitespace that holds a line break (` \n ` is ` \n` and ` `; whitespace
+    /// without one stays a single piece when cut), and short pieces, checked anyway since
+    /// that costs little. A piece that is not whitespace holds line breaks only at its end
+    /// (punctuation followed by breaks), and any start of it is one piece.
+    Anywhere,
+}
+
+/// Bytes after an apostrophe within which a cut may fall inside a contraction (`'re`, `'ve`,
+/// `'ll` are the longest, 3 bytes), with a byte to spare.
+const APOSTROPHE_REACH: usize = 4;
+
+/// How a cut inside `piece` may split it (see [`Split`]). With the tiktoken patterns a piece
+/// splits differently when cut only inside a contraction, and inside whitespace with a break.
+fn may_split(piece: &str) -> Split {
+    if piece.len() <= 32 || (piece.contains(['\n', '\r']) && is_blank(piece)) {
+        Split::Anywhere
+    } else if piece.contains('\'') {
+        Split::AfterApostrophe
+    } else {
+        Split::Never
+    }
 }
 
 /// Whether `text` and `walked` have the same bytes from their start to [`SHARED_PAST_RESUME`]
