@@ -135,6 +135,20 @@ fn changing(sections: &[Section]) -> Vec<usize> {
     pool[pool.len().saturating_sub(3)..].to_vec()
 }
 
+/// The workload's request with new text, unseen before, in the turns at `changed`.
+fn revised(w: &Workload, changed: &[usize]) -> AssemblyRequest {
+    let turn = TURN.fetch_add(1, Ordering::Relaxed);
+    let mut sections = w.sections.clone();
+    for (k, &i) in changed.iter().enumerate() {
+        let text = format!(
+            "{} (revised in turn {turn}.{k})",
+            sections[i].content().as_str()
+        );
+        sections[i] = sections[i].with_content(text);
+    }
+    request(w, sections)
+}
+
 fn workloads(c: &mut Criterion) {
     let Some(dir) = workload_dir() else {
         eprintln!(
@@ -183,16 +197,7 @@ fn workloads(c: &mut Criterion) {
             b.iter_batched_ref(
                 || {
                     // New text in three turns, unseen by the assembler (not timed).
-                    let turn = TURN.fetch_add(1, Ordering::Relaxed);
-                    let mut sections = w.sections.clone();
-                    for (k, &i) in changed.iter().enumerate() {
-                        let text = format!(
-                            "{} (revised in turn {turn}.{k})",
-                            sections[i].content().as_str()
-                        );
-                        sections[i] = sections[i].with_content(text);
-                    }
-                    request(&w, sections)
+                    revised(&w, &changed)
                 },
                 |req| black_box(warm.assemble(&agent, req).unwrap()),
                 BatchSize::PerIteration,
@@ -216,18 +221,7 @@ fn workloads(c: &mut Criterion) {
         let turn = |changed_turns: bool, receipt: u8, iters: u64| {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
-                let fresh = changed_turns.then(|| {
-                    let turn = TURN.fetch_add(1, Ordering::Relaxed);
-                    let mut sections = w.sections.clone();
-                    for (k, &i) in changed.iter().enumerate() {
-                        let text = format!(
-                            "{} (revised in turn {turn}.{k})",
-                            sections[i].content().as_str()
-                        );
-                        sections[i] = sections[i].with_content(text);
-                    }
-                    request(&w, sections)
-                });
+                let fresh = changed_turns.then(|| revised(&w, &changed));
                 let r = fresh.as_ref().unwrap_or(&req);
                 let t = Instant::now();
                 let ctx = warm.assemble(&agent, r).unwrap();
@@ -326,18 +320,7 @@ fn cooled(_c: &mut Criterion) {
                 ];
                 for arm in ORDERS[round as usize % 6] {
                     let times = &mut times[arm];
-                    let fresh = changed_turns.then(|| {
-                        let turn = TURN.fetch_add(1, Ordering::Relaxed);
-                        let mut sections = w.sections.clone();
-                        for (k, &i) in changed.iter().enumerate() {
-                            let text = format!(
-                                "{} (revised in turn {turn}.{k})",
-                                sections[i].content().as_str()
-                            );
-                            sections[i] = sections[i].with_content(text);
-                        }
-                        request(&w, sections)
-                    });
+                    let fresh = changed_turns.then(|| revised(&w, &changed));
                     let r = fresh.as_ref().unwrap_or(&req);
                     cool(round);
                     let t = Instant::now();

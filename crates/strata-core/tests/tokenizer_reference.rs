@@ -426,8 +426,8 @@ fn prefix_is_the_longest_that_fits_by_brute_force() {
 }
 
 /// Verifies ADR-0020 (amended): a long piece that holds an apostrophe (a run of letters after a
-/// leading `'`, a contraction at its end) or ends in line breaks (punctuation then `}\n`) is
-/// cut at the longest prefix that fits, by the reference count of every longer cut nearby.
+/// leading `'`, a contraction at its end), ends in line breaks (punctuation then `}\n`) or
+/// mixes capitals with letters that have no case is cut at the longest prefix that fits, by the reference count of every longer cut nearby.
 /// Such pieces were once checked at every position near the budget, which ran out of its work
 /// limit and ended in a bisection a few bytes short (the campaign found both: 1,266 of 1,269
 /// bytes in `'xxx...`, 1,646 of 1,648 in `!!!...}\n`).
@@ -438,6 +438,11 @@ fn long_pieces_with_an_apostrophe_or_a_final_break_are_cut_at_the_longest() {
         format!("ab {}'re then more", "y".repeat(1_500)),
         format!("t<v{}}}\nnext line", "!".repeat(2_000)),
         format!("a {}'!!\n\nend", "?!".repeat(900)),
+        // o200k_base: one piece whole, two when cut after a run of capitals.
+        format!(
+            "x {} done",
+            "我们用AI的GPT模型进行了很多测试工作".repeat(40)
+        ),
     ];
     for (t, r) in pairs() {
         for text in &texts {

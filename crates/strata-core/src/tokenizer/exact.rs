@@ -237,13 +237,16 @@ enum Split {
     Never,
     /// At a cut within [`APOSTROPHE_REACH`] bytes after an apostrophe: inside a contraction
     /// that ends a run of letters (`they'r` is `they`, `'r`). Anywhere else a prefix of such a
-    /// piece is one piece: letters (with or without a leading mark or apostrophe) stay one run
-    /// when cut, as do runs of punctuation, which may hold apostrophes.
+    /// piece is one piece: letters of one shape (capitals then small letters, with or without
+    /// a leading character) stay one run when cut, as do runs of punctuation, which may hold
+    /// apostrophes.
     AfterApostrophe,
     /// At any cut: whitespace that holds a line break (` \n ` is ` \n` and ` `; whitespace
-    /// without one stays a single piece when cut), and short pieces, checked anyway since
-    /// that costs little. A piece that is not whitespace holds line breaks only at its end
-    /// (punctuation followed by breaks), and any start of it is one piece.
+    /// without one stays a single piece when cut); letters that mix capitals with letters of
+    /// no case or marks (o200k_base takes `我们用AI的GPT模型` whole, but cut after `GPT` it is
+    /// `我们用AI的` and `GPT`); and short pieces, checked anyway since that costs little. A
+    /// piece that is not whitespace holds line breaks only at its end (punctuation followed
+    /// by breaks), and any start of it is one piece.
     Anywhere,
 }
 
@@ -254,7 +257,10 @@ const APOSTROPHE_REACH: usize = 4;
 /// How a cut inside `piece` may split it (see [`Split`]). With the tiktoken patterns a piece
 /// splits differently when cut only inside a contraction, and inside whitespace with a break.
 fn may_split(piece: &str) -> Split {
-    if piece.len() <= 32 || (piece.contains(['\n', '\r']) && is_blank(piece)) {
+    if piece.len() <= 32
+        || (piece.contains(['\n', '\r']) && is_blank(piece))
+        || mixes_capitals_and_caseless(piece)
+    {
         Split::Anywhere
     } else if piece.contains('\'') {
         Split::AfterApostrophe
@@ -273,6 +279,17 @@ fn shares_past(text: &str, walked: &str, from: Prefix) -> bool {
         && walked.len() >= shared
         && text.is_char_boundary(from.len)
         && text.as_bytes()[..shared] == walked.as_bytes()[..shared]
+}
+
+/// Whether `piece` holds a capital and a character outside ASCII that is neither capital nor
+/// small (a letter without case, a modifier letter, a mark, or anything else: a superset of
+/// what the o200k_base pattern lets stand on both sides of its capitals). Its letter pattern
+/// prefers a match that ends before a run of capitals, so a cut can split such a run.
+fn mixes_capitals_and_caseless(piece: &str) -> bool {
+    piece.chars().any(char::is_uppercase)
+        && piece
+            .chars()
+            .any(|c| !c.is_ascii() && !c.is_uppercase() && !c.is_lowercase())
 }
 
 /// Whether a pre-tokenizer piece is whitespace only (the regex's `\s`, Unicode White_Space).
