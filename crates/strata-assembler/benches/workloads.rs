@@ -203,66 +203,103 @@ fn workloads(c: &mut Criterion) {
                 BatchSize::PerIteration,
             )
         });
-        // A receipt for every turn, built and signed off the request path (ADR-0021): the time
-        // a turn waits is the assembly plus handing it to a `ReceiptSigner`; the worker signs
-        // while the request is in flight. Both arms time the same thing, the request path, and
-        // leave out what follows the send (waiting for the worker, reclaiming or dropping the
-        // result); the request of a changed turn is built and dropped untimed as above.
-        let signer = ReceiptSigner::start(
-            KeyPair::from_seed(&[0x72; 32]),
-            |_r: SignedReceipt| Ok(()),
-            64,
-        );
-        let key = KeyPair::from_seed(&[0x72; 32]);
-        let key_id = key.key_id().to_string();
-        // `receipt`: 0 none, 1 handed to the signer, 2 built and signed after the send on this
-        // thread (untimed: the request path is unchanged by construction, and the receipt's
-        // work disturbs the caches of the next turn as the worker's does).
-        let turn = |changed_turns: bool, receipt: u8, iters: u64| {
+        // The request path without and with a receipt (see `Receipts::turn`); the request of
+        // a changed turn is built and dropped untimed as above.
+        let receipts = Receipts::start();
+        let turn = |changed_turns: bool, arm: Arm, iters: u64| {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
                 let fresh = changed_turns.then(|| revised(&w, &changed));
-                let r = fresh.as_ref().unwrap_or(&req);
-                let t = Instant::now();
-                let ctx = warm.assemble(&agent, r).unwrap();
-                black_box(ctx.text().len());
-                if receipt == 2 {
-                    timed += t.elapsed();
-                    let st =
-                        receipt::statement(&agent, &ctx, receipt::Sent::Text(ctx.text()), &key_id);
-                    black_box(SignedReceipt::sign(st, &key).unwrap());
-                    drop(ctx);
-                } else if receipt == 1 {
-                    signer.submit(&agent, ctx, None).unwrap();
-                    timed += t.elapsed();
-                    // Wait for the worker without sleeping: a thread woken from a sleep may
-                    // resume on the other core, with cold caches, which would be timed as the
-                    // receipt's cost although a runtime waiting for a model sleeps either way.
-                    while signer.progress().1 < signer.progress().0 {
-                        std::hint::spin_loop();
-                    }
-                    signer.reclaim();
-                } else {
-                    timed += t.elapsed();
-                    drop(ctx);
-                }
+                timed += receipts.turn(&warm, &agent, fresh.as_ref().unwrap_or(&req), arm);
                 drop(fresh);
             }
             timed
         };
         for (name, changed_turns) in [("warm", false), ("warm_3_turns_changed", true)] {
             g.bench_function(format!("{name}_request_path"), |b| {
-                b.iter_custom(|iters| turn(changed_turns, 0, iters))
+                b.iter_custom(|iters| turn(changed_turns, Arm::None, iters))
             });
             g.bench_function(format!("{name}_request_path_receipt_handed_over"), |b| {
-                b.iter_custom(|iters| turn(changed_turns, 1, iters))
+                b.iter_custom(|iters| turn(changed_turns, Arm::HandedOver, iters))
             });
             g.bench_function(format!("{name}_request_path_receipt_signed_after"), |b| {
-                b.iter_custom(|iters| turn(changed_turns, 2, iters))
+                b.iter_custom(|iters| turn(changed_turns, Arm::SignedAfter, iters))
             });
         }
         g.finish();
-        signer.finish().unwrap();
+        receipts.signer.finish().unwrap();
+    }
+}
+
+/// What becomes of a turn's receipt in the request-path arms.
+#[derive(Debug, Clone, Copy)]
+enum Arm {
+    /// No receipt.
+    None,
+    /// Handed to a `ReceiptSigner`, whose worker signs it while the request is in flight.
+    HandedOver,
+    /// Built and signed on the same thread after the send: the request path is unchanged by
+    /// construction, and the receipt's work disturbs the next turn's caches as the worker's
+    /// does.
+    SignedAfter,
+}
+
+/// A signer and its key, for the request-path arms (ADR-0021).
+struct Receipts {
+    signer: ReceiptSigner,
+    key: KeyPair,
+    key_id: String,
+}
+
+impl Receipts {
+    fn start() -> Receipts {
+        let key = KeyPair::from_seed(&[0x72; 32]);
+        Receipts {
+            signer: ReceiptSigner::start(
+                KeyPair::from_seed(&[0x72; 32]),
+                |_r: SignedReceipt| Ok(()),
+                64,
+            ),
+            key_id: key.key_id().to_string(),
+            key,
+        }
+    }
+
+    /// One turn: the time a turn waits, the assembly (plus the hand-over in `HandedOver`).
+    /// What follows the send is not timed: waiting for the worker and reclaiming, signing on
+    /// this thread, or dropping the result.
+    fn turn(
+        &self,
+        warm: &Assembler,
+        agent: &VerifiedAgent,
+        req: &AssemblyRequest,
+        arm: Arm,
+    ) -> Duration {
+        let t = Instant::now();
+        let ctx = warm.assemble(agent, req).unwrap();
+        black_box(ctx.text().len());
+        match arm {
+            Arm::None => t.elapsed(),
+            Arm::HandedOver => {
+                self.signer.submit(agent, ctx, None).unwrap();
+                let timed = t.elapsed();
+                // Wait for the worker without sleeping: a thread woken from a sleep may resume
+                // on the other core, with cold caches, which would be timed as the receipt's
+                // cost although a runtime waiting for a model sleeps either way.
+                while self.signer.progress().1 < self.signer.progress().0 {
+                    std::hint::spin_loop();
+                }
+                self.signer.reclaim();
+                timed
+            }
+            Arm::SignedAfter => {
+                let timed = t.elapsed();
+                let st =
+                    receipt::statement(agent, &ctx, receipt::Sent::Text(ctx.text()), &self.key_id);
+                black_box(SignedReceipt::sign(st, &self.key).unwrap());
+                timed
+            }
+        }
     }
 }
 
@@ -288,13 +325,7 @@ fn cooled(_c: &mut Criterion) {
         }
         black_box(&cooler);
     };
-    let signer = ReceiptSigner::start(
-        KeyPair::from_seed(&[0x72; 32]),
-        |_r: SignedReceipt| Ok(()),
-        64,
-    );
-    let key = KeyPair::from_seed(&[0x72; 32]);
-    let key_id = key.key_id().to_string();
+    let receipts = Receipts::start();
     for file in FILES {
         let w = load(&dir.join(file));
         let agent = agent(&w);
@@ -321,33 +352,14 @@ fn cooled(_c: &mut Criterion) {
                 for arm in ORDERS[round as usize % 6] {
                     let times = &mut times[arm];
                     let fresh = changed_turns.then(|| revised(&w, &changed));
-                    let r = fresh.as_ref().unwrap_or(&req);
                     cool(round);
-                    let t = Instant::now();
-                    let ctx = warm.assemble(&agent, r).unwrap();
-                    black_box(ctx.text().len());
-                    match arm {
-                        0 => {
-                            times.push(t.elapsed());
-                            drop(ctx);
-                        }
-                        1 => {
-                            signer.submit(&agent, ctx, None).unwrap();
-                            times.push(t.elapsed());
-                            signer.flush().unwrap();
-                            signer.reclaim();
-                        }
-                        _ => {
-                            times.push(t.elapsed());
-                            let st = receipt::statement(
-                                &agent,
-                                &ctx,
-                                receipt::Sent::Text(ctx.text()),
-                                &key_id,
-                            );
-                            black_box(SignedReceipt::sign(st, &key).unwrap());
-                        }
-                    }
+                    let arm_of = [Arm::None, Arm::HandedOver, Arm::SignedAfter][arm];
+                    times.push(receipts.turn(
+                        &warm,
+                        &agent,
+                        fresh.as_ref().unwrap_or(&req),
+                        arm_of,
+                    ));
                     drop(fresh);
                 }
             }
@@ -366,7 +378,7 @@ fn cooled(_c: &mut Criterion) {
             );
         }
     }
-    signer.finish().unwrap();
+    receipts.signer.finish().unwrap();
 }
 
 criterion_group!(benches, workloads, cooled);
