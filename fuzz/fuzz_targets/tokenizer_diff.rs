@@ -4,8 +4,11 @@
 //! limit agrees with the count, and the prefix within a budget holds exactly the tokens it
 //! reports, fits, and is the longest that fits (by brute force on short inputs, over the next
 //! characters on long ones); counts and cuts resumed from a point of a walk over another text
-//! that shares the input's start equal the reference's (ADR-0024). Inputs stay at a kilobyte,
-//! where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes quickly.
+//! that shares the input's start equal the reference's (ADR-0024); the suffix within a budget
+//! (found from a window at the end, which small budgets keep shorter than the input) holds the
+//! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0024).
+//! Inputs stay at a kilobyte, where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes
+//! quickly.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -100,6 +103,21 @@ fuzz_target!(|data: &[u8]| {
                 "{}: the prefix of {end} bytes fits {budget} tokens, longer than the cut at {}",
                 t.name(),
                 p.len
+            );
+        }
+
+        // The suffix within a small budget: the window at the end is shorter than the text.
+        let small = budget % 40;
+        let sfx = t.suffix(&text, small);
+        let start = text.len() - sfx.len;
+        assert!(text.is_char_boundary(start));
+        assert_eq!(sfx.tokens, reference(r, &text[start..]), "{}: suffix count", t.name());
+        assert!(sfx.tokens <= small, "{}: suffix over {small}", t.name());
+        for i in (start.saturating_sub(64)..start).filter(|i| text.is_char_boundary(*i)) {
+            assert!(
+                reference(r, &text[i..]) > small,
+                "{}: the suffix from {i} fits {small} tokens, longer than from {start}",
+                t.name()
             );
         }
 

@@ -115,5 +115,79 @@ fn scaling(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, typical, scaling);
+/// A tool's output of `bytes` bytes: JSON log lines, each with different numbers.
+fn tool_output(bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes + 200);
+    let mut i = 0u64;
+    while out.len() < bytes {
+        out.push_str(&format!(
+            "{{\"ts\": {}, \"level\": \"info\", \"msg\": \"request {} served in {} ms\", \
+             \"path\": \"/api/v1/items/{}\"}}\n",
+            1_700_000_000_000 + i * 17,
+            i,
+            i % 97,
+            i * 7 % 10_007
+        ));
+        i += 1;
+    }
+    out
+}
+
+/// One large tool result, cut to fit a 16,384-token budget, from a new assembler each time:
+/// the cost should follow what is kept, not what the tool returned (ADR-0024).
+fn large_tool_result(c: &mut Criterion) {
+    let agent = support::agent_with(
+        16_384,
+        "You are Bench, an agent used to measure the assembler.",
+    );
+    let tok = Arc::new(TiktokenTokenizer::o200k());
+    tok.warm_up();
+    let mut g = c.benchmark_group("large_tool_result_cold");
+    g.sample_size(10);
+    for mb in [1usize, 8, 32] {
+        let output = tool_output(mb << 20);
+        for keep in [Keep::Head, Keep::Tail] {
+            let call = Section::builder(RuntimeLayer::WorkingMemory, "call-1", r#"{"q":"all"}"#)
+                .unwrap()
+                .phase(Phase::History)
+                .turn(Turn::tool_call(
+                    1,
+                    "c1",
+                    ToolName::new("file_read").unwrap(),
+                ))
+                .build();
+            let result = Section::builder(RuntimeLayer::WorkingMemory, "result-1", output.as_str())
+                .unwrap()
+                .phase(Phase::History)
+                .keep(keep)
+                .turn(Turn::tool_result(2, "c1"))
+                .build();
+            let req = AssemblyRequest {
+                sections: vec![call, result],
+                budget: Some(BudgetSpec::Explicit(Budget::with_total(16_384))),
+                ..Default::default()
+            };
+            let out = Assembler::new(tok.clone()).assemble(&agent, &req).unwrap();
+            assert!(out
+                .report()
+                .sections
+                .iter()
+                .any(|s| matches!(s.status, SectionStatus::Cut { .. })));
+            g.throughput(Throughput::Bytes(output.len() as u64));
+            g.bench_with_input(
+                BenchmarkId::new(format!("{keep:?}").to_lowercase(), format!("{mb}MiB")),
+                &req,
+                |b, req| {
+                    b.iter(|| {
+                        let a = Assembler::new(tok.clone());
+                        black_box(a.assemble(&agent, req).unwrap())
+                    })
+                },
+            );
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, typical, scaling, large_tool_result);
 criterion_main!(benches);

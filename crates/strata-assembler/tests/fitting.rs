@@ -455,9 +455,10 @@ fn concurrent_cuts_of_one_id_equal_fresh_ones() {
     }
 }
 
-/// Verifies ADR-0024: a large, important unit that does not fit (a tool call with a huge
-/// result: a pair is never cut) no longer empties the rest of the budget; older, smaller turns
-/// that fit are kept and reported as filled, and the idle budget is reported exactly.
+/// Verifies ADR-0024: a large, important unit that does not fit even in cut form (a tool call
+/// whose arguments and result are each larger than the budget, so neither fits beside the
+/// other cut) no longer empties the rest of the budget; older, smaller turns that fit are kept
+/// and reported as filled, and the idle budget is reported exactly.
 #[test]
 fn smaller_units_fill_the_budget_after_a_large_one_is_dropped() {
     let turn = |seq: u64, role: Role, call: Option<&str>| Turn {
@@ -470,7 +471,7 @@ fn smaller_units_fill_the_budget_after_a_large_one_is_dropped() {
         Section::builder(
             RuntimeLayer::WorkingMemory,
             "call",
-            "{\"path\":\"big.log\"}",
+            format!("{{\"text\":\"{}\"}}", prose(2, 2_000)),
         )
         .unwrap()
         .turn(turn(20, Role::ToolCall, Some("c1")))
@@ -527,6 +528,151 @@ fn smaller_units_fill_the_budget_after_a_large_one_is_dropped() {
         .unwrap();
     assert!(ctx.report().sections.iter().all(|s| !s.filled));
     assert_eq!(ctx.report().idle_tokens, 0);
+}
+
+/// A tool call reading a log, answered by the turn `result` with call id `c1`.
+fn log_call() -> Section {
+    Section::builder(RuntimeLayer::WorkingMemory, "call", r#"{"path":"big.log"}"#)
+        .unwrap()
+        .turn(Turn::tool_call(
+            20,
+            "c1",
+            ToolName::new("file_read").unwrap(),
+        ))
+        .build()
+}
+
+/// The status a report gives section `id`.
+fn status_of(r: &Report, id: &str) -> SectionStatus {
+    r.sections
+        .iter()
+        .find(|s| s.id == id)
+        .unwrap()
+        .status
+        .clone()
+}
+
+/// The result of [`log_call`].
+fn log_result(text: &str) -> Section {
+    Section::builder(RuntimeLayer::WorkingMemory, "result", text)
+        .unwrap()
+        .turn(Turn::tool_result(21, "c1"))
+        .build()
+}
+
+/// Verifies ADR-0024: the first unit that does not fit is kept in cut form even when it is a
+/// tool call with its result: the call whole, the result cut to the room the call leaves, so
+/// the latest tool output is shortened rather than lost with its call. Counted by the
+/// reference: the output is within the budget and the cut used the room (less than the
+/// smallest cut is left idle). In a provider request the call is never cut, the result is.
+#[test]
+fn a_tool_result_too_large_for_the_budget_is_cut_beside_its_call() {
+    let call = log_call();
+    let result = log_result(&log(3_000));
+    let older = Section::builder(RuntimeLayer::WorkingMemory, "t1", prose(1, 25))
+        .unwrap()
+        .turn(Turn::new(1, Role::User))
+        .build();
+    let sections = vec![older, call, result];
+    let total = 2_000;
+    let ctx = Assembler::o200k()
+        .assemble(agent(), &request(sections.clone(), total))
+        .unwrap();
+    let r = ctx.report();
+    let status = |id: &str| status_of(r, id);
+    assert_eq!(status("call"), SectionStatus::Kept);
+    assert!(
+        matches!(status("result"), SectionStatus::Cut { head_bytes, tail_bytes: 0, .. } if head_bytes > 1_000),
+        "{:?}",
+        status("result")
+    );
+    let used = reference(ctx.text());
+    assert_eq!(r.used_tokens, used);
+    assert!(used <= r.prompt_budget);
+    assert!(
+        r.prompt_budget - used < 48,
+        "{} of {} used",
+        used,
+        r.prompt_budget
+    );
+    assert!(ctx.text().contains("00000 worker-0"));
+
+    // A provider's history starts with the user's turn: kept here as the user's ask (sticky).
+    let mut native = sections.clone();
+    native[0] = Section::builder(RuntimeLayer::WorkingMemory, "t1", "Read big.log.")
+        .unwrap()
+        .turn(Turn::new(1, Role::User))
+        .sticky(true)
+        .build();
+    for provider in [Provider::OpenAiChat, Provider::Anthropic] {
+        let req = AssemblyRequest {
+            provider: Some(provider),
+            ..request(native.clone(), total)
+        };
+        let ctx = Assembler::o200k().assemble(agent(), &req).unwrap();
+        let r = ctx.report();
+        let status = |id: &str| status_of(r, id);
+        assert_eq!(status("call"), SectionStatus::Kept, "{provider:?}");
+        assert!(
+            matches!(status("result"), SectionStatus::Cut { .. }),
+            "{provider:?}"
+        );
+        assert!(r.used_tokens <= r.prompt_budget, "{provider:?}");
+    }
+}
+
+/// Verifies ADR-0024: a tool result of several megabytes is cut from a walk bounded by the
+/// budget, not by its size, and the cut is the same as the one found in a text only as long as
+/// that walk needs; the output fits by the reference count and the cut used the room.
+#[test]
+fn a_tool_result_of_megabytes_is_cut_from_a_bounded_walk() {
+    let content = log(200_000);
+    assert!(content.len() > 8 << 20);
+    let call = log_call();
+    let result = log_result;
+    let total = 4_000;
+    let a = Assembler::o200k();
+    let ctx = a
+        .assemble(
+            agent(),
+            &request(vec![call.clone(), result(&content)], total),
+        )
+        .unwrap();
+    let r = ctx.report();
+    let cut = r.sections.iter().find(|s| s.id == "result").unwrap();
+    let SectionStatus::Cut { head_bytes, .. } = cut.status else {
+        panic!("{:?}", cut.status);
+    };
+    let head = usize::try_from(head_bytes).unwrap();
+    // Only what was kept (and a bounded walk past it) was handed to the tokenizer.
+    assert!(
+        a.cache_stats().tokenized_bytes < 1 << 20,
+        "{:?}",
+        a.cache_stats()
+    );
+    assert_eq!(r.used_tokens, reference(ctx.text()));
+    assert!(r.used_tokens <= r.prompt_budget);
+    // The same cut from a text that is only the first megabyte of the same log.
+    let short = &content[..content[..1 << 20].rfind('\n').unwrap() + 1];
+    let again = Assembler::o200k()
+        .assemble(agent(), &request(vec![call.clone(), result(short)], total))
+        .unwrap();
+    let cut_short = again
+        .report()
+        .sections
+        .iter()
+        .find(|s| s.id == "result")
+        .unwrap();
+    assert!(
+        matches!(cut_short.status, SectionStatus::Cut { head_bytes: h, .. } if h == head_bytes)
+    );
+    // The cut used the room: less than one log line's tokens is left.
+    let line = &content[head..][..content[head..].find('\n').unwrap() + 1];
+    assert!(
+        r.prompt_budget - r.used_tokens < 16,
+        "{} left; next {line:?}",
+        r.prompt_budget - r.used_tokens
+    );
 }
 
 /// A log of numbered lines, each about a dozen tokens.

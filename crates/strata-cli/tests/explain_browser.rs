@@ -99,8 +99,9 @@ fn explained(dir: &Path, input: &str, out: &str, html: &str) -> PathBuf {
     dir.join(html)
 }
 
-/// The example's turn and a tool call whose result is far over the budget: a call and its
-/// result are kept or dropped together, never cut, so dropping them leaves most of the budget
+/// The example's turn and a tool call whose arguments and result are each far over the budget:
+/// a call and its result are kept or dropped together, and a pair is kept in cut form only when
+/// one member fits whole beside the other cut, so dropping them leaves most of the budget
 /// unused (run after `page`, which signs the agent).
 fn idle_page(dir: &Path) -> PathBuf {
     let mut input: serde_json::Value =
@@ -109,7 +110,7 @@ fn idle_page(dir: &Path) -> PathBuf {
     let turns = input["turns"].as_array_mut().unwrap();
     turns.push(serde_json::json!({
         "role": "tool_call", "call_id": "call_2", "name": "file_read",
-        "arguments": {"path": "build.log"}
+        "arguments": {"path": "build.log", "pattern": "error|warning|fatal ".repeat(3_000)}
     }));
     turns.push(serde_json::json!({
         "role": "tool_result", "call_id": "call_2",
@@ -134,8 +135,9 @@ fn chromium_renders_the_explain_page_with_its_key_elements() {
     };
     let html = page(&dir);
 
-    // A cut takes the room left by the first section that does not fit, so the budget stays
-    // unused only when what is dropped cannot be cut: a call with its result.
+    // A cut takes the room left by the first unit that does not fit, so the budget stays
+    // unused only when what is dropped cannot be cut: here a call with its result, neither of
+    // which fits beside the other.
     let idle_html = idle_page(&dir);
     let idle_table = strata(&dir, &["explain", "idle.out.json"]);
     assert!(

@@ -151,6 +151,14 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         false
     }
 
+    /// The most bytes one token covers, when known: a text of `n` bytes then holds at least
+    /// `n / longest` tokens, so text far longer than a budget is known not to fit, and a walk
+    /// for a prefix within a budget can stop reading, without tokenizing the rest (ADR-0024).
+    /// `None` by default (no such bound is used).
+    fn longest_token_bytes(&self) -> Option<usize> {
+        None
+    }
+
     /// The same answer as [`Tokenizer::prefix`], and a point from which a later search in the
     /// same text may start: pass it back as `from` while its `tokens` are at most that search's
     /// budget, and the walk over the text before it is not repeated. `from` must be the start
@@ -267,6 +275,10 @@ impl Tokenizer for EstimateTokenizer {
 
     fn count(&self, text: &str) -> usize {
         text.len().div_ceil(self.bytes_per_token)
+    }
+
+    fn longest_token_bytes(&self) -> Option<usize> {
+        Some(self.bytes_per_token)
     }
 
     fn prefix(&self, text: &str, max_tokens: usize) -> Prefix {

@@ -643,6 +643,95 @@ fn separate_ascii_words_bound_the_count_of_documents() {
     }
 }
 
+/// Verifies ADR-0024: a suffix of a text far longer than its budget (documents, runs without
+/// whitespace, whitespace runs, character soup, a mix) is found from a window at the end: its
+/// count is the reference's, it fits, and no start up to 64 bytes further back fits by the
+/// reference count; the budgets are small, so the window is smaller than the text and grows
+/// where one piece is longer than it.
+#[test]
+fn suffix_of_long_texts_fits_and_is_the_longest_nearby() {
+    for (t, r) in pairs() {
+        let mut rng = Rng(21);
+        for round in 0..60 {
+            let text = match round % 5 {
+                0 => document(&mut rng, 3_000),
+                1 => long_run(&mut rng, 6_000),
+                2 => format!("{}{}", document(&mut rng, 200), " \n \t".repeat(900)),
+                3 => soup(&mut rng, 4_000),
+                _ => format!(
+                    "{}{}{}",
+                    long_run(&mut rng, 3_000),
+                    document(&mut rng, 300),
+                    long_run(&mut rng, 500)
+                ),
+            };
+            for budget in [1, 5, 40, 120] {
+                let got = t.suffix(&text, budget);
+                let start = text.len() - got.len;
+                assert!(text.is_char_boundary(start));
+                let counted = reference(r, &text[start..]);
+                assert_eq!(got.tokens, counted, "round {round} within {budget}");
+                assert!(counted <= budget, "round {round}: {counted} for {budget}");
+                let longer = (start.saturating_sub(64)..start)
+                    .filter(|i| text.is_char_boundary(*i))
+                    .find(|i| reference(r, &text[*i..]) <= budget);
+                assert_eq!(
+                    longer, None,
+                    "round {round} within {budget}: starts at {start}"
+                );
+            }
+        }
+    }
+}
+
+/// Verifies ADR-0024: when the window at the end falls inside one long piece (a run of
+/// replacement characters, whose suffixes are not monotone in their counts), a suffix that
+/// starts before the window is still found: the reference's longest within 64 bytes.
+#[test]
+fn a_suffix_inside_one_long_piece_looks_back_past_the_window() {
+    let text = "\u{FFFD}".repeat(102);
+    for (t, r) in pairs() {
+        for budget in 1..20 {
+            let got = t.suffix(&text, budget);
+            let start = text.len() - got.len;
+            assert_eq!(got.tokens, reference(r, &text[start..]));
+            assert!(got.tokens <= budget);
+            let longer = (start.saturating_sub(64)..start)
+                .filter(|i| text.is_char_boundary(*i))
+                .find(|i| reference(r, &text[*i..]) <= budget);
+            assert_eq!(
+                longer,
+                None,
+                "{} within {budget}: starts at {start}",
+                t.name()
+            );
+        }
+    }
+}
+
+/// Verifies ADR-0024: the bound of bytes per token is the reference vocabulary's longest token
+/// (every ordinary token's bytes, as tiktoken-rs decodes them), so `n / longest` tokens is a
+/// lower bound of any text of `n` bytes; and a run far longer than the bound's budget is over
+/// it by the reference count.
+#[test]
+fn longest_token_bytes_is_the_reference_vocabularys_longest() {
+    for ((t, r), vocabulary) in pairs().into_iter().zip([199_998u32, 100_256]) {
+        let longest = r
+            ._decode_native_and_split((0..vocabulary).collect())
+            .map(|bytes| bytes.len())
+            .max()
+            .unwrap();
+        assert_eq!(t.longest_token_bytes(), Some(longest), "{}", t.name());
+        for text in [
+            "=".repeat(4 * longest),
+            " ".repeat(4 * longest),
+            "ab".repeat(2 * longest),
+        ] {
+            assert!(reference(r, &text) >= text.len() / longest, "{}", t.name());
+        }
+    }
+}
+
 /// The thorough campaign: many more and longer inputs (`cargo test -- --ignored`, best in a
 /// release build: `cargo test --release -p strata-core --test tokenizer_reference -- --ignored`).
 #[test]

@@ -27,6 +27,10 @@ pub(crate) fn quantize(v: &[f32], out: &mut [i8]) -> f32 {
 }
 
 /// The int8 code of `v` as bytes (for a database column) and its scale.
+#[cfg_attr(
+    not(feature = "postgres"),
+    allow(dead_code, reason = "used by the PostgreSQL store")
+)]
 pub(crate) fn code_bytes(v: &[f32]) -> (Vec<u8>, f32) {
     let mut c = vec![0i8; v.len()];
     let scale = quantize(v, &mut c);
@@ -101,6 +105,10 @@ impl CodeCache {
     }
 
     /// Insert or replace a memory's code as stored (`code` has `dims` bytes).
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(dead_code, reason = "used by the PostgreSQL store")
+    )]
     pub(crate) fn upsert_code(
         &mut self,
         dims: usize,

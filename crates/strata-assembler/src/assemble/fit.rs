@@ -15,7 +15,7 @@ use strata_core::format::Encoding;
 use strata_core::{Budget, RuntimeLayer};
 
 use super::measure::Measured;
-use super::{marker_text, Assembler, Cand, Unit, MIN_CUT_TOKENS};
+use super::{marker_text, select, Assembler, Cand, Unit, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
 use crate::request::AssemblyRequest;
 
@@ -50,6 +50,7 @@ pub(super) struct Limits {
 }
 
 /// The outcome of measuring one member of a unit against the room left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Member {
     /// Fits as rendered (whole or cut to the section cap).
     Fits,
@@ -371,18 +372,43 @@ impl Assembler {
                     verdict = Err("max_total_chars");
                 }
             }
-            // The first unit that does not fit may be kept in cut form, in the room it leaves.
-            if verdict == Err(why) && !cut_tried && units[u].members.len() == 1 {
+            // The first unit that does not fit may be kept in cut form, in the room it leaves:
+            // its one member cut, or for a tool call with its result, the member with the most
+            // content that may be cut, after the others are measured whole in that room.
+            if verdict == Err(why) && !cut_tried {
                 cut_tried = true;
                 units[u].measured = true;
-                let c = units[u].members.first;
+                let c = units[u]
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|&m| {
+                        units[u].members.len() == 1
+                            || !native_b
+                            || select::cuttable_natively(cands[m].base.get())
+                    })
+                    .max_by_key(|&m| (cands[m].base.get().content().len(), Reverse(m)));
                 // Kept in cut form, the unit drops nothing, so the last of a layer may use
                 // the layer's marker reservation like a whole unit.
-                if room >= MIN_CUT_TOKENS {
+                let mut left = room;
+                let mut others = (0u64, 0u64);
+                if let Some(c) = c.filter(|_| room >= MIN_CUT_TOKENS) {
+                    for &m in units[u].members.iter().filter(|&&m| m != c) {
+                        let limit = left.saturating_sub(MIN_CUT_TOKENS);
+                        if self.measure_member(&mut cands[m], req, cap, limit) != Member::Fits {
+                            left = 0;
+                            break;
+                        }
+                        let r = cands[m].rendered();
+                        left -= r.tokens;
+                        others = (others.0 + r.tokens, others.1 + r.chars);
+                    }
+                }
+                if let Some(c) = c.filter(|_| left >= MIN_CUT_TOKENS) {
                     let enc = req.render.encodings[i];
-                    if let Some(cut) = self.cut_to(cands[c].base.get(), enc, room, native_b) {
+                    if let Some(cut) = self.cut_to(cands[c].base.get(), enc, left, native_b) {
                         let r = cut.rendered;
-                        let chars_ok = max_chars.is_none_or(|mc| used.1 + r.chars <= mc);
+                        let chars_ok = max_chars.is_none_or(|mc| used.1 + others.1 + r.chars <= mc);
                         if chars_ok {
                             // The whole form is counted only on request (ADR-0024).
                             let full = req.count_cut_sections.then(|| {
@@ -391,7 +417,7 @@ impl Assembler {
                             cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full));
                             cands[c].cut = Some(Box::new(cut.section));
                             cands[c].cut_at = Some(cut.at);
-                            cost = (r.tokens, r.chars);
+                            cost = (others.0 + r.tokens, others.1 + r.chars);
                             cands[c].element = Some(r);
                             verdict = Ok(());
                         }

@@ -586,6 +586,12 @@ impl Assembler {
                 return None;
             }
         }
+        // An element holds its body, written no shorter than the content, so at least
+        // `bytes / longest token` tokens: content that long is over the limit unread.
+        if self.certainly_over(s.content().len(), limit) {
+            self.note_over(key, limit);
+            return None;
+        }
         let (text, frame) = self.element_text(s, enc, None, native);
         let counted = limit.checked_sub(frame).and_then(|room| {
             self.tokenizer
@@ -594,16 +600,41 @@ impl Assembler {
         match counted {
             Some(n) => Some(self.store(key, text, n as u64, frame)),
             None => {
-                let mut c = self.lock();
-                c.stats.probed_over += 1;
-                let size = key.id.as_str().len() + ENTRY_OVERHEAD;
-                self.make_room(&mut c, size);
-                c.bytes += size;
-                let over = c.over.entry(key).or_insert(0);
-                *over = (*over).max(limit);
+                self.note_over(key, limit);
                 None
             }
         }
+    }
+
+    /// Remember that the element of `key` takes more than `limit` tokens.
+    fn note_over(&self, key: ElementKey, limit: u64) {
+        let mut c = self.lock();
+        c.stats.probed_over += 1;
+        let size = key.id.as_str().len() + ENTRY_OVERHEAD;
+        self.make_room(&mut c, size);
+        c.bytes += size;
+        let over = c.over.entry(key).or_insert(0);
+        *over = (*over).max(limit);
+    }
+
+    /// Whether an element whose body holds `bytes` bytes of content takes more than `limit`
+    /// tokens, known from the length alone: every encoding writes the body no shorter than the
+    /// content, and no token covers more than the tokenizer's longest (ADR-0024).
+    fn certainly_over(&self, bytes: usize, limit: u64) -> bool {
+        self.tokenizer
+            .longest_token_bytes()
+            .is_some_and(|l| (bytes / l.max(1)) as u64 > limit)
+    }
+
+    /// Bytes of content that a walk for a head cut within `max_tokens` reads at most: more than
+    /// any prefix within the budget can cover (`max_tokens + 2` longest tokens), plus room for
+    /// what the tokenizer looks at past its last piece; `None` without a bound (ADR-0024).
+    fn walk_bound(&self, max_tokens: u64) -> Option<usize> {
+        let l = self.tokenizer.longest_token_bytes()?;
+        usize::try_from(max_tokens.saturating_add(2))
+            .ok()?
+            .checked_mul(l.max(1))?
+            .checked_add(4 * WALK_KEPT_PAST)
     }
 
     /// A lower bound of the tokens of any element of `layer` in encoding `enc`: the count of
@@ -794,6 +825,24 @@ impl Assembler {
         native: bool,
         max_tokens: u64,
     ) -> Option<ElementWalk> {
+        // Only as much of a long body as a walk within the budget can read: every prefix
+        // longer than the bound is over it, so the walk reads no further, and its cost follows
+        // the budget, not the content (ADR-0024). The escaping looks ahead only within a line,
+        // so the walked text is the whole element's up to the line the bound falls in; a line
+        // that crosses it may be written otherwise from its start (a line of only `=` up to
+        // the bound), which can move the cut but not past the budget: the cut element is
+        // always counted exactly.
+        let content = s.content().as_str();
+        let bounded = self
+            .walk_bound(max_tokens)
+            .filter(|b| *b < content.len())
+            .map(|mut b| {
+                while !content.is_char_boundary(b) {
+                    b += 1;
+                }
+                s.with_content(&content[..b])
+            });
+        let s = bounded.as_ref().unwrap_or(s);
         let whole = CutAt {
             keep: Keep::Head,
             at: s.content().as_str().len(),

@@ -23,6 +23,10 @@ const LIMIT_MARGIN: usize = 32;
 /// `'re`, or whitespace that joins the run before it); there it is off by a token or two.
 const CUT_MARGIN: usize = 3;
 
+/// How far before the start a suffix search found inside a piece it also tries each start (each
+/// try is a count up to the budget, so this bounds a tail cut inside one long piece).
+const SUFFIX_LOOKBACK_BYTES: usize = 64;
+
 /// How far below its budget a prefix search keeps the point it offers for resuming: a later
 /// search with a budget up to this much smaller starts there instead of at the beginning.
 const RESUME_SLACK: usize = 64;
@@ -110,6 +114,30 @@ impl TiktokenTokenizer {
                 .unwrap_or(1)
                 .max(1)
         })
+    }
+
+    /// The count of `text[p..]` if it is at most `limit`: its own pieces up to where one ends
+    /// on a boundary in `starts` (a walk over a window ending with the text), then the count
+    /// from that boundary, `from_here` (see [`Tokenizer::suffix`]).
+    fn count_from(
+        &self,
+        text: &str,
+        p: usize,
+        starts: &[usize],
+        from_here: &[usize],
+        limit: usize,
+    ) -> Option<usize> {
+        let rest = &text[p..];
+        let mut used = 0usize;
+        for piece in self.tok.split(rest) {
+            used += self.piece_up_to(piece, limit.checked_sub(used)?)?;
+            let end = p + (piece.as_ptr() as usize - rest.as_ptr() as usize) + piece.len();
+            if let Ok(j) = starts.binary_search(&end) {
+                let total = used + from_here[j];
+                return (total <= limit).then_some(total);
+            }
+        }
+        Some(used)
     }
 
     /// The count of one pre-tokenizer piece if it is at most `room`.
@@ -311,6 +339,10 @@ impl Tokenizer for TiktokenTokenizer {
         true
     }
 
+    fn longest_token_bytes(&self) -> Option<usize> {
+        Some(self.longest_token())
+    }
+
     /// [`Tokenizer::count_resumed`]. A resume point follows a piece that is not whitespace
     /// only, found by walking `walked` from its start; every piece up to it, and where it ends,
     /// is decided by the bytes before it and a few after it. When `text` has the same bytes
@@ -355,6 +387,94 @@ impl Tokenizer for TiktokenTokenizer {
             used += self.piece_up_to(piece, limit - used)?;
         }
         Some(used)
+    }
+
+    /// [`Tokenizer::suffix`] from the end of the text, in time that follows the budget rather
+    /// than the text (ADR-0024).
+    ///
+    /// The pre-tokenizer decides each piece from its start onwards and looks nowhere behind,
+    /// so a walk over a window at the end of the text gives, for each of its piece boundaries,
+    /// the exact count of the suffix that starts there: the text from there is split into the
+    /// same pieces. Counts are taken only up to one past the budget. The window starts at eight
+    /// bytes per token of budget and grows fourfold until the suffix from its start is over
+    /// the budget (at most the budget's worth of the longest token). The answer starts at the
+    /// first boundary whose suffix fits, or before it inside the piece in front of it, since
+    /// counts are not monotone inside a piece: a binary search over starts in that piece, then
+    /// each start up to [`SUFFIX_LOOKBACK_BYTES`] further back, each counted exactly (its own
+    /// pieces up to where one ends on a boundary of the window, then the count from there).
+    fn suffix(&self, text: &str, max_tokens: usize) -> Prefix {
+        if let Some(tokens) = self.count_up_to(text, max_tokens) {
+            return Prefix {
+                len: text.len(),
+                tokens,
+            };
+        }
+        let over = max_tokens.saturating_add(1);
+        let mut window = over.saturating_mul(8).max(256);
+        let (w0, starts, from_here) = loop {
+            let mut w0 = text.len().saturating_sub(window);
+            while !text.is_char_boundary(w0) {
+                w0 -= 1;
+            }
+            let region = &text[w0..];
+            // Piece starts (in `text`), then the count of the suffix from each, up to `over`.
+            let mut starts = Vec::new();
+            let mut counts = Vec::new();
+            for piece in self.tok.split(region) {
+                starts.push(w0 + (piece.as_ptr() as usize - region.as_ptr() as usize));
+                counts.push(self.piece_up_to(piece, max_tokens).unwrap_or(over));
+            }
+            let mut from_here = vec![0usize; counts.len() + 1];
+            for i in (0..counts.len()).rev() {
+                from_here[i] = (from_here[i + 1] + counts[i]).min(over);
+            }
+            starts.push(text.len());
+            if from_here[0] > max_tokens || w0 == 0 {
+                break (w0, starts, from_here);
+            }
+            window = window.saturating_mul(4);
+        };
+        // The whole text is over the budget, so the first boundary is, and the end is not.
+        let i = (1..starts.len())
+            .find(|&i| from_here[i] <= max_tokens)
+            .unwrap_or(starts.len() - 1);
+        let count = |p: usize| self.count_from(text, p, &starts, &from_here, max_tokens);
+        // `lo` is a start that does not fit, `hi` one that does.
+        let (mut lo, mut hi, mut hi_tokens) = (starts[i - 1], starts[i], from_here[i]);
+        loop {
+            let mut mid = lo + (hi - lo) / 2;
+            while mid > lo && !text.is_char_boundary(mid) {
+                mid -= 1;
+            }
+            if mid <= lo {
+                break;
+            }
+            match count(mid) {
+                Some(n) => (hi, hi_tokens) = (mid, n),
+                None => lo = mid,
+            }
+        }
+        // Longest first, so the first start that fits is kept. The window's first piece may
+        // be the end of a longer one, so behind it the look back is not stopped at its start.
+        let floor = if i == 1 && w0 > 0 {
+            0
+        } else {
+            starts[i - 1] + 1
+        };
+        let mut p = floor.max(hi.saturating_sub(SUFFIX_LOOKBACK_BYTES));
+        while p < hi {
+            if text.is_char_boundary(p) {
+                if let Some(n) = count(p) {
+                    (hi, hi_tokens) = (p, n);
+                    break;
+                }
+            }
+            p += 1;
+        }
+        Prefix {
+            len: text.len() - hi,
+            tokens: hi_tokens,
+        }
     }
 
     /// The exact longest prefix within `max_tokens` (ADR-0020).
