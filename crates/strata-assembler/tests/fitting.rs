@@ -621,6 +621,49 @@ fn a_tool_result_too_large_for_the_budget_is_cut_beside_its_call() {
     }
 }
 
+/// Verifies ADR-0024: a pair that cannot be kept even in cut form (call arguments and result
+/// each over the budget) does not take the one cut attempt: the next unit that does not fit, a
+/// single large turn, is kept in cut form in the room left; the output fits by the reference.
+#[test]
+fn a_pair_that_cannot_be_cut_leaves_the_cut_to_the_next_unit() {
+    let call = Section::builder(
+        RuntimeLayer::WorkingMemory,
+        "call",
+        format!("{{\"text\":\"{}\"}}", prose(2, 2_000)),
+    )
+    .unwrap()
+    .turn(Turn::tool_call(
+        20,
+        "c1",
+        ToolName::new("file_read").unwrap(),
+    ))
+    .build();
+    let older = Section::builder(RuntimeLayer::WorkingMemory, "notes", log(2_000))
+        .unwrap()
+        .turn(Turn::new(5, Role::User))
+        .build();
+    let sections = vec![older, call, log_result(&log(3_000))];
+    let ctx = Assembler::o200k()
+        .assemble(agent(), &request(sections, 1_500))
+        .unwrap();
+    let r = ctx.report();
+    assert!(matches!(
+        status_of(r, "call"),
+        SectionStatus::Dropped { .. }
+    ));
+    assert!(matches!(
+        status_of(r, "result"),
+        SectionStatus::Dropped { .. }
+    ));
+    assert!(
+        matches!(status_of(r, "notes"), SectionStatus::Cut { .. }),
+        "{:?}",
+        status_of(r, "notes")
+    );
+    assert_eq!(r.used_tokens, reference(ctx.text()));
+    assert!(r.used_tokens <= r.prompt_budget);
+}
+
 /// Verifies ADR-0024: a tool result of several megabytes is cut from a walk bounded by the
 /// budget, not by its size, and the cut is the same as the one found in a text only as long as
 /// that walk needs; the output fits by the reference count and the cut used the room.

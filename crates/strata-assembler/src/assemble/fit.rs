@@ -374,9 +374,12 @@ impl Assembler {
             }
             // The first unit that does not fit may be kept in cut form, in the room it leaves:
             // its one member cut, or for a tool call with its result, the member with the most
-            // content that may be cut, after the others are measured whole in that room.
+            // content that may be cut, after the others are measured in that room (whole, or
+            // cut to the section cap). A unit of one member takes the one attempt whether or
+            // not it can be cut (as before); a pair only once a cut is tried, so a pair that
+            // cannot be kept leaves the attempt to the next unit.
             if verdict == Err(why) && !cut_tried {
-                cut_tried = true;
+                cut_tried = units[u].members.len() == 1;
                 units[u].measured = true;
                 let c = units[u]
                     .members
@@ -405,8 +408,13 @@ impl Assembler {
                     }
                 }
                 if let Some(c) = c.filter(|_| left >= MIN_CUT_TOKENS) {
+                    cut_tried = true;
                     let enc = req.render.encodings[i];
-                    if let Some(cut) = self.cut_to(cands[c].base.get(), enc, left, native_b) {
+                    // A member that is not sticky obeys the section cap in cut form too.
+                    let to = cap
+                        .filter(|_| !cands[c].sticky)
+                        .map_or(left, |k| k.min(left));
+                    if let Some(cut) = self.cut_to(cands[c].base.get(), enc, to, native_b) {
                         let r = cut.rendered;
                         let chars_ok = max_chars.is_none_or(|mc| used.1 + others.1 + r.chars <= mc);
                         if chars_ok {

@@ -396,12 +396,15 @@ impl Tokenizer for TiktokenTokenizer {
     /// so a walk over a window at the end of the text gives, for each of its piece boundaries,
     /// the exact count of the suffix that starts there: the text from there is split into the
     /// same pieces. Counts are taken only up to one past the budget. The window starts at eight
-    /// bytes per token of budget and grows fourfold until the suffix from its start is over
-    /// the budget (at most the budget's worth of the longest token). The answer starts at the
-    /// first boundary whose suffix fits, or before it inside the piece in front of it, since
-    /// counts are not monotone inside a piece: a binary search over starts in that piece, then
+    /// bytes per token of budget (at least 256) and grows fourfold until the suffix from its
+    /// start is over the budget (at most the budget's worth of the longest token). The answer
+    /// starts at the first boundary whose suffix fits, or before it, since counts are not
+    /// monotone inside a piece: a binary search over starts in the piece in front of it, then
     /// each start up to [`SUFFIX_LOOKBACK_BYTES`] further back, each counted exactly (its own
     /// pieces up to where one ends on a boundary of the window, then the count from there).
+    /// Only the first check, whether the whole text fits, reads from the start of the text:
+    /// when the text opens with one piece longer than the budget's worth, the pre-tokenizer
+    /// reads that piece to its end.
     fn suffix(&self, text: &str, max_tokens: usize) -> Prefix {
         if let Some(tokens) = self.count_up_to(text, max_tokens) {
             return Prefix {
@@ -411,7 +414,7 @@ impl Tokenizer for TiktokenTokenizer {
         }
         let over = max_tokens.saturating_add(1);
         let mut window = over.saturating_mul(8).max(256);
-        let (w0, starts, from_here) = loop {
+        let (starts, from_here) = loop {
             let mut w0 = text.len().saturating_sub(window);
             while !text.is_char_boundary(w0) {
                 w0 -= 1;
@@ -430,7 +433,7 @@ impl Tokenizer for TiktokenTokenizer {
             }
             starts.push(text.len());
             if from_here[0] > max_tokens || w0 == 0 {
-                break (w0, starts, from_here);
+                break (starts, from_here);
             }
             window = window.saturating_mul(4);
         };
@@ -454,14 +457,11 @@ impl Tokenizer for TiktokenTokenizer {
                 None => lo = mid,
             }
         }
-        // Longest first, so the first start that fits is kept. The window's first piece may
-        // be the end of a longer one, so behind it the look back is not stopped at its start.
-        let floor = if i == 1 && w0 > 0 {
-            0
-        } else {
-            starts[i - 1] + 1
-        };
-        let mut p = floor.max(hi.saturating_sub(SUFFIX_LOOKBACK_BYTES));
+        // Longest first, so the first start that fits is kept. The look back does not stop at
+        // piece boundaries: a start inside an earlier piece can be split otherwise from there
+        // (`!!a` is `!!`, `a`; from its second byte, `!a`), and the window's first piece may
+        // be the end of a longer one.
+        let mut p = hi.saturating_sub(SUFFIX_LOOKBACK_BYTES);
         while p < hi {
             if text.is_char_boundary(p) {
                 if let Some(n) = count(p) {
