@@ -174,6 +174,16 @@ fn large_tool_result(c: &mut Criterion) {
                 .iter()
                 .any(|s| matches!(s.status, SectionStatus::Cut { .. })));
             g.throughput(Throughput::Bytes(output.len() as u64));
+            // What the cut is measured against: one count of what was sent.
+            let text = out.text().to_owned();
+            g.bench_with_input(
+                BenchmarkId::new(
+                    format!("{keep:?}_tokenize_output_once").to_lowercase(),
+                    format!("{mb}MiB"),
+                ),
+                &text,
+                |b, text| b.iter(|| black_box(tok.count(black_box(text)))),
+            );
             g.bench_with_input(
                 BenchmarkId::new(format!("{keep:?}").to_lowercase(), format!("{mb}MiB")),
                 &req,

@@ -718,6 +718,92 @@ fn a_tool_result_of_megabytes_is_cut_from_a_bounded_walk() {
     );
 }
 
+/// Verifies ADR-0024 (amended): a head cut walks a window of a long content first and a larger
+/// one only when the prefix reaches the window's last line, and the cut is the one a walk up to
+/// the bound finds, whatever the first window: for logs, dense text, text with long runs of
+/// blanks (more bytes per token than the first window allows), lines of `=` ending in a letter
+/// (a window ending inside one would write its start as an underline's) and one long line (no
+/// line break, so every window is regrown up to the bound). The output's reference count is the
+/// report's, within the budget.
+#[test]
+fn a_head_cut_from_a_window_is_the_cut_of_the_bounded_walk() {
+    let blanks: String = (0..40_000)
+        .map(|i| format!("{}item {i}\n", " ".repeat(40 + i % 200)))
+        .collect();
+    let dense: String = (0..60_000)
+        .map(|i| format!("{}：第{i}行。\n", "数据处理完成".repeat(1 + i % 5)))
+        .collect();
+    let one_line: String = (0..120_000)
+        .map(|i| format!("{{\"k{i}\":[{i},\"v{}\"]}},", i * 7))
+        .collect();
+    let setext: String = (0..50_000)
+        .map(|i| {
+            if i % 3 == 0 {
+                "=".repeat(90) + "\n"
+            } else {
+                format!("Title {i}: # heading - 1. item <b>&</b>\n")
+            }
+        })
+        .collect();
+    // Lines of `=` that end in a letter: not underlines, but a window that ends inside one
+    // sees only `=` and writes its start otherwise.
+    let almost_underlines: String = (0..1_000)
+        .map(|i| {
+            format!(
+                "{}{}\n",
+                "=".repeat(3_000 + i % 7),
+                (b'a' + (i % 26) as u8) as char
+            )
+        })
+        .collect();
+    let cases = [
+        ("log", log(150_000)),
+        ("almost underlines", almost_underlines),
+        ("blanks", blanks),
+        ("dense", dense),
+        ("one line", one_line),
+        ("setext", setext),
+    ];
+    for (name, content) in &cases {
+        assert!(content.len() > 2 << 20, "{name}: {} bytes", content.len());
+        for total in [600, 4_000] {
+            let req = request(vec![log_call(), log_result(content)], total);
+            let mut outs = Vec::new();
+            for window in [1, 8, 1 << 20] {
+                let a = Assembler::o200k().with_walk_window(window);
+                let ctx = a.assemble(agent(), &req).unwrap();
+                let r = ctx.report();
+                assert!(
+                    matches!(status_of(r, "result"), SectionStatus::Cut { .. }),
+                    "{name} {total} {window}: {:?}",
+                    status_of(r, "result")
+                );
+                assert_eq!(
+                    r.used_tokens,
+                    reference(ctx.text()),
+                    "{name} {total} {window}"
+                );
+                assert!(r.used_tokens <= r.prompt_budget);
+                let regrown = a.cache_stats().walk_regrowths;
+                if window == 1 << 20 {
+                    assert_eq!(regrown, 0, "{name} {total}: walked up to the bound at once");
+                }
+                if window == 1 {
+                    assert!(regrown > 0, "{name} {total}: the first window was enough");
+                }
+                outs.push((window, ctx.text().to_owned()));
+            }
+            let (_, bounded) = outs.last().unwrap();
+            for (window, text) in &outs {
+                assert!(
+                    text == bounded,
+                    "{name} {total}: a first window of {window} bytes per token cut elsewhere"
+                );
+            }
+        }
+    }
+}
+
 /// A log of numbered lines, each about a dozen tokens.
 fn log(lines: usize) -> String {
     (0..lines)

@@ -110,11 +110,31 @@ fn walk_size(id: &SectionId, text: &str) -> usize {
     text.len() + id.as_str().len() + ENTRY_OVERHEAD
 }
 
+/// Bytes of content per token of the budget in the first window a head cut walks: more than
+/// most text takes (English about 4.5, code and JSON 3, CJK 1.5-3), so one window is enough
+/// but for dense text, and a window that is not grows four times (ADR-0024, amended).
+const WALK_WINDOW_BYTES_PER_TOKEN: usize = 8;
+
 /// The text a head cut walks (see `Assembler::element_walk`).
 struct ElementWalk {
     text: String,
     body_start: usize,
     allow: usize,
+    /// How much of `text` is written as the walk of the whole content writes it: all of it when
+    /// the walk holds the whole content or stops at the walk bound, else up to the end of its
+    /// last complete line (the escaping of a line looks only within it).
+    stable: usize,
+    /// The window of content the walk read (`usize::MAX` for the whole, or up to the bound).
+    window: usize,
+}
+
+impl ElementWalk {
+    /// Whether a prefix of `len` bytes of the walk is the prefix the walk of the whole content
+    /// gives: it ends, with room for what the tokenizer looks at past it, within the stable
+    /// part of the walk.
+    fn settles(&self, len: usize) -> bool {
+        self.window == usize::MAX || len.saturating_add(4 * WALK_KEPT_PAST) <= self.stable
+    }
 }
 
 /// A section cut to a limit: its cut form, rendered, and where the cut is in the offered text.
@@ -170,6 +190,9 @@ pub struct CacheStats {
     /// Cuts whose walk resumed where the last cut of the same section's walk passed, its
     /// element having the same bytes up to there (ADR-0024).
     pub resumed_cuts: u64,
+    /// Head cuts whose first window of a long content was too small for the prefix, so that a
+    /// window four times larger was walked (ADR-0024, amended).
+    pub walk_regrowths: u64,
 }
 
 #[derive(Default)]
@@ -211,6 +234,8 @@ pub struct Assembler {
     hints: Mutex<Hints>,
     whole: whole::Whole,
     cache_limit: usize,
+    /// Bytes of content per token of the budget in a head cut's first window.
+    walk_window: usize,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -351,7 +376,18 @@ impl Assembler {
             hints: Mutex::new(Hints::default()),
             whole: whole::Whole::default(),
             cache_limit: DEFAULT_CACHE_BYTES,
+            walk_window: WALK_WINDOW_BYTES_PER_TOKEN,
         }
+    }
+
+    /// Bytes of content per token of the budget in the first window a head cut of a long
+    /// escaped section walks (default 8; ADR-0024, amended). The cut is the same for any value
+    /// (a window too small for the prefix is walked again four times larger, up to the walk's
+    /// bound); only the work changes. Tests set it low to exercise regrown windows and high to
+    /// walk up to the bound at once.
+    pub fn with_walk_window(mut self, bytes_per_token: usize) -> Assembler {
+        self.walk_window = bytes_per_token.max(1);
+        self
     }
 
     /// Bound the element cache to `bytes` (default [`DEFAULT_CACHE_BYTES`]): when an insertion
@@ -453,27 +489,38 @@ impl Assembler {
         cut: Option<CutAt>,
         native: bool,
     ) -> (String, u64) {
+        self.element_text_of(s, s.content().as_str(), enc, cut, native)
+    }
+
+    /// [`Assembler::element_text`] of `s` written with `body` in place of its content (a head
+    /// cut's walk reads a window of a long content without building a section of it).
+    fn element_text_of(
+        &self,
+        s: &Section,
+        body: &str,
+        enc: Encoding,
+        cut: Option<CutAt>,
+        native: bool,
+    ) -> (String, u64) {
         let turn = s
             .turn()
             .filter(|_| s.layer() == RuntimeLayer::WorkingMemory);
         let role = turn.map(|t| t.role);
         match (native, turn) {
             // Native turns carry their own words in their own messages (ADR-0014).
-            (true, Some(t)) if t.role == Role::User => {
-                (s.content().as_str().to_owned(), self.frame_msg("user"))
-            }
+            (true, Some(t)) if t.role == Role::User => (body.to_owned(), self.frame_msg("user")),
             (true, Some(t)) if t.role == Role::Assistant => {
-                (s.content().as_str().to_owned(), self.frame_msg("assistant"))
+                (body.to_owned(), self.frame_msg("assistant"))
             }
             (true, Some(t)) if t.role == Role::ToolCall => {
                 let name = t.name.as_ref().map_or("", |n| n.as_str());
                 (
-                    s.content().as_str().to_owned(),
+                    body.to_owned(),
                     3 + self.text_cost(name).0 + self.frame_msg("assistant"),
                 )
             }
             _ => {
-                let mut text = String::with_capacity(s.content().as_str().len() + 160);
+                let mut text = String::with_capacity(body.len() + 160);
                 let source = s.provenance().source.label();
                 let header = SectionHeader {
                     layer: s.layer().into(),
@@ -485,7 +532,6 @@ impl Assembler {
                     role,
                     call: turn.and_then(|t| t.call_id.as_deref()),
                 };
-                let body = s.content().as_str();
                 match cut {
                     Some(c) => format::write_untrusted_cut(
                         &mut text,
@@ -717,8 +763,11 @@ impl Assembler {
         // An escaped head cut walks the element it becomes, written with its whole body (up to
         // the body's end), so the cut element is then counted only from the walk's last
         // resume point, not in full; the kept text is tokenized about once (ADR-0024).
-        let walk = (keep == Keep::Head && enc == Encoding::Escaped)
-            .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens))
+        let first_window = usize::try_from(max_tokens)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(self.walk_window);
+        let mut walk = (keep == Keep::Head && enc == Encoding::Escaped)
+            .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens, first_window))
             .flatten();
         // The walk of this section's last cut: where its element starts with the same bytes
         // (a turn that grew at its end), the walk resumes there (ADR-0024).
@@ -731,7 +780,8 @@ impl Assembler {
                 c.bytes = c.bytes.saturating_sub(walk_size(s.id(), t));
             }
         }
-        for _ in 0..16 {
+        let mut tries = 0;
+        while tries < 16 {
             let (head, tail_start) = match (keep, &walk) {
                 (Keep::Head, Some(w)) => {
                     let (p, next) = match prior.take() {
@@ -743,6 +793,15 @@ impl Assembler {
                         }
                         None => self.tokenizer.prefix_from(&w.text, allow, resume),
                     };
+                    if !w.settles(p.len) {
+                        // The prefix reaches where the window may be written otherwise than
+                        // the whole content: walk a window four times larger, from its start.
+                        let window = w.window.saturating_mul(4);
+                        walk = self.element_walk(s, &empty.text, enc, native, max_tokens, window);
+                        resume = strata_core::Prefix { len: 0, tokens: 0 };
+                        self.lock().stats.walk_regrowths += 1;
+                        continue;
+                    }
                     resume = next;
                     let body = p.len.saturating_sub(w.body_start);
                     (format::escaped_prefix_len(text, body), text.len())
@@ -808,6 +867,7 @@ impl Assembler {
                 return None;
             }
             allow = allow.saturating_sub(excess.max(1));
+            tries += 1;
         }
         None
     }
@@ -824,42 +884,62 @@ impl Assembler {
         enc: Encoding,
         native: bool,
         max_tokens: u64,
+        window: usize,
     ) -> Option<ElementWalk> {
         // Only as much of a long body as a walk within the budget can read: every prefix
         // longer than the bound is over it, so the walk reads no further, and its cost follows
-        // the budget, not the content (ADR-0024). The escaping looks ahead only within a line,
-        // so the walked text is the whole element's up to the line the bound falls in; a line
-        // that crosses it may be written otherwise from its start (a line of only `=` up to
-        // the bound), which can move the cut but not past the budget: the cut element is
-        // always counted exactly.
+        // the budget, not the content (ADR-0024). Within the bound, a window of the content is
+        // walked first (`window` bytes): the prefix it gives is the whole content's when it
+        // ends within the window's complete lines, since the escaping looks ahead only within a
+        // line; the caller walks a larger window otherwise. At the bound, a line that crosses
+        // it may be written otherwise from its start (a line of only `=` up to the bound),
+        // which can move the cut but not past the budget: the cut element is always counted
+        // exactly.
         let content = s.content().as_str();
-        let bounded = self
-            .walk_bound(max_tokens)
-            .filter(|b| *b < content.len())
-            .map(|mut b| {
-                while !content.is_char_boundary(b) {
-                    b += 1;
-                }
-                s.with_content(&content[..b])
-            });
-        let s = bounded.as_ref().unwrap_or(s);
+        let bound = self.walk_bound(max_tokens).unwrap_or(usize::MAX);
+        let (mut end, window) = if window >= bound {
+            (bound, usize::MAX)
+        } else {
+            (window, window)
+        };
+        let whole_content = end >= content.len();
+        if whole_content {
+            end = content.len();
+        }
+        while !content.is_char_boundary(end) {
+            end += 1;
+        }
+        let body = &content[..end];
         let whole = CutAt {
             keep: Keep::Head,
-            at: s.content().as_str().len(),
+            at: body.len(),
             elided: 0,
         };
-        let (mut text, frame) = self.element_text(s, enc, Some(whole), native);
+        let (mut text, frame) = self.element_text_of(s, body, enc, Some(whole), native);
         let open = empty.strip_suffix(format::UNTRUSTED_END)?;
         if !text.starts_with(open) || !text.ends_with(format::UNTRUSTED_END) {
             return None;
         }
         text.truncate(text.len() - format::UNTRUSTED_END.len());
-        let end = self.text_cost(format::UNTRUSTED_END).0;
-        let allow = max_tokens.saturating_sub(frame + end);
+        let end_cost = self.text_cost(format::UNTRUSTED_END).0;
+        let allow = max_tokens.saturating_sub(frame + end_cost);
+        // A line break is written as itself and nothing else is written as one, so the walk's
+        // last line break ends the last line the window holds whole.
+        let (window, stable) = if whole_content || window == usize::MAX {
+            (usize::MAX, text.len())
+        } else {
+            let body_text = &text[open.len()..];
+            let stable = body_text
+                .rfind('\n')
+                .map_or(open.len(), |at| open.len() + at + 1);
+            (window, stable)
+        };
         Some(ElementWalk {
             text,
             body_start: open.len(),
             allow: usize::try_from(allow).unwrap_or(usize::MAX),
+            stable,
+            window,
         })
     }
 
@@ -1315,6 +1395,55 @@ fn resolve_budget(agent: &VerifiedAgent, spec: Option<&BudgetSpec>) -> (Budget, 
                 ..base.clone()
             };
             (b, Tier::for_context_window(*w))
+        }
+    }
+}
+
+#[cfg(all(test, feature = "tiktoken"))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Verifies ADR-0024 (amended): the part of a windowed walk that a head cut may rely on
+        /// without walking further (`stable`) is written exactly as the walk up to the bound
+        /// writes it, for lines the escaping treats specially (underline-like runs of `=` or
+        /// `-` that may end in a letter, headings, labels, list markers, markup, lookalikes)
+        /// and windows ending anywhere, also inside such a line.
+        #[test]
+        fn the_stable_part_of_a_window_is_the_bounded_walk(
+            lines in proptest::collection::vec(
+                "(={1,40}[a-z]?|-{1,40}[a-z]?|#+ [a-z ]{0,20}|[A-Za-z]{1,9}: [a-z ]{0,20}|[-*+] [a-z]{0,9}|1[.)] x|<b>&amp;\\[INST\\]|\u{FF1C}\u{2236}\u{200b}|[a-z ]{0,30})",
+                1..40,
+            ),
+            window in 1usize..400,
+        ) {
+            let content: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            let a = Assembler::o200k();
+            let s = Section::builder(RuntimeLayer::Delegated, "doc", content.as_str())
+                .unwrap()
+                .build();
+            let bound = CutAt { keep: Keep::Head, at: 0, elided: content.len() as u64 };
+            let empty = a.render(&s.with_content(""), Encoding::Escaped, Some(bound), false);
+            let max_tokens = 1_000;
+            let full = a
+                .element_walk(&s, &empty.text, Encoding::Escaped, false, max_tokens, usize::MAX)
+                .unwrap();
+            prop_assert_eq!(full.window, usize::MAX);
+            let w = a
+                .element_walk(&s, &empty.text, Encoding::Escaped, false, max_tokens, window)
+                .unwrap();
+            prop_assert!(w.stable <= w.text.len());
+            prop_assert!(
+                full.text.starts_with(&w.text[..w.stable]),
+                "window {}: {:?} is not a start of {:?}",
+                window,
+                &w.text[..w.stable],
+                full.text
+            );
+            if w.window == usize::MAX {
+                prop_assert_eq!(&w.text, &full.text);
+            }
         }
     }
 }

@@ -27,6 +27,11 @@ const CUT_MARGIN: usize = 3;
 /// try is a count up to the budget, so this bounds a tail cut inside one long piece).
 const SUFFIX_LOOKBACK_BYTES: usize = 64;
 
+/// Bytes per token of the budget in the first window a suffix search splits at the end of a
+/// long text: more than prose (about 4.5 in o200k), code and logs (3-4) or CJK (1.5-3) take,
+/// so that one window usually holds the suffix; a window that does not grows four times.
+const SUFFIX_WINDOW_BYTES_PER_TOKEN: usize = 6;
+
 /// How far below its budget a prefix search keeps the point it offers for resuming: a later
 /// search with a budget up to this much smaller starts there instead of at the beginning.
 const RESUME_SLACK: usize = 64;
@@ -395,25 +400,30 @@ impl Tokenizer for TiktokenTokenizer {
     /// The pre-tokenizer decides each piece from its start onwards and looks nowhere behind,
     /// so a walk over a window at the end of the text gives, for each of its piece boundaries,
     /// the exact count of the suffix that starts there: the text from there is split into the
-    /// same pieces. Counts are taken only up to one past the budget. The window starts at eight
-    /// bytes per token of budget (at least 256) and grows fourfold until the suffix from its
-    /// start is over the budget (at most the budget's worth of the longest token). The answer
-    /// starts at the first boundary whose suffix fits, or before it, since counts are not
-    /// monotone inside a piece: a binary search over starts in the piece in front of it, then
-    /// each start up to [`SUFFIX_LOOKBACK_BYTES`] further back, each counted exactly (its own
-    /// pieces up to where one ends on a boundary of the window, then the count from there).
-    /// Only the first check, whether the whole text fits, reads from the start of the text:
-    /// when the text opens with one piece longer than the budget's worth, the pre-tokenizer
-    /// reads that piece to its end.
+    /// same pieces. Pieces are counted from the last one backwards, each only up to one past
+    /// the budget, and no further than where the suffix is over it (every suffix from further
+    /// back is over too). The window starts at [`SUFFIX_WINDOW_BYTES_PER_TOKEN`] bytes per
+    /// token of budget (at least 256) and grows fourfold until the suffix from its start is
+    /// over the budget (at most the budget's worth of the longest token), or it holds the whole
+    /// text, which then fits. The answer starts at the first boundary whose suffix fits, or
+    /// before it, since counts are not monotone inside a piece: a binary search over starts in
+    /// the piece in front of it, then each start up to [`SUFFIX_LOOKBACK_BYTES`] further back,
+    /// each counted exactly (its own pieces up to where one ends on a boundary of the window,
+    /// then the count from there). A text no longer than the first window is first counted
+    /// whole, from its start; a longer one is never read from its start.
     fn suffix(&self, text: &str, max_tokens: usize) -> Prefix {
-        if let Some(tokens) = self.count_up_to(text, max_tokens) {
-            return Prefix {
-                len: text.len(),
-                tokens,
-            };
-        }
         let over = max_tokens.saturating_add(1);
-        let mut window = over.saturating_mul(8).max(256);
+        let mut window = over.saturating_mul(SUFFIX_WINDOW_BYTES_PER_TOKEN).max(256);
+        // A text no longer than the first window may fit whole; a longer one is not counted
+        // from its start, which the suffix does not keep: its windows say whether it fits.
+        if text.len() <= window {
+            if let Some(tokens) = self.count_up_to(text, max_tokens) {
+                return Prefix {
+                    len: text.len(),
+                    tokens,
+                };
+            }
+        }
         let (starts, from_here) = loop {
             let mut w0 = text.len().saturating_sub(window);
             while !text.is_char_boundary(w0) {
@@ -422,18 +432,33 @@ impl Tokenizer for TiktokenTokenizer {
             let region = &text[w0..];
             // Piece starts (in `text`), then the count of the suffix from each, up to `over`.
             let mut starts = Vec::new();
-            let mut counts = Vec::new();
+            let mut pieces = Vec::new();
             for piece in self.tok.split(region) {
                 starts.push(w0 + (piece.as_ptr() as usize - region.as_ptr() as usize));
-                counts.push(self.piece_up_to(piece, max_tokens).unwrap_or(over));
+                pieces.push(piece);
             }
-            let mut from_here = vec![0usize; counts.len() + 1];
-            for i in (0..counts.len()).rev() {
-                from_here[i] = (from_here[i + 1] + counts[i]).min(over);
+            // Counted from the end, and only until the suffix is over the budget: every
+            // suffix from further back is over too (counts at piece boundaries only grow).
+            let mut from_here = vec![over; pieces.len() + 1];
+            from_here[pieces.len()] = 0;
+            for (i, piece) in pieces.iter().enumerate().rev() {
+                let n = self.piece_up_to(piece, max_tokens).unwrap_or(over);
+                from_here[i] = (from_here[i + 1] + n).min(over);
+                if from_here[i] == over {
+                    break;
+                }
             }
             starts.push(text.len());
-            if from_here[0] > max_tokens || w0 == 0 {
+            if from_here[0] > max_tokens {
                 break (starts, from_here);
+            }
+            if w0 == 0 {
+                // The window is the whole text, split as the whole text is: its count is
+                // the sum of its pieces', all within the budget.
+                return Prefix {
+                    len: text.len(),
+                    tokens: from_here[0],
+                };
             }
             window = window.saturating_mul(4);
         };
