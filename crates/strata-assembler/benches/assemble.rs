@@ -173,9 +173,10 @@ fn large_tool_result(c: &mut Criterion) {
                 .sections
                 .iter()
                 .any(|s| matches!(s.status, SectionStatus::Cut { .. })));
-            g.throughput(Throughput::Bytes(output.len() as u64));
-            // What the cut is measured against: one count of what was sent.
+            // What the cut is measured against: one count of what was sent (its throughput in
+            // bytes of that text).
             let text = out.text().to_owned();
+            g.throughput(Throughput::Bytes(text.len() as u64));
             g.bench_with_input(
                 BenchmarkId::new(
                     format!("{keep:?}_tokenize_output_once").to_lowercase(),
@@ -184,6 +185,7 @@ fn large_tool_result(c: &mut Criterion) {
                 &text,
                 |b, text| b.iter(|| black_box(tok.count(black_box(text)))),
             );
+            g.throughput(Throughput::Bytes(output.len() as u64));
             g.bench_with_input(
                 BenchmarkId::new(format!("{keep:?}").to_lowercase(), format!("{mb}MiB")),
                 &req,

@@ -721,10 +721,10 @@ fn a_tool_result_of_megabytes_is_cut_from_a_bounded_walk() {
 /// Verifies ADR-0024 (amended): a head cut walks a window of a long content first and a larger
 /// one only when the prefix reaches the window's last line, and the cut is the one a walk up to
 /// the bound finds, whatever the first window: for logs, dense text, text with long runs of
-/// blanks (more bytes per token than the first window allows), lines of `=` ending in a letter
-/// (a window ending inside one would write its start as an underline's) and one long line (no
-/// line break, so every window is regrown up to the bound). The output's reference count is the
-/// report's, within the budget.
+/// blanks (more bytes per token than the first window allows), runs of blank lines, lines of
+/// `=` ending in a letter (a window ending inside one would write its start as an underline's)
+/// and one long line (no line break, so the walk goes up to the bound). The output's reference
+/// count is the report's, within the budget.
 #[test]
 fn a_head_cut_from_a_window_is_the_cut_of_the_bounded_walk() {
     let blanks: String = (0..40_000)
@@ -756,8 +756,22 @@ fn a_head_cut_from_a_window_is_the_cut_of_the_bounded_walk() {
             )
         })
         .collect();
+    // Runs of blank lines, some of blanks and line breaks, that windows end inside.
+    let blank_runs: String = (0..30_000)
+        .map(|i| {
+            format!(
+                "entry {i} done{}",
+                if i % 3 == 0 {
+                    "\n".repeat(1 + i % 300)
+                } else {
+                    " \n".repeat(1 + i % 200)
+                }
+            )
+        })
+        .collect();
     let cases = [
         ("log", log(150_000)),
+        ("blank runs", blank_runs),
         ("almost underlines", almost_underlines),
         ("blanks", blanks),
         ("dense", dense),

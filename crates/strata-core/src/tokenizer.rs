@@ -159,6 +159,16 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         None
     }
 
+    /// How far past its end a longest prefix ([`Tokenizer::prefix`]) can depend on the text,
+    /// when that is bounded: the prefix of a text within a budget is then also the prefix of
+    /// any text with the same bytes up to that far past its end, provided no run of whitespace
+    /// crosses that point. An assembler walks a long section's head in windows only when this
+    /// is known (ADR-0024). `None` by default: the default search bisects over the whole text,
+    /// so its answer can depend on all of it.
+    fn prefix_look_ahead(&self) -> Option<usize> {
+        None
+    }
+
     /// The same answer as [`Tokenizer::prefix`], and a point from which a later search in the
     /// same text may start: pass it back as `from` while its `tokens` are at most that search's
     /// budget, and the walk over the text before it is not repeated. `from` must be the start
@@ -279,6 +289,11 @@ impl Tokenizer for EstimateTokenizer {
 
     fn longest_token_bytes(&self) -> Option<usize> {
         Some(self.bytes_per_token)
+    }
+
+    fn prefix_look_ahead(&self) -> Option<usize> {
+        // The prefix is a length: it depends on nothing past its end.
+        Some(0)
     }
 
     fn prefix(&self, text: &str, max_tokens: usize) -> Prefix {

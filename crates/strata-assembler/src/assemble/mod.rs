@@ -120,9 +120,10 @@ struct ElementWalk {
     text: String,
     body_start: usize,
     allow: usize,
-    /// How much of `text` is written as the walk of the whole content writes it: all of it when
-    /// the walk holds the whole content or stops at the walk bound, else up to the end of its
-    /// last complete line (the escaping of a line looks only within it).
+    /// How much of `text` is written, and split by the tokenizer, as the walk of the whole
+    /// content: all of it when the walk holds the whole content or stops at the walk bound,
+    /// else up to the run of whitespace that ends its last complete line (the escaping of a
+    /// line looks only within it; the tokenizer reads a run of whitespace to its end).
     stable: usize,
     /// The window of content the walk read (`usize::MAX` for the whole, or up to the bound).
     window: usize,
@@ -130,10 +131,11 @@ struct ElementWalk {
 
 impl ElementWalk {
     /// Whether a prefix of `len` bytes of the walk is the prefix the walk of the whole content
-    /// gives: it ends, with room for what the tokenizer looks at past it, within the stable
-    /// part of the walk.
-    fn settles(&self, len: usize) -> bool {
-        self.window == usize::MAX || len.saturating_add(4 * WALK_KEPT_PAST) <= self.stable
+    /// gives: it ends, with room for what the tokenizer reads past it (`look_ahead`, and at
+    /// least 512 bytes), within the stable part of the walk.
+    fn settles(&self, len: usize, look_ahead: usize) -> bool {
+        self.window == usize::MAX
+            || len.saturating_add(look_ahead.max(4 * WALK_KEPT_PAST)) <= self.stable
     }
 }
 
@@ -763,9 +765,14 @@ impl Assembler {
         // An escaped head cut walks the element it becomes, written with its whole body (up to
         // the body's end), so the cut element is then counted only from the walk's last
         // resume point, not in full; the kept text is tokenized about once (ADR-0024).
-        let first_window = usize::try_from(max_tokens)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(self.walk_window);
+        // Windows only where the tokenizer's prefix depends on a bounded stretch past its end;
+        // otherwise the walk reads up to the bound at once.
+        let first_window = match self.tokenizer.prefix_look_ahead() {
+            Some(_) => usize::try_from(max_tokens)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(self.walk_window),
+            None => usize::MAX,
+        };
         let mut walk = (keep == Keep::Head && enc == Encoding::Escaped)
             .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens, first_window))
             .flatten();
@@ -780,27 +787,44 @@ impl Assembler {
                 c.bytes = c.bytes.saturating_sub(walk_size(s.id(), t));
             }
         }
+        let look_ahead = self.tokenizer.prefix_look_ahead().unwrap_or(0);
         let mut tries = 0;
         while tries < 16 {
             let (head, tail_start) = match (keep, &walk) {
                 (Keep::Head, Some(w)) => {
-                    let (p, next) = match prior.take() {
+                    let (p, next) = match &prior {
                         Some((before, from)) => {
-                            if self.tokenizer.resumes(&w.text, &before, from) {
-                                self.lock().stats.resumed_cuts += 1;
-                            }
-                            self.tokenizer.prefix_after(&w.text, allow, &before, from)
+                            self.tokenizer.prefix_after(&w.text, allow, before, *from)
                         }
                         None => self.tokenizer.prefix_from(&w.text, allow, resume),
                     };
-                    if !w.settles(p.len) {
-                        // The prefix reaches where the window may be written otherwise than
-                        // the whole content: walk a window four times larger, from its start.
-                        let window = w.window.saturating_mul(4);
-                        walk = self.element_walk(s, &empty.text, enc, native, max_tokens, window);
-                        resume = strata_core::Prefix { len: 0, tokens: 0 };
+                    if !w.settles(p.len, look_ahead) {
+                        // The prefix reaches where the window may be written, or split,
+                        // otherwise than the whole content: walk a window four times larger
+                        // (up to the bound at once when the window holds no line break), from
+                        // its start; the last cut's walk is still offered to it.
+                        let window = if w.stable > w.body_start {
+                            w.window.saturating_mul(4)
+                        } else {
+                            usize::MAX
+                        };
                         self.lock().stats.walk_regrowths += 1;
+                        match self.element_walk(s, &empty.text, enc, native, max_tokens, window) {
+                            Some(larger) => walk = Some(larger),
+                            None => {
+                                // Not reached (the element's opening does not depend on its
+                                // body); the content itself is walked then, with its room.
+                                walk = None;
+                                allow = (max_tokens - overhead) as usize;
+                            }
+                        }
+                        resume = strata_core::Prefix { len: 0, tokens: 0 };
                         continue;
+                    }
+                    if let Some((before, from)) = prior.take() {
+                        if self.tokenizer.resumes(&w.text, &before, from) {
+                            self.lock().stats.resumed_cuts += 1;
+                        }
                     }
                     resume = next;
                     let body = p.len.saturating_sub(w.body_start);
@@ -924,14 +948,15 @@ impl Assembler {
         let end_cost = self.text_cost(format::UNTRUSTED_END).0;
         let allow = max_tokens.saturating_sub(frame + end_cost);
         // A line break is written as itself and nothing else is written as one, so the walk's
-        // last line break ends the last line the window holds whole.
+        // last line break ends the last line the window holds whole; the run of whitespace it
+        // ends may go on past the window, so what is stable stops where that run starts.
         let (window, stable) = if whole_content || window == usize::MAX {
             (usize::MAX, text.len())
         } else {
             let body_text = &text[open.len()..];
-            let stable = body_text
-                .rfind('\n')
-                .map_or(open.len(), |at| open.len() + at + 1);
+            let stable = body_text.rfind('\n').map_or(open.len(), |at| {
+                open.len() + body_text[..at].trim_end_matches(char::is_whitespace).len()
+            });
             (window, stable)
         };
         Some(ElementWalk {
@@ -1408,15 +1433,17 @@ mod tests {
         /// Verifies ADR-0024 (amended): the part of a windowed walk that a head cut may rely on
         /// without walking further (`stable`) is written exactly as the walk up to the bound
         /// writes it, for lines the escaping treats specially (underline-like runs of `=` or
-        /// `-` that may end in a letter, headings, labels, list markers, markup, lookalikes)
-        /// and windows ending anywhere, also inside such a line.
+        /// `-` that may end in a letter, headings, labels, list markers, markup, lookalikes),
+        /// blank lines and runs of blanks, and windows ending anywhere, also inside such a line
+        /// or run; and a prefix of the window that settles is the prefix of the bounded walk.
         #[test]
         fn the_stable_part_of_a_window_is_the_bounded_walk(
             lines in proptest::collection::vec(
-                "(={1,40}[a-z]?|-{1,40}[a-z]?|#+ [a-z ]{0,20}|[A-Za-z]{1,9}: [a-z ]{0,20}|[-*+] [a-z]{0,9}|1[.)] x|<b>&amp;\\[INST\\]|\u{FF1C}\u{2236}\u{200b}|[a-z ]{0,30})",
-                1..40,
+                "(={1,40}[a-z]?|-{1,40}[a-z]?|#+ [a-z ]{0,20}|[A-Za-z]{1,9}: [a-z ]{0,20}|[-*+] [a-z]{0,9}|1[.)] x|<b>&amp;\\[INST\\]|\u{FF1C}\u{2236}\u{200b}|[a-z ]{0,30}|[ \t]{0,40}|\n{0,30})",
+                1..120,
             ),
-            window in 1usize..400,
+            window in 1usize..3_000,
+            allow in 1usize..300,
         ) {
             let content: String = lines.iter().map(|l| format!("{l}\n")).collect();
             let a = Assembler::o200k();
@@ -1443,6 +1470,13 @@ mod tests {
             );
             if w.window == usize::MAX {
                 prop_assert_eq!(&w.text, &full.text);
+            }
+            let look_ahead = a.tokenizer.prefix_look_ahead().unwrap();
+            let none = strata_core::Prefix { len: 0, tokens: 0 };
+            let (p, _) = a.tokenizer.prefix_from(&w.text, allow, none);
+            if w.settles(p.len, look_ahead) {
+                let (q, _) = a.tokenizer.prefix_from(&full.text, allow, none);
+                prop_assert_eq!(p, q, "window {} settled on another prefix", window);
             }
         }
     }

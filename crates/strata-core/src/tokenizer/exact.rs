@@ -27,6 +27,11 @@ const CUT_MARGIN: usize = 3;
 /// try is a count up to the budget, so this bounds a tail cut inside one long piece).
 const SUFFIX_LOOKBACK_BYTES: usize = 64;
 
+/// Bytes past the end of a longest prefix that the answer can depend on, runs of whitespace
+/// aside: the few characters the pre-tokenizer's patterns read past a piece, with room to
+/// spare (see `Tokenizer::prefix_look_ahead`).
+const PREFIX_LOOK_AHEAD: usize = 64;
+
 /// Bytes per token of the budget in the first window a suffix search splits at the end of a
 /// long text: more than prose (about 4.5 in o200k), code and logs (3-4) or CJK (1.5-3) take,
 /// so that one window usually holds the suffix; a window that does not grows four times.
@@ -348,6 +353,16 @@ impl Tokenizer for TiktokenTokenizer {
         Some(self.longest_token())
     }
 
+    /// The pre-tokenizer decides where a piece ends from the characters up to a few past it
+    /// (contractions, a number's digits, the character after a run of blanks) but for a run
+    /// of whitespace, which it reads to its end; the prefix search looks at the pieces around
+    /// the first one that does not fit, reaching forward over whitespace only. So the answer
+    /// depends on at most [`PREFIX_LOOK_AHEAD`] bytes past its end when no whitespace run
+    /// crosses that point (ADR-0024).
+    fn prefix_look_ahead(&self) -> Option<usize> {
+        Some(PREFIX_LOOK_AHEAD)
+    }
+
     /// [`Tokenizer::count_resumed`]. A resume point follows a piece that is not whitespace
     /// only, found by walking `walked` from its start; every piece up to it, and where it ends,
     /// is decided by the bytes before it and a few after it. When `text` has the same bytes
@@ -404,8 +419,7 @@ impl Tokenizer for TiktokenTokenizer {
     /// the budget, and no further than where the suffix is over it (every suffix from further
     /// back is over too). The window starts at [`SUFFIX_WINDOW_BYTES_PER_TOKEN`] bytes per
     /// token of budget (at least 256) and grows fourfold until the suffix from its start is
-    /// over the budget (at most the budget's worth of the longest token), or it holds the whole
-    /// text, which then fits. The answer starts at the first boundary whose suffix fits, or
+    /// over the budget, or it holds the whole text, which then fits. The answer starts at the first boundary whose suffix fits, or
     /// before it, since counts are not monotone inside a piece: a binary search over starts in
     /// the piece in front of it, then each start up to [`SUFFIX_LOOKBACK_BYTES`] further back,
     /// each counted exactly (its own pieces up to where one ends on a boundary of the window,
