@@ -682,9 +682,9 @@ fn a_tool_result_of_megabytes_is_cut_from_a_bounded_walk() {
         )
         .unwrap();
     let r = ctx.report();
-    let cut = r.sections.iter().find(|s| s.id == "result").unwrap();
-    let SectionStatus::Cut { head_bytes, .. } = cut.status else {
-        panic!("{:?}", cut.status);
+    let cut = status_of(r, "result");
+    let SectionStatus::Cut { head_bytes, .. } = cut else {
+        panic!("{cut:?}");
     };
     let head = usize::try_from(head_bytes).unwrap();
     // Only what was kept (and a bounded walk past it) was handed to the tokenizer.
@@ -700,15 +700,10 @@ fn a_tool_result_of_megabytes_is_cut_from_a_bounded_walk() {
     let again = Assembler::o200k()
         .assemble(agent(), &request(vec![call.clone(), result(short)], total))
         .unwrap();
-    let cut_short = again
-        .report()
-        .sections
-        .iter()
-        .find(|s| s.id == "result")
-        .unwrap();
-    assert!(
-        matches!(cut_short.status, SectionStatus::Cut { head_bytes: h, .. } if h == head_bytes)
-    );
+    assert!(matches!(
+        status_of(again.report(), "result"),
+        SectionStatus::Cut { head_bytes: h, .. } if h == head_bytes
+    ));
     // The cut used the room: less than one log line's tokens is left.
     let line = &content[head..][..content[head..].find('\n').unwrap() + 1];
     assert!(
