@@ -94,8 +94,7 @@ fn receipts(c: &mut Criterion) {
                     Some(_) => Sent::Body(&sent),
                     None => Sent::Text(r.context.text()),
                 };
-                let st = receipt::statement(&agent, &r.context, s, key.key_id().as_str());
-                black_box(SignedReceipt::sign(st, &key).unwrap())
+                black_box(SignedReceipt::of_assembly(&agent, &r.context, s, &key))
             })
         });
         // The parts of building and signing, to see where the time goes.
@@ -107,6 +106,9 @@ fn receipts(c: &mut Criterion) {
         let id = key.key_id().to_string();
         g.bench_function("part_statement", |b| {
             b.iter(|| black_box(receipt::statement(&agent, &r.context, sent_of(), &id)))
+        });
+        g.bench_function("part_statement_bytes", |b| {
+            b.iter(|| black_box(receipt::statement_bytes(&agent, &r.context, sent_of(), &id)))
         });
         let st = receipt::statement(&agent, &r.context, sent_of(), &id);
         g.bench_function("part_canonical_bytes", |b| {

@@ -21,6 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 
 use ed25519_dalek::Signature;
 use serde::{Deserialize, Serialize};
@@ -350,65 +351,234 @@ pub enum Sent<'a> {
     Text(&'a str),
 }
 
-fn status_of(s: &SectionStatus) -> (&'static str, Option<String>, Option<u64>) {
+/// Why a section was dropped, filtered or overridden, written on demand.
+enum Reason<'a> {
+    Named(&'a str),
+    Overridden {
+        by_layer: Layer,
+        by_id: &'a str,
+        on: &'a str,
+    },
+}
+
+impl std::fmt::Display for Reason<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Named(r) => f.write_str(r),
+            Reason::Overridden {
+                by_layer,
+                by_id,
+                on,
+            } => write!(
+                f,
+                "lost `{on}` to layer {} section `{by_id}`",
+                by_layer.number()
+            ),
+        }
+    }
+}
+
+fn status_of(s: &SectionStatus) -> (&'static str, Option<Reason<'_>>, Option<u64>) {
     match s {
         SectionStatus::Kept => ("kept", None, None),
         SectionStatus::Cut { full_tokens, .. } => ("cut", None, *full_tokens),
-        SectionStatus::Dropped { reason } => ("dropped", Some(reason.to_string()), None),
-        SectionStatus::Filtered { reason } => ("filtered", Some(reason.to_string()), None),
+        SectionStatus::Dropped { reason } => ("dropped", Some(Reason::Named(reason)), None),
+        SectionStatus::Filtered { reason } => ("filtered", Some(Reason::Named(reason)), None),
         SectionStatus::Overridden {
             by_layer,
             by_id,
             on,
         } => (
             "overridden",
-            Some(format!(
-                "lost `{on}` to layer {} section `{by_id}`",
-                by_layer.number()
-            )),
+            Some(Reason::Overridden {
+                by_layer: *by_layer,
+                by_id,
+                on,
+            }),
             None,
         ),
     }
 }
 
-fn section_record(r: &SectionReport) -> SectionRecord {
-    let (status, reason, full_tokens) = status_of(&r.status);
-    let authority = match r.layer.as_runtime() {
+/// The authority a report entry's section was given (ADR-0014): its layer's, and for a turn of
+/// working memory the role the assembler reported for this very section.
+fn authority_of(r: &SectionReport) -> Authority {
+    match r.layer.as_runtime() {
         Some(l) => {
-            // The role the assembler reported for this very section (a turn of working
-            // memory; none elsewhere).
             let role = r.role.filter(|_| l == RuntimeLayer::WorkingMemory);
             Authority::of_runtime(l, role)
         }
         None => Authority::Signed,
-    };
+    }
+}
+
+/// The cut offsets of a report entry: bytes kept from the start and from the end.
+fn kept_bytes(s: &SectionStatus) -> (Option<u64>, Option<u64>) {
+    match s {
+        SectionStatus::Cut {
+            head_bytes,
+            tail_bytes,
+            ..
+        } => (Some(*head_bytes), Some(*tail_bytes)),
+        _ => (None, None),
+    }
+}
+
+fn section_record(r: &SectionReport) -> SectionRecord {
+    let (status, reason, full_tokens) = status_of(&r.status);
+    let (kept_head_bytes, kept_tail_bytes) = kept_bytes(&r.status);
     SectionRecord {
         id: r.id.to_string(),
         layer: r.layer,
-        authority: authority.name().to_owned(),
+        authority: authority_of(r).name().to_owned(),
         source: r.provenance.source.label(),
         producer: r.provenance.name.to_string(),
         record: r.provenance.record.as_deref().map(str::to_owned),
         content_digest: r.provenance.content_hash.to_string(),
         status: status.to_owned(),
-        reason,
+        reason: reason.map(|r| r.to_string()),
         tokens: r.tokens,
         full_tokens,
-        kept_head_bytes: match r.status {
-            SectionStatus::Cut { head_bytes, .. } => Some(head_bytes),
-            _ => None,
-        },
-        kept_tail_bytes: match r.status {
-            SectionStatus::Cut { tail_bytes, .. } => Some(tail_bytes),
-            _ => None,
-        },
+        kept_head_bytes,
+        kept_tail_bytes,
         sticky: r.sticky,
     }
+}
+
+/// A value written through its `Display`, as a JSON string, without an intermediate `String`.
+struct Shown<T>(T);
+
+impl<T: std::fmt::Display> Serialize for Shown<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+/// A report entry written as its [`SectionRecord`] would be, field for field in the same
+/// (canonical) order, straight from the report.
+struct SectionView<'a>(&'a SectionReport);
+
+impl Serialize for SectionView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let r = self.0;
+        let (status, reason, full_tokens) = status_of(&r.status);
+        let (head, tail) = kept_bytes(&r.status);
+        let mut st = s.serialize_struct("SectionRecord", 14)?;
+        st.serialize_field("authority", authority_of(r).name())?;
+        st.serialize_field("content_digest", &Shown(&r.provenance.content_hash))?;
+        st.serialize_field("full_tokens", &full_tokens)?;
+        st.serialize_field("id", r.id.as_str())?;
+        if let Some(head) = head {
+            st.serialize_field("kept_head_bytes", &head)?;
+        }
+        if let Some(tail) = tail {
+            st.serialize_field("kept_tail_bytes", &tail)?;
+        }
+        st.serialize_field("layer", &r.layer)?;
+        st.serialize_field("producer", &*r.provenance.name)?;
+        st.serialize_field("reason", &reason.map(Shown))?;
+        st.serialize_field("record", &r.provenance.record.as_deref())?;
+        st.serialize_field("source", &Shown(&r.provenance.source))?;
+        st.serialize_field("status", status)?;
+        st.serialize_field("sticky", &r.sticky)?;
+        st.serialize_field("tokens", &r.tokens)?;
+        st.end()
+    }
+}
+
+/// The report's entries written as the predicate's `sections`.
+struct SectionsView<'a>(&'a [SectionReport]);
+
+impl Serialize for SectionsView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(SectionView))
+    }
+}
+
+/// A [`Statement`] whose sections are written from the report (same fields, same order).
+#[derive(Serialize)]
+struct StatementView<'a> {
+    #[serde(rename = "_type")]
+    statement_type: &'a str,
+    predicate: PredicateView<'a>,
+    #[serde(rename = "predicateType")]
+    predicate_type: &'a str,
+    subject: &'a [Subject],
+}
+
+/// A [`Predicate`] whose sections are written from the report (same fields, same order).
+#[derive(Serialize)]
+struct PredicateView<'a> {
+    agent: &'a AgentRecord,
+    breakpoints: &'a [BreakpointRecord],
+    budget: &'a BudgetRecord,
+    counts: &'a CountsRecord,
+    format: &'a str,
+    omissions: &'a [OmissionRecord],
+    runtime_key_id: &'a str,
+    sections: SectionsView<'a>,
+    stable_prefix: &'a BreakpointRecord,
+    strata_version: &'a str,
+    tokenizer: &'a str,
+    tools: &'a ToolsRecord,
+}
+
+/// The canonical bytes of [`statement`]`(agent, ctx, sent, runtime_key_id)`, written straight
+/// from the report: the same bytes, without building an owned record (seven strings) for each
+/// section first (ADR-0021).
+pub fn statement_bytes(
+    agent: &VerifiedAgent,
+    ctx: &AssembledContext,
+    sent: Sent<'_>,
+    runtime_key_id: &str,
+) -> Vec<u8> {
+    let head = statement_without_sections(agent, ctx, sent, runtime_key_id);
+    let p = &head.predicate;
+    let view = StatementView {
+        statement_type: &head.statement_type,
+        predicate: PredicateView {
+            agent: &p.agent,
+            breakpoints: &p.breakpoints,
+            budget: &p.budget,
+            counts: &p.counts,
+            format: &p.format,
+            omissions: &p.omissions,
+            runtime_key_id: &p.runtime_key_id,
+            sections: SectionsView(&ctx.inner.report.sections),
+            stable_prefix: &p.stable_prefix,
+            strata_version: &p.strata_version,
+            tokenizer: &p.tokenizer,
+            tools: &p.tools,
+        },
+        predicate_type: &head.predicate_type,
+        subject: &head.subject,
+    };
+    // Serialising these types cannot fail: every map key is a string, no float is held.
+    serde_json::to_vec(&view).unwrap_or_default()
 }
 
 /// Build the statement of one assembly (ADR-0021). `sent` must be what the runtime sends for
 /// `ctx`; `runtime_key_id` is the id of the key that will sign it.
 pub fn statement(
+    agent: &VerifiedAgent,
+    ctx: &AssembledContext,
+    sent: Sent<'_>,
+    runtime_key_id: &str,
+) -> Statement {
+    let mut st = statement_without_sections(agent, ctx, sent, runtime_key_id);
+    st.predicate.sections = ctx
+        .inner
+        .report
+        .sections
+        .iter()
+        .map(section_record)
+        .collect();
+    st
+}
+
+/// The statement of one assembly with an empty section list.
+fn statement_without_sections(
     agent: &VerifiedAgent,
     ctx: &AssembledContext,
     sent: Sent<'_>,
@@ -476,7 +646,7 @@ pub fn statement(
             },
             stable_prefix: BreakpointRecord::from(&r.stable_prefix),
             breakpoints: r.breakpoints.iter().map(BreakpointRecord::from).collect(),
-            sections: r.sections.iter().map(section_record).collect(),
+            sections: Vec::new(),
             tools: ToolsRecord {
                 offered,
                 refused: r
@@ -502,13 +672,15 @@ pub fn statement(
     }
 }
 
-/// A signed receipt: the statement, its canonical bytes and the DSSE envelope over them.
+/// A signed receipt: the DSSE envelope over a statement's canonical bytes, and the statement.
+///
+/// A receipt signed from an assembly ([`SignedReceipt::of_assembly`]) is written straight to
+/// its bytes; the [`Statement`] is parsed from them only when [`SignedReceipt::statement`] is
+/// first called, so a runtime that only stores or forwards receipts never builds it.
 #[derive(Debug, Clone)]
 pub struct SignedReceipt {
-    /// The statement.
-    pub statement: Statement,
-    /// The envelope (payload type [`PAYLOAD_TYPE`]).
-    pub envelope: Envelope,
+    envelope: Envelope,
+    statement: OnceLock<Statement>,
 }
 
 impl SignedReceipt {
@@ -524,9 +696,43 @@ impl SignedReceipt {
         let mut envelope = Envelope::with_type(PAYLOAD_TYPE, statement.canonical_bytes());
         envelope.sign(key);
         Ok(SignedReceipt {
-            statement,
             envelope,
+            statement: OnceLock::from(statement),
         })
+    }
+
+    /// Build and sign the receipt of one assembly with the runtime key (ADR-0021): the same
+    /// bytes as signing [`statement`]`(agent, ctx, sent, key id)`, written straight from the
+    /// report ([`statement_bytes`]). `sent` must be what the runtime sends for `ctx`.
+    pub fn of_assembly(
+        agent: &VerifiedAgent,
+        ctx: &AssembledContext,
+        sent: Sent<'_>,
+        key: &KeyPair,
+    ) -> SignedReceipt {
+        let bytes = statement_bytes(agent, ctx, sent, key.key_id().as_str());
+        let mut envelope = Envelope::with_type(PAYLOAD_TYPE, bytes);
+        envelope.sign(key);
+        SignedReceipt {
+            envelope,
+            statement: OnceLock::new(),
+        }
+    }
+
+    /// The statement, parsed from the signed bytes the first time it is asked for.
+    pub fn statement(&self) -> &Statement {
+        self.statement.get_or_init(|| {
+            // The payload is private and was written from these very types by this module;
+            // a property test reads back the statement of random assemblies.
+            serde_json::from_slice(&self.envelope.payload)
+                .expect("a receipt's own statement bytes parse as a statement")
+        })
+    }
+
+    /// The DSSE envelope (payload type [`PAYLOAD_TYPE`]); its payload is the statement's
+    /// canonical bytes.
+    pub fn envelope(&self) -> &Envelope {
+        &self.envelope
     }
 
     /// The receipt file's text: the DSSE envelope as JSON.
@@ -581,13 +787,8 @@ impl Assembler {
             Some(_) => Sent::Body(&sent),
             None => Sent::Text(&context.inner.text),
         };
-        let st = statement(agent, &context, s, runtime_key.key_id().as_str());
-        let receipt = SignedReceipt::sign(st, runtime_key)?;
-        tracing::debug!(
-            agent = agent.agent_id(),
-            subject = %receipt.statement.subject[0].digest["sha256"],
-            "assembly receipt signed"
-        );
+        let receipt = SignedReceipt::of_assembly(agent, &context, s, runtime_key);
+        tracing::debug!(agent = agent.agent_id(), "assembly receipt signed");
         Ok(Receipted {
             context,
             sent,

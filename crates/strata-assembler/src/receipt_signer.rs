@@ -14,6 +14,11 @@
 //! receipts whose requests were already sent. A runtime that must never send a request without
 //! a durable receipt uses [`Assembler::assemble_with_receipt`] and appends before sending.
 //!
+//! An exact repeat of the last assembly handed over (the assembler's kept result itself, as a
+//! repeated request gets it, with the same definition and the same bytes sent) is delivered as
+//! a copy of the last receipt: its statement would be the same bytes, so nothing is built or
+//! signed again ([`ReceiptSigner::repeats`] counts them).
+//!
 //! Memory goes back to the thread that allocated it: the worker only reads what it is handed
 //! and keeps it, once signed, for [`ReceiptSigner::reclaim`], which the runtime calls after
 //! sending (while the model answers) to free it on its own thread. Memory freed on another
@@ -28,13 +33,14 @@
 //! [`Assembler::assemble_with_receipt`]: crate::Assembler::assemble_with_receipt
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use strata_agentdef::{KeyPair, VerifiedAgent};
 
-use crate::receipt::{statement, ReceiptError, Sent, SignedReceipt};
+use crate::output::Contents;
+use crate::receipt::{Sent, SignedReceipt};
 use crate::AssembledContext;
 
 /// Receives each signed receipt, on the signer's worker thread, in submission order. An error
@@ -81,15 +87,6 @@ struct Job {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SignerError {
-    /// A receipt could not be signed.
-    #[error("receipt {index}: {source}")]
-    Sign {
-        /// Its position in submission order, from 0.
-        index: u64,
-        /// Why.
-        #[source]
-        source: ReceiptError,
-    },
     /// The sink refused a receipt.
     #[error("receipt {index} could not be kept: {why}")]
     Sink {
@@ -121,6 +118,8 @@ struct Queue {
     spent: Vec<Job>,
     submitted: u64,
     done: u64,
+    /// Receipts delivered as copies of the previous one (exact repeats).
+    repeats: u64,
     first_error: Option<SignerError>,
     /// No more submissions: the worker ends when the queue is empty.
     closed: bool,
@@ -206,23 +205,66 @@ fn next_job(shared: &Shared) -> Option<Job> {
     }
 }
 
+/// The last receipt the worker signed and what it was signed from. An exact repeat of that
+/// assembly (the same shared result, a definition with the same record, the same bytes sent)
+/// has the same statement, so it gets a copy of the same receipt without building or signing
+/// anything: the statement is a function of exactly these and the key (ADR-0021).
+struct Last {
+    /// The result, without keeping it alive: its memory is freed by the runtime's thread. While
+    /// this is held the address cannot be reused, so equal addresses mean the same result.
+    context: Weak<Contents>,
+    agent: VerifiedAgent,
+    /// The worker's own copy of the body sent (empty for the plain-text format, whose text is
+    /// the result's own).
+    sent: Vec<u8>,
+    receipt: SignedReceipt,
+}
+
+impl Last {
+    fn repeats(&self, job: &Job) -> bool {
+        std::ptr::eq(self.context.as_ptr(), Arc::as_ptr(&job.context.inner))
+            && same_record(&self.agent, &job.agent)
+            && self.sent == job.sent
+    }
+}
+
+/// Whether two verified definitions give a receipt the same agent record.
+fn same_record(a: &VerifiedAgent, b: &VerifiedAgent) -> bool {
+    a.payload_sha256() == b.payload_sha256()
+        && a.identity_digest() == b.identity_digest()
+        && a.agent_id() == b.agent_id()
+        && a.version() == b.version()
+        && a.signers() == b.signers()
+}
+
 fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink, keep: usize) {
     let _end = EndGuard(shared);
-    let key_id = key.key_id().to_string();
     let mut index = 0u64;
+    let mut last: Option<Last> = None;
     while let Some(job) = next_job(shared) {
-        let sent = match &job.context.inner.conversation {
-            Some(_) => Sent::Body(&job.sent),
-            None => Sent::Text(job.context.text()),
+        let repeat = last.as_ref().is_some_and(|l| l.repeats(&job));
+        let receipt = match &last {
+            Some(l) if repeat => l.receipt.clone(),
+            _ => {
+                let sent = match &job.context.inner.conversation {
+                    Some(_) => Sent::Body(&job.sent),
+                    None => Sent::Text(job.context.text()),
+                };
+                let r = SignedReceipt::of_assembly(&job.agent, &job.context, sent, key);
+                last = Some(Last {
+                    context: Arc::downgrade(&job.context.inner),
+                    agent: job.agent.clone(),
+                    sent: job.sent.clone(),
+                    receipt: r.clone(),
+                });
+                r
+            }
         };
-        let st = statement(&job.agent, &job.context, sent, &key_id);
-        let outcome = match SignedReceipt::sign(st, key) {
-            Ok(r) => sink
-                .receive(r)
-                .map_err(|why| SignerError::Sink { index, why }),
-            Err(source) => Err(SignerError::Sign { index, source }),
-        };
+        let outcome = sink
+            .receive(receipt)
+            .map_err(|why| SignerError::Sink { index, why });
         let mut q = shared.lock();
+        q.repeats += u64::from(repeat);
         let unclaimed = if q.spent.len() < keep {
             q.spent.push(job);
             None
@@ -374,6 +416,13 @@ impl ReceiptSigner {
     pub fn progress(&self) -> (u64, u64) {
         let q = self.shared.lock();
         (q.submitted, q.done)
+    }
+
+    /// How many delivered receipts were copies of the one before: exact repeats of an assembly
+    /// (the same shared result, as a repeated request gets from the assembler's kept result,
+    /// with the same definition and the same bytes sent), which need no new signature.
+    pub fn repeats(&self) -> u64 {
+        self.shared.lock().repeats
     }
 
     /// Deliver everything submitted, stop the worker, and return the first failure, if any.

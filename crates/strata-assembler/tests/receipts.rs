@@ -197,7 +197,7 @@ fn receipt_matches_independent_references() {
 fn receipts_carry_no_prompt_text_and_are_canonical() {
     for provider in [None, Some(Provider::Anthropic)] {
         let r = receipted(provider);
-        let payload = r.receipt.envelope.payload.clone();
+        let payload = r.receipt.envelope().payload.clone();
         let text = String::from_utf8(payload.to_vec()).unwrap();
         for m in MARKERS {
             assert!(
@@ -244,7 +244,7 @@ fn authority_follows_the_turn_role() {
     let by_content = |needle: &str| {
         let h = format!("blake3:{}", blake3::hash(needle.as_bytes()).to_hex());
         r.receipt
-            .statement
+            .statement()
             .predicate
             .sections
             .iter()
@@ -322,7 +322,7 @@ fn every_turn_takes_the_role_it_was_offered_with() {
         (RuntimeLayer::WorkingMemory, Some(Role::Assistant | Role::ToolCall)) => "agent",
         _ => "data",
     };
-    let records = &r.receipt.statement.predicate.sections;
+    let records = &r.receipt.statement().predicate.sections;
     assert_eq!(records.len(), report.sections.len());
     for (entry, record) in report.sections.iter().zip(records) {
         // The offered section this entry is: by id, and by content among sections sharing one.
@@ -354,7 +354,7 @@ fn verification_checks_signature_body_and_definition() {
     let r = receipted(Some(Provider::Anthropic));
     let v = receipt::verify(r.receipt.to_json().as_bytes(), &runtime_trust()).unwrap();
     assert_eq!(v.signer(), runtime_key().key_id().as_str());
-    assert_eq!(v.statement(), &r.receipt.statement);
+    assert_eq!(v.statement(), r.receipt.statement());
     assert_eq!(v.check_sent(&r.sent).unwrap().name, "request-body");
     let pretty =
         serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(&r.sent).unwrap()).unwrap();
@@ -376,7 +376,7 @@ fn verification_checks_signature_body_and_definition() {
         "{e}"
     );
     // Signing a statement that names another key is refused before anything is written.
-    let st = r.receipt.statement.clone();
+    let st = r.receipt.statement().clone();
     assert_eq!(
         SignedReceipt::sign(st, &KeyPair::from_seed(&OTHER_SEED))
             .unwrap_err()
@@ -448,16 +448,16 @@ fn entry_spans(log: &[u8]) -> Vec<std::ops::Range<usize>> {
 fn fixtures() -> Vec<(&'static str, Fixture)> {
     let r = receipted(Some(Provider::OpenAiChat));
     let receipt = r.receipt.to_json().into_bytes();
-    let payload = r.receipt.envelope.payload.to_vec();
+    let payload = r.receipt.envelope().payload.to_vec();
     let key = runtime_key();
     let other = KeyPair::from_seed(&OTHER_SEED);
     let mut body_flipped = r.sent.clone();
     let mid = body_flipped.len() / 2;
     body_flipped[mid] ^= 0x04;
 
-    let mut pretty_statement = serde_json::to_vec_pretty(&r.receipt.statement).unwrap();
+    let mut pretty_statement = serde_json::to_vec_pretty(&r.receipt.statement()).unwrap();
     pretty_statement.push(b'\n');
-    let mut other_key_statement = r.receipt.statement.clone();
+    let mut other_key_statement = r.receipt.statement().clone();
     other_key_statement.predicate.runtime_key_id = other.key_id().to_string();
     let revoking = format!(
         "{}\n[[revoked]]\nid = \"{}\"\nreason = \"runtime host compromised\"\n",
@@ -893,6 +893,7 @@ struct Spec {
     cap: Option<u32>,
     provider: Option<usize>,
     strip: bool,
+    count_cut: bool,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -904,15 +905,19 @@ fn spec() -> impl Strategy<Value = Spec> {
         proptest::option::of(20u32..200),
         proptest::option::of(0usize..3),
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(sections, turns, budget, cap, provider, strip)| Spec {
-            sections,
-            turns,
-            budget,
-            cap,
-            provider,
-            strip,
-        })
+        .prop_map(
+            |(sections, turns, budget, cap, provider, strip, count_cut)| Spec {
+                sections,
+                turns,
+                budget,
+                cap,
+                provider,
+                strip,
+                count_cut,
+            },
+        )
 }
 
 fn build(s: &Spec) -> AssemblyRequest {
@@ -957,6 +962,7 @@ fn build(s: &Spec) -> AssemblyRequest {
     AssemblyRequest {
         sections,
         budget: Some(BudgetSpec::Explicit(budget)),
+        count_cut_sections: s.count_cut,
         provider: s.provider.map(|p| {
             [
                 Provider::OpenAiChat,
@@ -992,7 +998,7 @@ proptest! {
             return Ok(());
         };
         let report = r.context.report();
-        let rec = &r.receipt.statement.predicate.sections;
+        let rec = &r.receipt.statement().predicate.sections;
         prop_assert_eq!(rec.len(), report.sections.len());
         for (x, y) in rec.iter().zip(&report.sections) {
             prop_assert_eq!(&x.id, &y.id);
@@ -1020,15 +1026,23 @@ proptest! {
                 None => prop_assert!(x.reason.is_none()),
             }
         }
-        prop_assert_eq!(&r.receipt.statement.predicate.tools.refused.len(), &report.tools.refused.len());
-        prop_assert_eq!(&r.receipt.statement.predicate.counts.used_tokens, &report.used_tokens);
+        prop_assert_eq!(&r.receipt.statement().predicate.tools.refused.len(), &report.tools.refused.len());
+        prop_assert_eq!(&r.receipt.statement().predicate.counts.used_tokens, &report.used_tokens);
         let v = receipt::verify(r.receipt.to_json().as_bytes(), &runtime_trust()).unwrap();
         prop_assert!(v.check_sent(&r.sent).is_ok());
         // Canonical: the signed bytes are what serde_json writes for the parsed value, whose
         // object keys are sorted.
-        let payload = r.receipt.envelope.payload.to_vec();
+        let payload = r.receipt.envelope().payload.to_vec();
         let value: Value = serde_json::from_slice(&payload).unwrap();
-        prop_assert_eq!(serde_json::to_vec(&value).unwrap(), payload);
+        prop_assert_eq!(&serde_json::to_vec(&value).unwrap(), &payload);
+        // The signed bytes, written straight from the report, are the bytes of the statement
+        // built with an owned record per section.
+        let sent = match r.context.conversation() {
+            Some(_) => Sent::Body(&r.sent),
+            None => Sent::Text(r.context.text()),
+        };
+        let owned = receipt::statement(agent(), &r.context, sent, runtime_key().key_id().as_str());
+        prop_assert_eq!(owned.canonical_bytes(), payload);
         let again = Assembler::new(tokenizer()).assemble_with_receipt(agent(), &req, &params(), &runtime_key()).unwrap();
         prop_assert_eq!(again.receipt.to_json(), r.receipt.to_json());
         prop_assert_eq!(again.sent, r.sent);
@@ -1073,24 +1087,32 @@ fn the_property_generator_reaches_every_outcome() {
         else {
             continue;
         };
-        seen.insert(r.receipt.statement.predicate.format.clone());
-        for x in &r.receipt.statement.predicate.sections {
+        seen.insert(r.receipt.statement().predicate.format.clone());
+        for x in &r.receipt.statement().predicate.sections {
             seen.insert(x.status.clone());
+            if x.full_tokens.is_some() {
+                seen.insert("cut, counted whole".into());
+            }
         }
     }
-    for want in ["kept", "cut", "dropped", "overridden", "text"] {
+    for want in [
+        "kept",
+        "cut",
+        "cut, counted whole",
+        "dropped",
+        "overridden",
+        "text",
+    ] {
         assert!(seen.contains(want), "{want} never occurred: {seen:?}");
     }
     assert!(seen.len() >= 6, "{seen:?}");
 }
 
-/// Verifies ADR-0021: receipts signed off the request path by a `ReceiptSigner` are byte for
-/// byte the receipts signed on it, delivered in submission order, none lost although the queue
-/// (capacity 2) is full most of the time; each verifies and names the SHA-256 of what was sent.
-#[test]
-fn deferred_receipts_are_the_synchronous_ones_in_order_and_none_is_lost() {
-    use std::sync::{Arc, Mutex};
-    let collected = Arc::new(Mutex::new(Vec::new()));
+/// A signer with room for `capacity` waiting receipts whose sink keeps each envelope's JSON.
+fn collecting_signer(
+    capacity: usize,
+) -> (ReceiptSigner, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let collected = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = collected.clone();
     let signer = ReceiptSigner::start(
         runtime_key(),
@@ -1098,8 +1120,17 @@ fn deferred_receipts_are_the_synchronous_ones_in_order_and_none_is_lost() {
             sink.lock().unwrap().push(r.to_json());
             Ok(())
         },
-        2,
+        capacity,
     );
+    (signer, collected)
+}
+
+/// Verifies ADR-0021: receipts signed off the request path by a `ReceiptSigner` are byte for
+/// byte the receipts signed on it, delivered in submission order, none lost although the queue
+/// (capacity 2) is full most of the time; each verifies and names the SHA-256 of what was sent.
+#[test]
+fn deferred_receipts_are_the_synchronous_ones_in_order_and_none_is_lost() {
+    let (signer, collected) = collecting_signer(2);
     let providers = [None, Some(Provider::Anthropic), Some(Provider::OpenAiChat)];
     let mut expected = Vec::new();
     for i in 0..24 {
@@ -1143,6 +1174,74 @@ fn deferred_receipts_are_the_synchronous_ones_in_order_and_none_is_lost() {
             digest,
             "receipt {i}"
         );
+    }
+}
+
+/// Verifies ADR-0021: an exact repeat of the last assembly handed over (the assembler's kept
+/// result, the same definition, the same body) is delivered as a copy of its receipt, and the
+/// copy is the receipt signing it again gives; the same result with another body, or a result
+/// that only equals the last one, is signed afresh and names what was sent.
+#[test]
+fn an_exact_repeat_gets_the_same_receipt_without_a_new_signature() {
+    let (signer, collected) = collecting_signer(8);
+    let warm = Assembler::new(tokenizer());
+    let req = request(Some(Provider::OpenAiChat));
+    // The third assembly of a request is kept and the fourth is served from it (ADR-0024).
+    for _ in 0..2 {
+        warm.assemble(agent(), &req).unwrap();
+    }
+    let a = warm.assemble(agent(), &req).unwrap();
+    let again = warm.assemble(agent(), &req).unwrap();
+    assert!(
+        again.ptr_eq(&a),
+        "the premise: a repeated request gets the kept result"
+    );
+    let fresh = Assembler::new(tokenizer()).assemble(agent(), &req).unwrap();
+    assert!(!fresh.ptr_eq(&a));
+    let body = |ctx: &AssembledContext, model: &str| {
+        let p = RequestParams {
+            model: model.into(),
+            ..params()
+        };
+        receipt::body_bytes(&ctx.request_body(Provider::OpenAiChat, &p).unwrap())
+    };
+    let (gpt, other) = (body(&a, "gpt-4o"), body(&a, "gpt-4o-mini"));
+    assert_ne!(gpt, other);
+    // (context, body sent, whether the worker may copy the receipt before it)
+    let turns = [
+        (&a, &gpt, false),
+        (&again, &gpt, true),
+        (&a, &gpt, true),
+        (&a, &other, false),
+        (&fresh, &other, false),
+        (&a, &other, false),
+        (&a, &other, true),
+    ];
+    for (ctx, sent, _) in &turns {
+        signer
+            .submit(agent(), (*ctx).clone(), Some((*sent).clone()))
+            .unwrap();
+    }
+    signer.flush().unwrap();
+    let copies = turns.iter().filter(|(_, _, copy)| *copy).count() as u64;
+    assert_eq!(signer.repeats(), copies);
+    signer.finish().unwrap();
+    let got = collected.lock().unwrap().clone();
+    assert_eq!(got.len(), turns.len());
+    for (i, ((ctx, sent, _), envelope)) in turns.iter().zip(&got).enumerate() {
+        let want = SignedReceipt::sign(
+            receipt::statement(
+                agent(),
+                ctx,
+                Sent::Body(sent),
+                runtime_key().key_id().as_str(),
+            ),
+            &runtime_key(),
+        )
+        .unwrap();
+        assert_eq!(envelope, &want.to_json(), "receipt {i}");
+        let v = receipt::verify(envelope.as_bytes(), &runtime_trust()).unwrap();
+        assert!(v.check_sent(sent).is_ok(), "receipt {i}");
     }
 }
 

@@ -137,13 +137,14 @@ impl fmt::Debug for ContentHash {
 
 impl fmt::Display for ContentHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "blake3:{}", self.to_hex())
+        // The hex is written from a stack buffer: displaying a hash allocates nothing.
+        write!(f, "blake3:{}", blake3::Hash::from(self.0).to_hex())
     }
 }
 
 impl Serialize for ContentHash {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_hex())
+        s.serialize_str(&blake3::Hash::from(self.0).to_hex())
     }
 }
 

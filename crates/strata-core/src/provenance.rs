@@ -1,5 +1,6 @@
 //! Provenance: who produced a section, from which source, with which content hash.
 
+use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -26,12 +27,19 @@ pub enum SourceKind {
 impl SourceKind {
     /// A short stable label (`static`, `config`, `mcp:<server>`, `store`, `caller`).
     pub fn label(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for SourceKind {
+    /// The label (see [`SourceKind::label`]), written without allocating.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SourceKind::Static => "static".into(),
-            SourceKind::Config => "config".into(),
-            SourceKind::Mcp(s) => format!("mcp:{s}"),
-            SourceKind::Store => "store".into(),
-            SourceKind::Caller => "caller".into(),
+            SourceKind::Static => f.write_str("static"),
+            SourceKind::Config => f.write_str("config"),
+            SourceKind::Mcp(s) => write!(f, "mcp:{s}"),
+            SourceKind::Store => f.write_str("store"),
+            SourceKind::Caller => f.write_str("caller"),
         }
     }
 }

@@ -807,7 +807,7 @@ async fn prepare_turn(
             .map_err(|e| ApiError::new(ErrorCode::Internal, format!("report: {e}")))?;
         let receipt = match &prepared.receipt {
             Some(r) => {
-                let envelope = r.envelope.to_json();
+                let envelope = r.to_json();
                 if let Some(log) = &st2.receipt_log {
                     // The receipt is on disk before the turn is acknowledged.
                     log.lock()

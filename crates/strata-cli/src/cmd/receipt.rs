@@ -177,7 +177,7 @@ fn make(args: &MakeArgs, out: &Output) -> Result<(), CliError> {
     }
     super::write_atomically(&args.body, &r.sent)?;
     super::write_atomically(&args.receipt, r.receipt.to_json().as_bytes())?;
-    let subject = &r.receipt.statement.subject[0];
+    let subject = &r.receipt.statement().subject[0];
     out.line(&format!(
         "receipt {} names {} {} sha256:{}",
         args.receipt.display(),
