@@ -24,11 +24,21 @@ pub struct AssembledContext {
 /// What an [`AssembledContext`] holds.
 #[derive(Debug, Serialize)]
 pub(crate) struct Contents {
+    /// Distinct for every assembly made in this process ([`next_serial`]): a receipt signer
+    /// recognises the same result again by it without holding a reference (ADR-0021).
+    #[serde(skip)]
+    pub(crate) serial: u64,
     pub(crate) text: String,
     pub(crate) identity_digest: ContentHash,
     pub(crate) tools: Vec<ToolName>,
     pub(crate) report: Report,
     pub(crate) conversation: Option<Conversation>,
+}
+
+/// A number no other assembly of this process has had.
+pub(crate) fn next_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl AssembledContext {

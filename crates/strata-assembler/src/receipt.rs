@@ -525,8 +525,8 @@ struct PredicateView<'a> {
 }
 
 /// The canonical bytes of [`statement`]`(agent, ctx, sent, runtime_key_id)`, written straight
-/// from the report: the same bytes, without building an owned record (seven strings) for each
-/// section first (ADR-0021).
+/// from the report: the same bytes, without building an owned record (six to eight strings) for
+/// each section first (ADR-0021).
 pub fn statement_bytes(
     agent: &VerifiedAgent,
     ctx: &AssembledContext,
@@ -554,8 +554,9 @@ pub fn statement_bytes(
         predicate_type: &head.predicate_type,
         subject: &head.subject,
     };
-    // Serialising these types cannot fail: every map key is a string, no float is held.
-    serde_json::to_vec(&view).unwrap_or_default()
+    // Every map key is a string and no float is held, so this cannot fail; should it, no
+    // receipt is better than one signed over empty bytes.
+    serde_json::to_vec(&view).expect("a statement serialises")
 }
 
 /// Build the statement of one assembly (ADR-0021). `sent` must be what the runtime sends for
@@ -762,9 +763,6 @@ pub enum ReceiptedError {
     /// The request body could not be written.
     #[error(transparent)]
     Request(#[from] RequestError),
-    /// The receipt could not be signed.
-    #[error(transparent)]
-    Receipt(#[from] ReceiptError),
 }
 
 impl Assembler {
@@ -788,7 +786,11 @@ impl Assembler {
             None => Sent::Text(&context.inner.text),
         };
         let receipt = SignedReceipt::of_assembly(agent, &context, s, runtime_key);
-        tracing::debug!(agent = agent.agent_id(), "assembly receipt signed");
+        tracing::debug!(
+            agent = agent.agent_id(),
+            statement_bytes = receipt.envelope().payload.len(),
+            "assembly receipt signed"
+        );
         Ok(Receipted {
             context,
             sent,

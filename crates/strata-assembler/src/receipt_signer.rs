@@ -33,13 +33,13 @@
 //! [`Assembler::assemble_with_receipt`]: crate::Assembler::assemble_with_receipt
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use strata_agentdef::{KeyPair, VerifiedAgent};
+use strata_agentdef::{KeyId, KeyPair, VerifiedAgent};
+use strata_core::ContentHash;
 
-use crate::output::Contents;
 use crate::receipt::{Sent, SignedReceipt};
 use crate::AssembledContext;
 
@@ -206,35 +206,55 @@ fn next_job(shared: &Shared) -> Option<Job> {
 }
 
 /// The last receipt the worker signed and what it was signed from. An exact repeat of that
-/// assembly (the same shared result, a definition with the same record, the same bytes sent)
-/// has the same statement, so it gets a copy of the same receipt without building or signing
-/// anything: the statement is a function of exactly these and the key (ADR-0021).
+/// assembly (the same result, a definition with the same record, the same bytes sent) has the
+/// same statement, so it gets a copy of the same receipt without building or signing anything:
+/// the statement is a function of exactly these and the key (ADR-0021). Everything here is the
+/// worker's own: it holds no reference to what it was handed.
 struct Last {
-    /// The result, without keeping it alive: its memory is freed by the runtime's thread. While
-    /// this is held the address cannot be reused, so equal addresses mean the same result.
-    context: Weak<Contents>,
-    agent: VerifiedAgent,
-    /// The worker's own copy of the body sent (empty for the plain-text format, whose text is
-    /// the result's own).
+    /// The result's serial number, distinct for every assembly of the process.
+    serial: u64,
+    agent: AgentKey,
+    /// A copy of the body sent (empty for the plain-text format, whose text is the result's
+    /// own), in a buffer reused from receipt to receipt.
     sent: Vec<u8>,
     receipt: SignedReceipt,
 }
 
 impl Last {
     fn repeats(&self, job: &Job) -> bool {
-        std::ptr::eq(self.context.as_ptr(), Arc::as_ptr(&job.context.inner))
-            && same_record(&self.agent, &job.agent)
+        self.serial == job.context.inner.serial
+            && self.agent.matches(&job.agent)
             && self.sent == job.sent
     }
 }
 
-/// Whether two verified definitions give a receipt the same agent record.
-fn same_record(a: &VerifiedAgent, b: &VerifiedAgent) -> bool {
-    a.payload_sha256() == b.payload_sha256()
-        && a.identity_digest() == b.identity_digest()
-        && a.agent_id() == b.agent_id()
-        && a.version() == b.version()
-        && a.signers() == b.signers()
+/// What a receipt records of a definition (its agent record), owned by the worker.
+struct AgentKey {
+    id: String,
+    version: u64,
+    payload_sha256: String,
+    identity_digest: ContentHash,
+    signers: Vec<KeyId>,
+}
+
+impl AgentKey {
+    fn of(a: &VerifiedAgent) -> AgentKey {
+        AgentKey {
+            id: a.agent_id().to_owned(),
+            version: a.version(),
+            payload_sha256: a.payload_sha256().to_owned(),
+            identity_digest: a.identity_digest(),
+            signers: a.signers().to_vec(),
+        }
+    }
+
+    fn matches(&self, a: &VerifiedAgent) -> bool {
+        self.payload_sha256 == a.payload_sha256()
+            && self.identity_digest == a.identity_digest()
+            && self.id == a.agent_id()
+            && self.version == a.version()
+            && self.signers == a.signers()
+    }
 }
 
 fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink, keep: usize) {
@@ -243,20 +263,38 @@ fn work(shared: &Shared, key: &KeyPair, sink: &mut dyn ReceiptSink, keep: usize)
     let mut last: Option<Last> = None;
     while let Some(job) = next_job(shared) {
         let repeat = last.as_ref().is_some_and(|l| l.repeats(&job));
-        let receipt = match &last {
-            Some(l) if repeat => l.receipt.clone(),
-            _ => {
+        let copy = if repeat {
+            last.as_ref().map(|l| l.receipt.clone())
+        } else {
+            None
+        };
+        let receipt = match copy {
+            Some(r) => r,
+            None => {
                 let sent = match &job.context.inner.conversation {
                     Some(_) => Sent::Body(&job.sent),
                     None => Sent::Text(job.context.text()),
                 };
                 let r = SignedReceipt::of_assembly(&job.agent, &job.context, sent, key);
-                last = Some(Last {
-                    context: Arc::downgrade(&job.context.inner),
-                    agent: job.agent.clone(),
-                    sent: job.sent.clone(),
-                    receipt: r.clone(),
-                });
+                match &mut last {
+                    Some(l) => {
+                        l.serial = job.context.inner.serial;
+                        if !l.agent.matches(&job.agent) {
+                            l.agent = AgentKey::of(&job.agent);
+                        }
+                        l.sent.clear();
+                        l.sent.extend_from_slice(&job.sent);
+                        l.receipt = r.clone();
+                    }
+                    None => {
+                        last = Some(Last {
+                            serial: job.context.inner.serial,
+                            agent: AgentKey::of(&job.agent),
+                            sent: job.sent.clone(),
+                            receipt: r.clone(),
+                        })
+                    }
+                }
                 r
             }
         };

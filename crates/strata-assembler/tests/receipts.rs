@@ -934,7 +934,15 @@ fn build(s: &Spec) -> AssemblyRequest {
                 .unwrap()
                 .priority(*prio)
                 .sticky(*sticky && i % 4 == 0)
-                .source(SourceKind::Store, "prop")
+                .source(
+                    match i % 3 {
+                        0 => SourceKind::Store,
+                        1 => SourceKind::Mcp("srv-\"1\"".into()),
+                        _ => SourceKind::Caller,
+                    },
+                    "prop",
+                )
+                .record((i % 2 == 0).then_some("rec-7"), None, None)
                 .build(),
         );
     }
@@ -1105,7 +1113,12 @@ fn the_property_generator_reaches_every_outcome() {
     ] {
         assert!(seen.contains(want), "{want} never occurred: {seen:?}");
     }
-    assert!(seen.len() >= 6, "{seen:?}");
+    assert!(
+        ["openai-chat", "openai-responses", "anthropic"]
+            .iter()
+            .any(|p| seen.contains(*p)),
+        "no provider-native assembly: {seen:?}"
+    );
 }
 
 /// A signer with room for `capacity` waiting receipts whose sink keeps each envelope's JSON.
@@ -1207,41 +1220,90 @@ fn an_exact_repeat_gets_the_same_receipt_without_a_new_signature() {
     };
     let (gpt, other) = (body(&a, "gpt-4o"), body(&a, "gpt-4o-mini"));
     assert_ne!(gpt, other);
-    // (context, body sent, whether the worker may copy the receipt before it)
-    let turns = [
-        (&a, &gpt, false),
-        (&again, &gpt, true),
-        (&a, &gpt, true),
-        (&a, &other, false),
-        (&fresh, &other, false),
-        (&a, &other, false),
-        (&a, &other, true),
-    ];
-    for (ctx, sent, _) in &turns {
-        signer
-            .submit(agent(), (*ctx).clone(), Some((*sent).clone()))
-            .unwrap();
+    // Another definition with the same identity: another payload, so another record.
+    let other_agent = support::agent_with(
+        16_000,
+        "You are Tester, an agent used to check the assembler.",
+    );
+    assert_ne!(other_agent.payload_sha256(), agent().payload_sha256());
+    let text_req = request(None);
+    for _ in 0..3 {
+        warm.assemble(agent(), &text_req).unwrap();
     }
+    let t = warm.assemble(agent(), &text_req).unwrap();
+    let t_again = warm.assemble(agent(), &text_req).unwrap();
+    assert!(t_again.ptr_eq(&t), "the premise, in the plain-text format");
+    // (definition, context, body sent, whether the worker may copy the receipt before it)
+    let mut turns: Vec<(&VerifiedAgent, AssembledContext, Option<Vec<u8>>, bool)> = vec![
+        (agent(), a.clone(), Some(gpt.clone()), false),
+        (agent(), again.clone(), Some(gpt.clone()), true),
+        (agent(), a.clone(), Some(gpt.clone()), true),
+        (agent(), a.clone(), Some(other.clone()), false),
+        (agent(), fresh.clone(), Some(other.clone()), false),
+        (agent(), a.clone(), Some(other.clone()), false),
+        (agent(), a.clone(), Some(other.clone()), true),
+        (&other_agent, a.clone(), Some(other.clone()), false),
+        (agent(), t.clone(), None, false),
+        (agent(), t_again, None, true),
+    ];
+    for (who, ctx, sent, _) in &turns {
+        signer.submit(who, ctx.clone(), sent.clone()).unwrap();
+    }
+    // Plain-text results that each end before the next is made, so that one may be allocated
+    // where the last was: each is still signed as itself, whatever its address.
     signer.flush().unwrap();
-    let copies = turns.iter().filter(|(_, _, copy)| *copy).count() as u64;
-    assert_eq!(signer.repeats(), copies);
-    signer.finish().unwrap();
-    let got = collected.lock().unwrap().clone();
-    assert_eq!(got.len(), turns.len());
-    for (i, ((ctx, sent, _), envelope)) in turns.iter().zip(&got).enumerate() {
+    signer.reclaim();
+    for i in 0..6 {
+        let mut req = request(None);
+        req.sections.push(
+            Section::builder(
+                RuntimeLayer::LongTermMemory,
+                "x",
+                format!("passing note {i}"),
+            )
+            .unwrap()
+            .build(),
+        );
+        let ctx = Assembler::new(tokenizer()).assemble(agent(), &req).unwrap();
         let want = SignedReceipt::sign(
             receipt::statement(
                 agent(),
-                ctx,
-                Sent::Body(sent),
+                &ctx,
+                Sent::Text(ctx.text()),
                 runtime_key().key_id().as_str(),
             ),
+            &runtime_key(),
+        )
+        .unwrap()
+        .to_json();
+        signer.submit(agent(), ctx, None).unwrap();
+        signer.flush().unwrap();
+        signer.reclaim();
+        assert_eq!(
+            collected.lock().unwrap().last(),
+            Some(&want),
+            "passing note {i}"
+        );
+    }
+    let copies = turns.iter().filter(|(_, _, _, copy)| *copy).count() as u64;
+    assert_eq!(signer.repeats(), copies);
+    signer.finish().unwrap();
+    let got = collected.lock().unwrap().clone();
+    assert_eq!(got.len(), turns.len() + 6);
+    for (i, ((who, ctx, sent, _), envelope)) in turns.drain(..).zip(&got).enumerate() {
+        let named = match &sent {
+            Some(b) => Sent::Body(b),
+            None => Sent::Text(ctx.text()),
+        };
+        let want = SignedReceipt::sign(
+            receipt::statement(who, &ctx, named, runtime_key().key_id().as_str()),
             &runtime_key(),
         )
         .unwrap();
         assert_eq!(envelope, &want.to_json(), "receipt {i}");
         let v = receipt::verify(envelope.as_bytes(), &runtime_trust()).unwrap();
-        assert!(v.check_sent(sent).is_ok(), "receipt {i}");
+        let bytes = sent.unwrap_or_else(|| ctx.text().as_bytes().to_vec());
+        assert!(v.check_sent(&bytes).is_ok(), "receipt {i}");
     }
 }
 

@@ -1294,6 +1294,7 @@ impl Assembler {
         });
         tracing::debug!(tokens = tokens_so_far, budget = prompt_budget, "assembled");
         Ok(AssembledContext::new(Contents {
+            serial: crate::output::next_serial(),
             identity_digest: agent.identity_digest(),
             tools: tools_report.effective.clone(),
             report: Report {
