@@ -166,6 +166,29 @@ fn soup(rng: &mut Rng, chars: usize) -> String {
     (0..chars).map(|_| rng.pick(CHARS)).collect()
 }
 
+/// A word, then a run of about `bytes` of whitespace (blanks, tabs, line breaks, `\r\n`,
+/// Unicode spaces) in random proportions, then words: one long piece of whitespace with breaks,
+/// or several.
+fn blank_run(rng: &mut Rng, bytes: usize) -> String {
+    const UNITS: &[&str] = &[
+        " ", "  ", "\n", "\n\n", "\t", "\r\n", "\r", "\u{3000}", "\u{a0}",
+    ];
+    let weights: Vec<usize> = UNITS.iter().map(|_| 1 + rng.below(6)).collect();
+    let total: usize = weights.iter().sum();
+    let mut s = String::from(rng.pick(&["w", "a.", "x!", "1"]));
+    while s.len() < bytes {
+        let mut pick = rng.below(total);
+        let mut k = 0;
+        while pick >= weights[k] {
+            pick -= weights[k];
+            k += 1;
+        }
+        s.push_str(UNITS[k]);
+    }
+    s.push_str(rng.pick(&["end", " end", "!", "\nend", ""]));
+    s
+}
+
 /// The longest prefix within `budget` by brute force over every character boundary, counted by
 /// the reference.
 fn reference_prefix(r: &CoreBPE, text: &str, budget: usize) -> (usize, usize) {
@@ -460,6 +483,38 @@ fn long_pieces_with_an_apostrophe_or_a_final_break_are_cut_at_the_longest() {
     }
 }
 
+/// Verifies ADR-0020 (amended): a long run of whitespace holding line breaks, where a cut may
+/// split the run into two pieces and the count does not grow with the prefix, is cut at the
+/// longest prefix that fits by the reference count of every longer cut nearby (such runs once
+/// ended in a bisection that could stop a few characters short).
+#[test]
+fn long_whitespace_runs_with_line_breaks_are_cut_at_the_longest() {
+    let mut rng = Rng(17);
+    let mut texts = vec![
+        format!("start{}end", " \n".repeat(1_500)),
+        format!("start{}end", "    \n\n".repeat(700)),
+        format!("a{}b", "\r\n \t".repeat(800)),
+        format!("x {} y", "\n".repeat(3_000)),
+    ];
+    for _ in 0..8 {
+        texts.push(blank_run(&mut rng, 4_000));
+    }
+    for (t, r) in pairs() {
+        for text in &texts {
+            let total = reference(r, text);
+            for budget in [
+                total / 5,
+                total / 3,
+                total / 2 + 1,
+                total * 3 / 4,
+                total - 1,
+            ] {
+                check_prefix_locally(&t, r, text, budget);
+            }
+        }
+    }
+}
+
 /// Verifies ADR-0024: the suffix kept by a tail cut fits its budget by the reference count on
 /// every input and is the longest that fits, by brute force over every character boundary
 /// (a binary search alone fell short on 24 of these 1,120 cases, where BPE counts are not
@@ -745,10 +800,11 @@ fn thorough_differential_campaign() {
         let mut rng = Rng(99);
         for round in 0..rounds {
             let size = rng.below(400);
-            let text = match round % 4 {
+            let text = match round % 5 {
                 0 => soup(&mut rng, size),
                 1 => document(&mut rng, size),
                 2 => long_run(&mut rng, 1 + size * 50),
+                3 => blank_run(&mut rng, 1 + size * 10),
                 _ => [
                     soup(&mut rng, 20),
                     long_run(&mut rng, 2_000),

@@ -199,12 +199,25 @@ impl TiktokenTokenizer {
             }
             base += enc.token_count();
         }
-        // Exact checks cost the length of the prefix they count; past this much work (only
-        // reached by long pieces of whitespace and line breaks, where many estimates are near
-        // the budget), the rest is a bisection.
+        // Exact checks cost the length of the prefix they count; past this much work (a last
+        // resort that no known input reaches since whitespace with breaks is counted at every
+        // cut at once, `blank_cut`), the rest is a bisection.
         let mut work_left = 8 * estimate.len() + 4_096;
-        while let Some((piece_end, split)) = pieces.pop() {
+        while let Some((piece_end, mut split)) = pieces.pop() {
             let piece_start = pieces.last().map_or(0, |&(end, _)| end);
+            if split == Split::BlankWithBreaks {
+                match self.blank_cut(region, &estimate, piece_start, piece_end, room) {
+                    BlankCut::Fits(i, n) => {
+                        return Prefix {
+                            len: start + i,
+                            tokens: before + n,
+                        }
+                    }
+                    BlankCut::NoneFits => continue,
+                    // Not as the pre-tokenizer was expected to split it: check every cut.
+                    BlankCut::Unexpected => split = Split::Anywhere,
+                }
+            }
             for i in (piece_start + 1..=piece_end).rev() {
                 // An estimate over the budget is exact, unless a cut here can split the piece
                 // or join its first character to whitespace before it.
@@ -215,6 +228,7 @@ impl TiktokenTokenizer {
                         [(i.saturating_sub(APOSTROPHE_REACH)).max(piece_start)..i]
                         .contains(&b'\''),
                     Split::Never => false,
+                    Split::BlankWithBreaks => true,
                 } || i - piece_start <= 4;
                 let over = estimate[i] > room;
                 if (over && (!risky || estimate[i] > room + CUT_MARGIN))
@@ -237,6 +251,72 @@ impl TiktokenTokenizer {
         Prefix {
             len: start,
             tokens: before,
+        }
+    }
+}
+
+/// The outcome of [`TiktokenTokenizer::blank_cut`].
+enum BlankCut {
+    /// The longest fitting cut inside the piece (bytes of the region) and its tokens.
+    Fits(usize, usize),
+    /// No cut inside the piece fits.
+    NoneFits,
+    /// The count of the longest cut the piece's split predicts was not the exact count.
+    Unexpected,
+}
+
+impl TiktokenTokenizer {
+    /// The longest fitting cut of the region inside one piece of whitespace holding line
+    /// breaks, `region[piece_start..piece_end]`, from the count of every cut at once.
+    ///
+    /// Such a piece ends with a break, and a cut of it is, for the pre-tokenizer, the run up to
+    /// its last break (one piece) and the blanks after it (another), while the pieces before it
+    /// stay as they are (the one before ends in something other than whitespace, or in breaks
+    /// taken by punctuation). So the count of a cut at `i` is the count before the piece, plus
+    /// the BPE count of the piece up to its last break before `i` (the estimate there, which is
+    /// exact inside one piece), plus the BPE count of the blanks from that break to `i` (an
+    /// incremental encoder restarted at each break): linear in the piece, where checking each
+    /// cut near the budget by counting it costs its length and once ran out of its work limit.
+    /// The cut found is counted exactly before it is returned; should that count differ, the
+    /// caller checks the piece cut by cut instead.
+    fn blank_cut(
+        &self,
+        region: &str,
+        estimate: &[usize],
+        piece_start: usize,
+        piece_end: usize,
+        room: usize,
+    ) -> BlankCut {
+        let bytes = region.as_bytes();
+        let mut best = None;
+        let mut last_break = piece_start;
+        let mut blanks = AppendableEncoder::new(&self.tok.bpe);
+        for i in piece_start + 1..=piece_end {
+            let b = bytes[i - 1];
+            let n = if b == b'\n' || b == b'\r' {
+                last_break = i;
+                blanks = AppendableEncoder::new(&self.tok.bpe);
+                estimate[i]
+            } else {
+                blanks.push(b);
+                estimate[last_break] + blanks.token_count()
+            };
+            if n <= room && region.is_char_boundary(i) {
+                best = Some((i, n));
+            }
+        }
+        let Some((i, n)) = best else {
+            return BlankCut::NoneFits;
+        };
+        match self.count_up_to(&region[..i], room) {
+            Some(exact) if exact == n => BlankCut::Fits(i, n),
+            _ => {
+                tracing::debug!(
+                    at = i,
+                    "a cut inside whitespace with line breaks counted other than predicted"
+                );
+                BlankCut::Unexpected
+            }
         }
     }
 }
@@ -271,7 +351,8 @@ impl TiktokenTokenizer {
 /// that the count of the prefix is not the BPE count of its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Split {
-    /// At no cut (but one within the piece's first few bytes, checked anyway).
+    /// At no cut (but one within the piece's first few bytes, checked anyway): among others,
+    /// whitespace without a line break, which stays one piece however it is cut.
     Never,
     /// At a cut within [`APOSTROPHE_REACH`] bytes after an apostrophe: inside a contraction
     /// that ends a run of letters (`they'r` is `they`, `'r`). Anywhere else a prefix of such a
@@ -279,8 +360,11 @@ enum Split {
     /// a leading character) stay one run when cut, as do runs of punctuation, which may hold
     /// apostrophes.
     AfterApostrophe,
-    /// At any cut: whitespace that holds a line break (` \n ` is ` \n` and ` `; whitespace
-    /// without one stays a single piece when cut); letters that mix capitals with letters of
+    /// At any cut, in a known way: whitespace that holds a line break (` \n ` is ` \n` and
+    /// ` `) splits into the run up to its last break and the blanks after it
+    /// ([`TiktokenTokenizer::blank_cut`]).
+    BlankWithBreaks,
+    /// At any cut: letters that mix capitals with letters of
     /// no case or marks (o200k_base takes `我们用AI的GPT模型` whole, but cut after `GPT` it is
     /// `我们用AI的` and `GPT`); and short pieces, checked anyway since that costs little. A
     /// piece that is not whitespace holds line breaks only at its end (punctuation followed
@@ -295,10 +379,13 @@ const APOSTROPHE_REACH: usize = 4;
 /// How a cut inside `piece` may split it (see [`Split`]). With the tiktoken patterns a piece
 /// splits differently when cut only inside a contraction, and inside whitespace with a break.
 fn may_split(piece: &str) -> Split {
-    if piece.len() <= 32
-        || (piece.contains(['\n', '\r']) && is_blank(piece))
-        || mixes_capitals_and_caseless(piece)
-    {
+    if is_blank(piece) {
+        if piece.contains(['\n', '\r']) {
+            Split::BlankWithBreaks
+        } else {
+            Split::Never
+        }
+    } else if piece.len() <= 32 || mixes_capitals_and_caseless(piece) {
         Split::Anywhere
     } else if piece.contains('\'') {
         Split::AfterApostrophe
