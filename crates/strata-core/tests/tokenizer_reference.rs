@@ -740,14 +740,21 @@ fn suffix_of_long_texts_fits_and_is_the_longest_nearby() {
 }
 
 /// Verifies ADR-0024: when the window at the end falls inside one long piece (a run of
-/// replacement characters, whose suffixes are not monotone in their counts), a suffix that
-/// starts before the window is still found: the reference's longest within 64 bytes.
+/// replacement characters or of `#`, whose suffixes are not monotone in their counts), a suffix
+/// that starts before the window is still found: no start within 64 bytes before it fits.
 #[test]
 fn a_suffix_inside_one_long_piece_looks_back_past_the_window() {
-    let text = "\u{FFFD}".repeat(102);
+    // A run of `#` fits 8 o200k_base tokens from 528 bytes before its end, but not from 480 to
+    // 527: a start found by looking back is looked back from again.
+    for (text, budgets) in [("\u{FFFD}".repeat(102), 1..20), ("#".repeat(545), 1..20)] {
+        check_suffix_looks_back(&text, budgets);
+    }
+}
+
+fn check_suffix_looks_back(text: &str, budgets: std::ops::Range<usize>) {
     for (t, r) in pairs() {
-        for budget in 1..20 {
-            let got = t.suffix(&text, budget);
+        for budget in budgets.clone() {
+            let got = t.suffix(text, budget);
             let start = text.len() - got.len;
             assert_eq!(got.tokens, reference(r, &text[start..]));
             assert!(got.tokens <= budget);

@@ -587,15 +587,21 @@ impl Tokenizer for TiktokenTokenizer {
         // piece boundaries: a start inside an earlier piece can be split otherwise from there
         // (`!!a` is `!!`, `a`; from its second byte, `!a`), and the window's first piece may
         // be the end of a longer one.
-        let mut p = hi.saturating_sub(SUFFIX_LOOKBACK_BYTES);
-        while p < hi {
-            if text.is_char_boundary(p) {
-                if let Some(n) = count(p) {
-                    (hi, hi_tokens) = (p, n);
-                    break;
+        // A start found there is looked back from again, so that none within the look-back of
+        // the start returned fits (a run of `#` fits 8 tokens from 528 bytes before its end but
+        // not from 480 to 527 of them).
+        'looking: loop {
+            let mut p = hi.saturating_sub(SUFFIX_LOOKBACK_BYTES);
+            while p < hi {
+                if text.is_char_boundary(p) {
+                    if let Some(n) = count(p) {
+                        (hi, hi_tokens) = (p, n);
+                        continue 'looking;
+                    }
                 }
+                p += 1;
             }
-            p += 1;
+            break;
         }
         Prefix {
             len: text.len() - hi,
