@@ -467,16 +467,23 @@ fn long_pieces_with_an_apostrophe_or_a_final_break_are_cut_at_the_longest() {
             "我们用AI的GPT模型进行了很多测试工作".repeat(40)
         ),
     ];
+    check_prefixes_locally(&texts, |total| {
+        [
+            total / 5,
+            total / 3,
+            total / 2 + 7,
+            total * 3 / 4,
+            total - 2,
+        ]
+    });
+}
+
+/// [`check_prefix_locally`] for each text and encoding at the budgets `budgets` gives for the
+/// text's reference count.
+fn check_prefixes_locally(texts: &[String], budgets: impl Fn(usize) -> [usize; 5]) {
     for (t, r) in pairs() {
-        for text in &texts {
-            let total = reference(r, text);
-            for budget in [
-                total / 5,
-                total / 3,
-                total / 2 + 7,
-                total * 3 / 4,
-                total - 2,
-            ] {
+        for text in texts {
+            for budget in budgets(reference(r, text)) {
                 check_prefix_locally(&t, r, text, budget);
             }
         }
@@ -499,20 +506,15 @@ fn long_whitespace_runs_with_line_breaks_are_cut_at_the_longest() {
     for _ in 0..8 {
         texts.push(blank_run(&mut rng, 4_000));
     }
-    for (t, r) in pairs() {
-        for text in &texts {
-            let total = reference(r, text);
-            for budget in [
-                total / 5,
-                total / 3,
-                total / 2 + 1,
-                total * 3 / 4,
-                total - 1,
-            ] {
-                check_prefix_locally(&t, r, text, budget);
-            }
-        }
-    }
+    check_prefixes_locally(&texts, |total| {
+        [
+            total / 5,
+            total / 3,
+            total / 2 + 1,
+            total * 3 / 4,
+            total - 1,
+        ]
+    });
 }
 
 /// Verifies ADR-0024: the suffix kept by a tail cut fits its budget by the reference count on
