@@ -39,6 +39,8 @@ pub use section::{
     id_digest, Keep, Phase, Role, Section, SectionBuilder, SectionId, SectionKey, Stability, Turn,
     Weight,
 };
+/// The small string type of section ids and keys and of provenance names and record ids.
+pub use smol_str::SmolStr;
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;
 pub use tokenizer::{separate_ascii_words, EstimateTokenizer, Prefix, Tokenizer};

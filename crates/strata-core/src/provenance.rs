@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 
 use crate::content::ContentHash;
 
@@ -49,13 +50,14 @@ impl fmt::Display for SourceKind {
 pub struct Provenance {
     /// The kind of source.
     pub source: SourceKind,
-    /// The producer's name (a contributor id, a store name, a file path...).
-    pub name: Arc<str>,
+    /// The producer's name (a contributor id, a store name, a file path...): held inline up to
+    /// 23 bytes, shared beyond (a report entry copies it per section).
+    pub name: SmolStr,
     /// Hash of the content the section carries.
     pub content_hash: ContentHash,
     /// Record id inside the source, when there is one (memory id, log sequence...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record: Option<Arc<str>>,
+    pub record: Option<SmolStr>,
     /// When the source recorded it (Unix milliseconds), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_ms: Option<i64>,

@@ -3,6 +3,7 @@
 //! A [`Section`] is immutable once built. Its layer is a [`RuntimeLayer`], so a section can
 //! never claim layer 1 or 2 (ADR-0004, I7).
 
+use smol_str::SmolStr;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -23,16 +24,18 @@ fn valid_name(s: &str, max: usize) -> bool {
 }
 
 /// A section id: 1-128 characters of `[A-Za-z0-9._:/-]`, so it can be written into the
-/// rendered format without escaping.
+/// rendered format without escaping. Ids of up to 23 bytes are held inline, so copying one (a
+/// report entry per section, ADR-0024) reads no other allocation and touches no reference
+/// count; longer ones share one allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SectionId(Arc<str>);
+pub struct SectionId(SmolStr);
 
 impl SectionId {
     /// Validate an id.
     pub fn new(id: impl AsRef<str>) -> Result<SectionId, CoreError> {
         let id = id.as_ref();
         if valid_name(id, 128) {
-            Ok(SectionId(Arc::from(id)))
+            Ok(SectionId(SmolStr::new(id)))
         } else {
             Err(CoreError::InvalidSectionId {
                 given: id.chars().take(140).collect(),
@@ -58,15 +61,16 @@ pub fn id_digest(id: &str) -> u64 {
 }
 
 /// A conflict key: sections that claim the same key conflict, and the higher layer wins.
+/// Held like [`SectionId`].
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SectionKey(Arc<str>);
+pub struct SectionKey(SmolStr);
 
 impl SectionKey {
     /// Validate a key (same alphabet as ids).
     pub fn new(key: impl AsRef<str>) -> Result<SectionKey, CoreError> {
         let key = key.as_ref();
         if valid_name(key, 128) {
-            Ok(SectionKey(Arc::from(key)))
+            Ok(SectionKey(SmolStr::new(key)))
         } else {
             Err(CoreError::InvalidSectionKey {
                 given: key.chars().take(140).collect(),
@@ -677,7 +681,7 @@ impl SectionBuilder {
     /// Source kind and producer name; the content hash is kept.
     pub fn source(mut self, source: SourceKind, name: impl AsRef<str>) -> Self {
         self.s.provenance.source = source;
-        self.s.provenance.name = Arc::from(name.as_ref());
+        self.s.provenance.name = SmolStr::new(name.as_ref());
         self
     }
     /// Record id, creation time and score of the provenance.
@@ -687,7 +691,7 @@ impl SectionBuilder {
         created_ms: Option<i64>,
         score: Option<f64>,
     ) -> Self {
-        self.s.provenance.record = record.map(Arc::from);
+        self.s.provenance.record = record.map(SmolStr::new);
         self.s.provenance.created_ms = created_ms;
         self.s.provenance.score = score.filter(|s| s.is_finite());
         self
@@ -698,9 +702,9 @@ impl SectionBuilder {
     }
 }
 
-/// Two shared texts are equal: the same allocation, or the same characters.
-fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
-    Arc::ptr_eq(a, b) || a == b
+/// Two texts are equal: the same shared allocation, or the same characters.
+fn same_text(a: &SmolStr, b: &SmolStr) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
 #[cfg(test)]
@@ -709,20 +713,24 @@ mod tests {
 
     proptest::proptest! {
         /// Verifies ADR-0024: `same_as` answers as `==` does, for sections that share texts
-        /// (clones) and for sections built separately from equal or different fields.
+        /// (clones) and for sections built separately from equal or different fields; ids, keys
+        /// and names short enough to be held inline and long enough to be shared.
         #[test]
         fn same_as_agrees_with_equality(
-            a in (0usize..2, 0usize..2, 0usize..2, 0u32..2, proptest::bool::ANY, 0usize..2),
-            b in (0usize..2, 0usize..2, 0usize..2, 0u32..2, proptest::bool::ANY, 0usize..2),
+            a in (0usize..4, 0usize..2, 0usize..3, 0u32..2, proptest::bool::ANY, 0usize..4),
+            b in (0usize..4, 0usize..2, 0usize..3, 0u32..2, proptest::bool::ANY, 0usize..4),
         ) {
+            // Two short texts, and two of 40 bytes that differ only in their last byte.
+            let long = |c: char| format!("{}{c}", "x".repeat(39));
+            let texts = ["a".to_owned(), "b".to_owned(), long('a'), long('b')];
             let build = |(id, text, key, prio, sticky, name): (usize, usize, usize, u32, bool, usize)| {
-                let mut s = Section::builder(RuntimeLayer::Shared, ["a", "b"][id], ["x y", "x z"][text])
+                let mut s = Section::builder(RuntimeLayer::Shared, &texts[id], ["x y", "x z"][text])
                     .unwrap()
                     .priority(prio)
                     .sticky(sticky)
-                    .source(SourceKind::Store, ["n", "m"][name]);
-                if key == 1 {
-                    s = s.key("k").unwrap();
+                    .source(SourceKind::Store, &texts[name]);
+                if key > 0 {
+                    s = s.key(&texts[key + 1]).unwrap();
                 }
                 s.build()
             };
@@ -730,6 +738,79 @@ mod tests {
             proptest::prop_assert_eq!(x.same_as(&y), x == y);
             proptest::prop_assert!(x.same_as(&x.clone()));
             proptest::prop_assert_eq!(x.clone().same_as(&y.clone()), x == y);
+        }
+    }
+
+    /// Verifies ADR-0024: `same_as` tells apart sections that differ only in the text of their
+    /// id, key or producer name, for each pair of short (inline) and long (shared) texts of equal
+    /// length, and sees sections built apart from the same texts as the same.
+    #[test]
+    fn same_as_compares_every_text_field() {
+        let long = |c: char| format!("{}{c}", "x".repeat(39));
+        let texts = ["a".to_owned(), "b".to_owned(), long('a'), long('b')];
+        let build = |field: usize, t: &str| {
+            let (id, key, name) = match field {
+                0 => (t, "k", "n"),
+                1 => ("i", t, "n"),
+                _ => ("i", "k", t),
+            };
+            Section::builder(RuntimeLayer::Shared, id, "text")
+                .unwrap()
+                .key(key)
+                .unwrap()
+                .source(SourceKind::Store, name)
+                .build()
+        };
+        for field in 0..3 {
+            for a in &texts {
+                for b in &texts {
+                    let (x, y) = (build(field, a), build(field, b));
+                    assert_eq!(x.same_as(&y), a == b, "field {field}: {a:?} and {b:?}");
+                    assert_eq!(x == y, a == b, "field {field}: {a:?} and {b:?}");
+                    assert!(x.same_as(&x.clone()));
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Ids and keys compare, order and hash exactly as their texts do, whether held inline
+        /// (up to 23 bytes) or shared (longer), so maps keyed by them can be looked up by text
+        /// (`Borrow<str>`); the reference is `str`'s own order and hash.
+        #[test]
+        fn ids_and_keys_behave_as_their_texts(
+            a in "[A-Za-z0-9._:/-]{1,128}",
+            b in "[A-Za-z0-9._:/-]{1,128}",
+            cut in 0usize..128,
+        ) {
+            use std::collections::hash_map::DefaultHasher;
+            use std::hash::{Hash, Hasher};
+            let hash = |h: &dyn Fn(&mut DefaultHasher)| {
+                let mut s = DefaultHasher::new();
+                h(&mut s);
+                s.finish()
+            };
+            // A pair that shares a prefix, often across the 23-byte inline limit.
+            let b = format!("{}{b}", &a[..cut.min(a.len())]);
+            let b = &b[..b.len().min(128)];
+            let (x, y) = (SectionId::new(&a).unwrap(), SectionId::new(b).unwrap());
+            proptest::prop_assert_eq!(x.as_str(), a.as_str());
+            proptest::prop_assert_eq!(x == y, a.as_str() == b);
+            proptest::prop_assert_eq!(x.cmp(&y), a.as_str().cmp(b));
+            proptest::prop_assert_eq!(
+                hash(&|s| x.hash(s)),
+                hash(&|s| std::borrow::Borrow::<str>::borrow(&x).hash(s))
+            );
+            proptest::prop_assert_eq!(hash(&|s| x.hash(s)), hash(&|s| a.as_str().hash(s)));
+            let (k, l) = (SectionKey::new(&a).unwrap(), SectionKey::new(b).unwrap());
+            proptest::prop_assert_eq!(k.cmp(&l), a.as_str().cmp(b));
+            proptest::prop_assert_eq!(hash(&|s| k.hash(s)), hash(&|s| a.as_str().hash(s)));
+            let map: std::collections::HashMap<SectionId, usize> = [(x.clone(), 1), (y.clone(), 2)].into();
+            proptest::prop_assert_eq!(map.get(a.as_str()), Some(&if a.as_str() == b { 2 } else { 1 }));
+            // Serialized as the text, read back equal.
+            let json = serde_json::to_string(&x).unwrap();
+            proptest::prop_assert_eq!(&json, &serde_json::to_string(a.as_str()).unwrap());
+            proptest::prop_assert_eq!(serde_json::from_str::<SectionId>(&json).unwrap(), x);
         }
     }
 
