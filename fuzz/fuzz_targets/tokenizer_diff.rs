@@ -6,7 +6,8 @@
 //! characters on long ones); counts and cuts resumed from a point of a walk over another text
 //! that shares the input's start equal the reference's (ADR-0024); the suffix within a budget
 //! (found from a window at the end, which small budgets keep shorter than the input) holds the
-//! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0024).
+//! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0024); and a
+//! count taken from another text with the same end equals the reference's (ADR-0024, amended).
 //! Inputs stay at a kilobyte, where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes
 //! quickly.
 #![no_main]
@@ -141,5 +142,24 @@ fuzz_target!(|data: &[u8]| {
             t.name()
         );
         assert_eq!(q.tokens, reference(r, &other[..q.len]));
+
+        // Counting from a text with the same end (ADR-0024, amended): the suffix found above,
+        // and the whole input, each behind a few of the input's own characters reversed, given
+        // the exact count of the text without them, count what the reference counts.
+        let front = &tail[..floor_boundary(&tail, tail.len().min(usize::from(*mode) + 8))];
+        let joined = [front, &text[start..]].concat();
+        assert_eq!(
+            t.count_sharing_end(&joined, &text[start..], sfx.tokens),
+            reference(r, &joined),
+            "{}: count sharing the end of the suffix",
+            t.name()
+        );
+        let joined = [front, text.as_str()].concat();
+        assert_eq!(
+            t.count_sharing_end(&joined, &text, reference(r, &text)),
+            reference(r, &joined),
+            "{}: count sharing the end of the input",
+            t.name()
+        );
     }
 });

@@ -214,6 +214,17 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         self.count(text)
     }
 
+    /// The number of tokens in `text`, given `known`, a text of exactly `known_tokens` tokens
+    /// that ends with the same bytes as `text`: where the two are split into the same pieces
+    /// from some point of their common end, the part from there is not counted again. Used to
+    /// count a tail cut's element from the search that chose its tail (ADR-0024). Where the
+    /// pieces never line up, `text` is counted in full. `known_tokens` must be the exact count
+    /// of `known`. The default counts in full.
+    fn count_sharing_end(&self, text: &str, known: &str, known_tokens: usize) -> usize {
+        let _ = (known, known_tokens);
+        self.count(text)
+    }
+
     /// Byte length of [`Tokenizer::prefix`]: the longest prefix of `text` that ends on a
     /// character boundary and holds at most `max_tokens` tokens.
     fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {

@@ -383,6 +383,65 @@ fn counts_resumed_from_a_walk_match_the_reference() {
     }
 }
 
+/// Verifies ADR-0024: the count of a text taken from another text's count where the two end
+/// with the same bytes (a tail cut's element, counted from the search that chose its tail) is
+/// the reference count, whatever stands before the shared end (a fenced opening, soup, words,
+/// long runs, blanks, nothing) and however long the shared end is, from nothing to all of it.
+#[test]
+fn counts_sharing_an_end_match_the_reference() {
+    for (t, r) in pairs() {
+        let mut rng = Rng(23);
+        let mut short = 0;
+        for round in 0..120 {
+            let end = match round % 4 {
+                0 => {
+                    let words = 20 + rng.below(200);
+                    document(&mut rng, words)
+                }
+                1 => [soup(&mut rng, 60), document(&mut rng, 40)].concat(),
+                2 => [long_run(&mut rng, 300), document(&mut rng, 30)].concat(),
+                _ => [blank_run(&mut rng, 80), soup(&mut rng, 40)].concat(),
+            } + "\n</strata:section>\n\n";
+            let fronts = [
+                String::new(),
+                "<strata:section layer=\"5\" id=\"log\" cut=\"tail\">\n\n[elided 1234 bytes]"
+                    .to_owned(),
+                soup(&mut rng, 12),
+                document(&mut rng, 5),
+                long_run(&mut rng, 40),
+                blank_run(&mut rng, 10),
+                "\n".to_owned(),
+                "don'".to_owned(),
+                "12".to_owned(),
+            ];
+            // The known text: the shared end with another front, or a suffix of the end alone
+            // starting anywhere (inside a piece too).
+            let mut from = rng.below(end.len() + 1);
+            while !end.is_char_boundary(from) {
+                from -= 1;
+            }
+            for (i, a) in fronts.iter().enumerate() {
+                for known in [
+                    [fronts[(i + 1) % fronts.len()].as_str(), &end].concat(),
+                    end[from..].to_owned(),
+                ] {
+                    let text = [a.as_str(), &end].concat();
+                    let known_tokens = reference(r, &known);
+                    assert_eq!(
+                        t.count_sharing_end(&text, &known, known_tokens),
+                        reference(r, &text),
+                        "{}: {text:?} from {known:?}",
+                        t.name()
+                    );
+                    short += usize::from(known.len() < end.len());
+                }
+            }
+        }
+        // Known texts shorter than the shared end were compared too.
+        assert!(short > 100, "{}: {short}", t.name());
+    }
+}
+
 /// Verifies ADR-0020: counts and token ids equal the reference on a varied corpus.
 #[test]
 fn counts_and_ids_match_the_reference_on_a_varied_corpus() {

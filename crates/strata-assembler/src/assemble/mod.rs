@@ -139,6 +139,35 @@ impl ElementWalk {
     }
 }
 
+/// What is known of another text when an element is counted: nothing, a walk over a text with
+/// the same start up to a point ([`Tokenizer::count_resumed`]), or a text with the same end and
+/// its exact count ([`Tokenizer::count_sharing_end`]).
+#[derive(Clone, Copy)]
+enum Known<'a> {
+    Nothing,
+    Start(&'a str, strata_core::Prefix),
+    End(&'a str, usize),
+}
+
+/// The text a tail cut searches (see `Assembler::tail_walk`): the end of its element as a cut
+/// writes it, from a window of the content.
+struct TailWalk {
+    /// The window of content escaped, then the element's end.
+    text: String,
+    /// Where the window starts in the content.
+    start: usize,
+    /// Bytes of `text` before the element's end.
+    body_len: usize,
+    /// Tokens the search may keep: the budget less the framing and the element's opening.
+    allow: usize,
+    /// Bytes of content the window was asked to hold.
+    window: usize,
+}
+
+/// How far before a tail window's start a line break is looked for, so the window starts at a
+/// line and is escaped as the whole content is.
+const TAIL_LINE_SEARCH: usize = 4_096;
+
 /// A section cut to a limit: its cut form, rendered, and where the cut is in the offered text.
 #[derive(Debug, Clone)]
 struct Cutting {
@@ -577,6 +606,23 @@ impl Assembler {
         native: bool,
         walked: Option<(&str, strata_core::Prefix)>,
     ) -> Arc<Rendered> {
+        let known = match walked {
+            Some((w, from)) => Known::Start(w, from),
+            None => Known::Nothing,
+        };
+        self.render_known(s, enc, cut, native, known)
+    }
+
+    /// [`Assembler::render`], counting with what is `known` of a text the element shares its
+    /// start or its end with.
+    fn render_known(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        cut: Option<CutAt>,
+        native: bool,
+        known: Known<'_>,
+    ) -> Arc<Rendered> {
         let key = Self::element_key(s, enc, cut, native);
         {
             let mut c = self.lock();
@@ -586,9 +632,10 @@ impl Assembler {
             }
         }
         let (text, frame) = self.element_text(s, enc, cut, native);
-        let content_tokens = match walked {
-            Some((w, from)) => self.tokenizer.count_resumed(&text, w, from),
-            None => self.tokenizer.count(&text),
+        let content_tokens = match known {
+            Known::Start(w, from) => self.tokenizer.count_resumed(&text, w, from),
+            Known::End(w, tokens) => self.tokenizer.count_sharing_end(&text, w, tokens),
+            Known::Nothing => self.tokenizer.count(&text),
         } as u64;
         self.store(key, text, content_tokens, frame)
     }
@@ -787,10 +834,47 @@ impl Assembler {
                 c.bytes = c.bytes.saturating_sub(walk_size(s.id(), t));
             }
         }
+        // An escaped tail cut searches the end of the element it becomes (a window at the end
+        // of the content, escaped, then the element's end), and the cut element is counted
+        // from that search, only up to where their pieces line up: the kept text is tokenized
+        // about once (ADR-0024, amended). The first window is about five eighths of a head
+        // cut's (five bytes of content per token for the default of eight): the search splits
+        // only what it needs of it, but the whole window is escaped; a window too small for
+        // the tail is walked again four times larger.
+        let tail_window = usize::try_from(max_tokens)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(self.walk_window.div_ceil(2) + 1);
+        let mut tail = (keep == Keep::Tail && enc == Encoding::Escaped)
+            .then(|| self.tail_walk(s, &empty, max_tokens, tail_window))
+            .flatten();
+        let mut tail_allow = tail.as_ref().map_or(0, |w| w.allow);
         let look_ahead = self.tokenizer.prefix_look_ahead().unwrap_or(0);
         let mut tries = 0;
         while tries < 16 {
+            // The tail search's answer: where the kept tail starts in the content, and the end
+            // of the walk it keeps with that end's exact count.
+            let mut known_end = None;
+            if let (Keep::Tail, Some(w)) = (keep, &tail) {
+                let p = self.tokenizer.suffix(&w.text, tail_allow);
+                let st = w.text.len() - p.len;
+                if st == 0 && w.start > 0 {
+                    // All of the window fits: walk one four times larger.
+                    let larger = w.window.saturating_mul(4);
+                    self.lock().stats.walk_regrowths += 1;
+                    tail = self.tail_walk(s, &empty, max_tokens, larger);
+                    continue;
+                }
+                let body = st.min(w.body_len);
+                known_end = Some((
+                    w.start + format::escaped_prefix_len(&text[w.start..], body),
+                    st,
+                    p.tokens,
+                ));
+            }
             let (head, tail_start) = match (keep, &walk) {
+                (Keep::Tail, _) if known_end.is_some() => {
+                    (0, known_end.map_or(text.len(), |k| k.0))
+                }
                 (Keep::Head, Some(w)) => {
                     let (p, next) = match &prior {
                         Some((before, from)) => {
@@ -852,8 +936,12 @@ impl Assembler {
                 at: head,
                 elided: (tail_start - head) as u64,
             };
-            let walked = walk.as_ref().map(|w| (w.text.as_str(), resume));
-            let r = self.render_resumed(&cut, enc, Some(at), native, walked);
+            let known = match (known_end, &tail, &walk) {
+                (Some((_, st, tokens)), Some(w), _) => Known::End(&w.text[st..], tokens),
+                (_, _, Some(w)) => Known::Start(&w.text, resume),
+                _ => Known::Nothing,
+            };
+            let r = self.render_known(&cut, enc, Some(at), native, known);
             if r.tokens <= max_tokens {
                 let mut c = self.lock();
                 let size = ENTRY_OVERHEAD + cache_key.0.id.as_str().len();
@@ -887,6 +975,14 @@ impl Assembler {
                 return Some(done);
             }
             let excess = (r.tokens - max_tokens) as usize;
+            if known_end.is_some() {
+                if tail_allow == 0 {
+                    return None;
+                }
+                tail_allow = tail_allow.saturating_sub(excess.max(1));
+                tries += 1;
+                continue;
+            }
             if allow == 0 {
                 return None;
             }
@@ -894,6 +990,50 @@ impl Assembler {
             tries += 1;
         }
         None
+    }
+
+    /// The text a tail cut of `s` searches: the last `window` bytes of its content (from the
+    /// line that holds the window's first byte, when that line starts within
+    /// [`TAIL_LINE_SEARCH`] bytes before it), escaped, then the end every cut element has; the
+    /// tokens the search may keep, the budget of an element of `max_tokens` less its framing
+    /// and its opening (written for the longest elision, which bounds the others). `None`
+    /// where the element does not end that way. `empty` is the cut element of `s` with an
+    /// empty body. Where the window starts only changes the work: the cut element is counted
+    /// exactly, from the search only where their pieces line up (ADR-0024, amended).
+    fn tail_walk(
+        &self,
+        s: &Section,
+        empty: &Rendered,
+        max_tokens: u64,
+        window: usize,
+    ) -> Option<TailWalk> {
+        let content = s.content().as_str();
+        let open = empty.text.strip_suffix(format::UNTRUSTED_END)?;
+        let frame = empty.tokens.saturating_sub(empty.content_tokens);
+        let allow = max_tokens.checked_sub(frame + self.text_cost(open).0)?;
+        let mut start = content.len().saturating_sub(window);
+        while !content.is_char_boundary(start) {
+            start -= 1;
+        }
+        if start > 0 {
+            let mut from = start.saturating_sub(TAIL_LINE_SEARCH);
+            while !content.is_char_boundary(from) {
+                from -= 1;
+            }
+            if let Some(i) = content[from..start].rfind('\n') {
+                start = from + i + 1;
+            }
+        }
+        let mut text = format::encode_untrusted(&content[start..], Encoding::Escaped);
+        let body_len = text.len();
+        text.push_str(format::UNTRUSTED_END);
+        Some(TailWalk {
+            text,
+            start,
+            body_len,
+            allow: usize::try_from(allow).unwrap_or(usize::MAX),
+            window,
+        })
     }
 
     /// The text a head cut of `s` walks: its element as a cut writes it, with the whole body

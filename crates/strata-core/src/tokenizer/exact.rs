@@ -33,9 +33,11 @@ const SUFFIX_LOOKBACK_BYTES: usize = 64;
 const PREFIX_LOOK_AHEAD: usize = 64;
 
 /// Bytes per token of the budget in the first window a suffix search splits at the end of a
-/// long text: more than prose (about 4.5 in o200k), code and logs (3-4) or CJK (1.5-3) take,
-/// so that one window usually holds the suffix; a window that does not grows four times.
-const SUFFIX_WINDOW_BYTES_PER_TOKEN: usize = 6;
+/// long text: about what dense text takes (JSON logs and code 2.5-4 in o200k, CJK 1.5-3), less
+/// than prose (about 4.5). A window that does not hold the suffix grows by half, and only the
+/// part added is split (up to where its pieces meet the last window's), so the text split is
+/// at most about half again what the suffix holds.
+const SUFFIX_WINDOW_BYTES_PER_TOKEN: usize = 3;
 
 /// How far below its budget a prefix search keeps the point it offers for resuming: a later
 /// search with a budget up to this much smaller starts there instead of at the beginning.
@@ -488,6 +490,54 @@ impl Tokenizer for TiktokenTokenizer {
         self.prefix_from(text, max_tokens, from)
     }
 
+    /// [`Tokenizer::count_sharing_end`]. The pieces of both texts are taken from their starts
+    /// in step, always from the one whose next boundary lies further from its end, and counted;
+    /// once both stand at a boundary the same distance from their ends, within the bytes they
+    /// share there, the rest of each is the same text split the same way (the patterns look
+    /// nowhere behind a piece's start), so the rest of `text` counts what the rest of `known`
+    /// does: `known_tokens` less what was counted of `known`. Cost: the pieces before that
+    /// point in each text, and a comparison of the shared end. Checked against tiktoken-rs in
+    /// the tests (ADR-0024).
+    fn count_sharing_end(&self, text: &str, known: &str, known_tokens: usize) -> usize {
+        let shared = text
+            .bytes()
+            .rev()
+            .zip(known.bytes().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        if shared == 0 {
+            return self.tok.count(text);
+        }
+        let (mut ours, mut theirs) = (self.tok.split(text), self.tok.split(known));
+        // Distances from the end of each text to its current boundary, and what was counted.
+        let (mut at, mut at_known) = (text.len(), known.len());
+        let (mut counted, mut counted_known) = (0usize, 0usize);
+        loop {
+            if at == at_known && at <= shared {
+                return match known_tokens.checked_sub(counted_known) {
+                    Some(rest) => counted + rest,
+                    // Not the count of `known` after all: count `text` alone.
+                    None => self.tok.count(text),
+                };
+            }
+            if at >= at_known {
+                let Some(piece) = ours.next() else {
+                    return counted;
+                };
+                counted += self.tok.bpe.count(piece.as_bytes());
+                at = text.len() - (piece.as_ptr() as usize - text.as_ptr() as usize + piece.len());
+            } else {
+                let Some(piece) = theirs.next() else {
+                    // `known` ended first: count the rest of `text` as it is.
+                    return counted + self.tok.count(&text[text.len() - at..]);
+                };
+                counted_known += self.tok.bpe.count(piece.as_bytes());
+                at_known =
+                    known.len() - (piece.as_ptr() as usize - known.as_ptr() as usize + piece.len());
+            }
+        }
+    }
+
     fn count_up_to(&self, text: &str, limit: usize) -> Option<usize> {
         let mut used = 0usize;
         for piece in self.tok.split(text) {
@@ -505,8 +555,11 @@ impl Tokenizer for TiktokenTokenizer {
     /// same pieces. Pieces are counted from the last one backwards, each only up to one past
     /// the budget, and no further than where the suffix is over it (every suffix from further
     /// back is over too). The window starts at [`SUFFIX_WINDOW_BYTES_PER_TOKEN`] bytes per
-    /// token of budget (at least 256) and grows fourfold until the suffix from its start is
-    /// over the budget, or it holds the whole text, which then fits. The answer starts at the first boundary whose suffix fits, or
+    /// token of budget (at least 256) and grows by half until the suffix from its start is
+    /// over the budget, or it holds the whole text, which then fits; each growth splits only
+    /// the bytes added, up to where its pieces end on a boundary of the window before (from
+    /// there the two are the same text split from the same point), and counts only its new
+    /// pieces. The answer starts at the first boundary whose suffix fits, or
     /// before it, since counts are not monotone inside a piece: a binary search over starts in
     /// the piece in front of it, then each start up to [`SUFFIX_LOOKBACK_BYTES`] further back,
     /// each counted exactly (its own pieces up to where one ends on a boundary of the window,
@@ -525,31 +578,51 @@ impl Tokenizer for TiktokenTokenizer {
                 };
             }
         }
+        // Piece starts (in `text`) of the window's split, then the end of the text; and for
+        // each, the count of the suffix from there, up to `over`.
+        let mut starts: Vec<usize> = vec![text.len()];
+        let mut from_here: Vec<usize> = vec![0];
+        let mut w0 = text.len();
         let (starts, from_here) = loop {
-            let mut w0 = text.len().saturating_sub(window);
-            while !text.is_char_boundary(w0) {
-                w0 -= 1;
+            let mut w1 = text.len().saturating_sub(window);
+            while !text.is_char_boundary(w1) {
+                w1 -= 1;
             }
-            let region = &text[w0..];
-            // Piece starts (in `text`), then the count of the suffix from each, up to `over`.
-            let mut starts = Vec::new();
+            // The new window is split from its start only up to where a piece ends on a
+            // boundary of the last window's split: from there on, both are the same text
+            // split from the same point, so they have the same pieces and the same counts.
+            // The end of the text is such a boundary, so the split stops there at the latest.
+            let region = &text[w1..];
+            let mut new_starts = Vec::new();
             let mut pieces = Vec::new();
+            let mut joined = starts.len() - 1;
             for piece in self.tok.split(region) {
-                starts.push(w0 + (piece.as_ptr() as usize - region.as_ptr() as usize));
+                let start = w1 + (piece.as_ptr() as usize - region.as_ptr() as usize);
+                new_starts.push(start);
                 pieces.push(piece);
+                let end = start + piece.len();
+                if end >= w0 {
+                    if let Ok(j) = starts.binary_search(&end) {
+                        joined = j;
+                        break;
+                    }
+                }
             }
             // Counted from the end, and only until the suffix is over the budget: every
             // suffix from further back is over too (counts at piece boundaries only grow).
-            let mut from_here = vec![over; pieces.len() + 1];
-            from_here[pieces.len()] = 0;
+            let mut counts = vec![over; pieces.len()];
+            let mut next = from_here[joined];
             for (i, piece) in pieces.iter().enumerate().rev() {
-                let n = self.piece_up_to(piece, max_tokens).unwrap_or(over);
-                from_here[i] = (from_here[i + 1] + n).min(over);
-                if from_here[i] == over {
+                if next >= over {
                     break;
                 }
+                let n = self.piece_up_to(piece, max_tokens).unwrap_or(over);
+                next = (next + n).min(over);
+                counts[i] = next;
             }
-            starts.push(text.len());
+            new_starts.extend_from_slice(&starts[joined..]);
+            counts.extend_from_slice(&from_here[joined..]);
+            (starts, from_here, w0) = (new_starts, counts, w1);
             if from_here[0] > max_tokens {
                 break (starts, from_here);
             }
@@ -561,7 +634,7 @@ impl Tokenizer for TiktokenTokenizer {
                     tokens: from_here[0],
                 };
             }
-            window = window.saturating_mul(4);
+            window = window.saturating_add(window / 2);
         };
         // The whole text is over the budget, so the first boundary is, and the end is not.
         let i = (1..starts.len())
