@@ -134,7 +134,9 @@ fn tool_output(bytes: usize) -> String {
 }
 
 /// One large tool result, cut to fit a 16,384-token budget, from a new assembler each time:
-/// the cost should follow what is kept, not what the tool returned (ADR-0024).
+/// the cost should follow what is kept, not what the tool returned (ADR-0024). The result is a
+/// log of JSON records, one per line, keeping its head or its tail, and the same records as one
+/// line of minified JSON keeping its head.
 fn large_tool_result(c: &mut Criterion) {
     let agent = support::agent_with(
         16_384,
@@ -145,8 +147,14 @@ fn large_tool_result(c: &mut Criterion) {
     let mut g = c.benchmark_group("large_tool_result_cold");
     g.sample_size(10);
     for mb in [1usize, 8, 32] {
-        let output = tool_output(mb << 20);
-        for keep in [Keep::Head, Keep::Tail] {
+        let lines = tool_output(mb << 20);
+        // The same records as one line of minified JSON, cut at its head.
+        let one_line = format!("[{}]", lines.trim_end().replace('\n', ","));
+        for (keep, output, name) in [
+            (Keep::Head, &lines, "head"),
+            (Keep::Tail, &lines, "tail"),
+            (Keep::Head, &one_line, "head_one_line"),
+        ] {
             let call = Section::builder(RuntimeLayer::WorkingMemory, "call-1", r#"{"q":"all"}"#)
                 .unwrap()
                 .phase(Phase::History)
@@ -178,16 +186,13 @@ fn large_tool_result(c: &mut Criterion) {
             let text = out.text().to_owned();
             g.throughput(Throughput::Bytes(text.len() as u64));
             g.bench_with_input(
-                BenchmarkId::new(
-                    format!("{keep:?}_tokenize_output_once").to_lowercase(),
-                    format!("{mb}MiB"),
-                ),
+                BenchmarkId::new(format!("{name}_tokenize_output_once"), format!("{mb}MiB")),
                 &text,
                 |b, text| b.iter(|| black_box(tok.count(black_box(text)))),
             );
             g.throughput(Throughput::Bytes(output.len() as u64));
             g.bench_with_input(
-                BenchmarkId::new(format!("{keep:?}").to_lowercase(), format!("{mb}MiB")),
+                BenchmarkId::new(name, format!("{mb}MiB")),
                 &req,
                 |b, req| {
                     b.iter(|| {

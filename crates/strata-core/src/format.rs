@@ -300,6 +300,40 @@ pub fn escape(text: &str) -> String {
     escape_within(text, usize::MAX).0
 }
 
+/// Bytes past a character that [`escape`] may read to decide how to write it, once the start
+/// of its line is decided: a label up to its colon (64 bytes and the colon), a bracket token
+/// up to its `]` (32 characters), the next character for a lookalike; with room to spare.
+pub const ESCAPE_LOOK_AHEAD: usize = 160;
+
+/// Whether [`escape`] has decided everything about a line that depends on the rest of it,
+/// given only the start of the line, `line` (no line break in it): past its leading blanks and
+/// list markers, the line goes on with something other than a setext underline's character, or
+/// that character and then, within `line`, a character that ends the underline (so the line is
+/// not one, whatever follows), with at least [`ESCAPE_LOOK_AHEAD`] bytes after that point. Then
+/// the escape of every line starting with `line` begins with the same output for all of `line`
+/// but its last [`ESCAPE_LOOK_AHEAD`] bytes. Conservative: `false` may be answered where the
+/// line is in fact decided (ADR-0024, amended).
+pub fn line_start_decided(line: &str) -> bool {
+    debug_assert!(!line.contains('\n'), "one line");
+    let mut rest = line;
+    loop {
+        let trimmed = rest.trim_start_matches(is_line_start_blank);
+        match list_marker_len(trimmed) {
+            Some(n) => rest = &trimmed[n..],
+            None => {
+                rest = trimmed;
+                break;
+            }
+        }
+    }
+    let decided = match rest.chars().next() {
+        None => false,
+        Some(c @ ('=' | '-')) => rest.chars().any(|x| x != c && x != ' ' && x != '\t'),
+        Some(_) => true,
+    };
+    decided && rest.len() > ESCAPE_LOOK_AHEAD
+}
+
 /// How many bytes from the start of `text` [`escape`] writes within `max_len` bytes: the
 /// longest run of whole steps of the escaping (a character, an entity, a list marker, a label
 /// with its colon, a run of plain ASCII) whose output takes at most `max_len` bytes. Where a
