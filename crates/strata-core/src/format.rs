@@ -305,6 +305,10 @@ pub fn escape(text: &str) -> String {
 /// up to its `]` (32 characters), the next character for a lookalike; with room to spare.
 pub const ESCAPE_LOOK_AHEAD: usize = 160;
 
+/// The most bytes [`escape`] writes for one byte of text: `&#x7f;` for DEL (other entities of
+/// one-byte characters are shorter, and longer entities stand for longer characters).
+pub const ESCAPED_PER_BYTE: usize = 6;
+
 /// Whether [`escape`] has decided everything about a line that depends on the rest of it,
 /// given only the start of the line, `line` (no line break in it): past its leading blanks and
 /// list markers, the line goes on with something other than a setext underline's character, or

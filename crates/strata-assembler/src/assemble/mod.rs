@@ -115,10 +115,6 @@ fn walk_size(id: &SectionId, text: &str) -> usize {
 /// but for dense text, and a window that is not grows four times (ADR-0024, amended).
 const WALK_WINDOW_BYTES_PER_TOKEN: usize = 8;
 
-/// The most bytes the escaping writes for one byte of content (`&#x7f;` for DEL; other
-/// entities of one-byte characters are shorter, and longer ones stand for longer characters).
-const ESCAPED_PER_BYTE: usize = 6;
-
 /// The text a head cut walks (see `Assembler::element_walk`).
 struct ElementWalk {
     text: String,
@@ -597,28 +593,12 @@ impl Assembler {
         cut: Option<CutAt>,
         native: bool,
     ) -> Arc<Rendered> {
-        self.render_resumed(s, enc, cut, native, None)
-    }
-
-    /// [`Assembler::render`], counting from a point of a walk over `walked` where the element
-    /// starts with the same bytes (ADR-0024, [`Tokenizer::count_resumed`]).
-    fn render_resumed(
-        &self,
-        s: &Section,
-        enc: Encoding,
-        cut: Option<CutAt>,
-        native: bool,
-        walked: Option<(&str, strata_core::Prefix)>,
-    ) -> Arc<Rendered> {
-        let known = match walked {
-            Some((w, from)) => Known::Start(w, from),
-            None => Known::Nothing,
-        };
-        self.render_known(s, enc, cut, native, known)
+        self.render_known(s, enc, cut, native, Known::Nothing)
     }
 
     /// [`Assembler::render`], counting with what is `known` of a text the element shares its
-    /// start or its end with.
+    /// start with (a walk's point, [`Tokenizer::count_resumed`]) or its end with (a suffix and
+    /// its count, [`Tokenizer::count_sharing_end`]; ADR-0024).
     fn render_known(
         &self,
         s: &Section,
@@ -875,11 +855,9 @@ impl Assembler {
                     p.tokens,
                 ));
             }
-            let (head, tail_start) = match (keep, &walk) {
-                (Keep::Tail, _) if known_end.is_some() => {
-                    (0, known_end.map_or(text.len(), |k| k.0))
-                }
-                (Keep::Head, Some(w)) => {
+            let (head, tail_start) = match (keep, &walk, known_end) {
+                (Keep::Tail, _, Some((at, _, _))) => (0, at),
+                (Keep::Head, Some(w), _) => {
                     let (p, next) = match &prior {
                         Some((before, from)) => {
                             self.tokenizer.prefix_after(&w.text, allow, before, *from)
@@ -918,13 +896,13 @@ impl Assembler {
                     let body = p.len.saturating_sub(w.body_start);
                     (format::escaped_prefix_len(text, body), text.len())
                 }
-                (Keep::Head, None) => {
+                (Keep::Head, None, _) => {
                     let (p, next) = self.tokenizer.prefix_from(text, allow, resume);
                     resume = next;
                     (p.len, text.len())
                 }
-                (Keep::Tail, _) => (0, text.len() - self.tokenizer.suffix(text, allow).len),
-                (Keep::Both, _) => {
+                (Keep::Tail, _, None) => (0, text.len() - self.tokenizer.suffix(text, allow).len),
+                (Keep::Both, _, _) => {
                     let h = self.tokenizer.prefix(text, allow / 2);
                     let rest = &text[h.len..];
                     let t = self.tokenizer.suffix(rest, allow - h.tokens);
@@ -1097,7 +1075,7 @@ impl Assembler {
         // The window's last line, which goes on past it, is relied on too where its start is
         // decided (`format::line_start_decided`): up to its last bytes, which may be written
         // otherwise once more of the line is read (each byte of content takes at most
-        // `ESCAPED_PER_BYTE` bytes written), and before any run of whitespace there (amended
+        // `format::ESCAPED_PER_BYTE` bytes written), and before any run of whitespace there (amended
         // again: a window inside one long line, such as minified JSON, used to be walked up to
         // the bound at once).
         let (window, stable) = if whole_content || window == usize::MAX {
@@ -1111,7 +1089,7 @@ impl Assembler {
             if format::line_start_decided(last_line) {
                 let mut within = text
                     .len()
-                    .saturating_sub(format::ESCAPE_LOOK_AHEAD * ESCAPED_PER_BYTE);
+                    .saturating_sub(format::ESCAPE_LOOK_AHEAD * format::ESCAPED_PER_BYTE);
                 while !text.is_char_boundary(within) {
                     within -= 1;
                 }
