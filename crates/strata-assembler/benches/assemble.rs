@@ -135,8 +135,8 @@ fn tool_output(bytes: usize) -> String {
 
 /// One large tool result, cut to fit a 16,384-token budget, from a new assembler each time:
 /// the cost should follow what is kept, not what the tool returned (ADR-0024). The result is a
-/// log of JSON records, one per line, keeping its head or its tail, and the same records as one
-/// line of minified JSON keeping its head.
+/// log of JSON records, one per line, keeping its head or its tail (escaped, the default, or
+/// datamarked), and the same records as one line of minified JSON keeping its head.
 fn large_tool_result(c: &mut Criterion) {
     let agent = support::agent_with(
         16_384,
@@ -150,10 +150,12 @@ fn large_tool_result(c: &mut Criterion) {
         let lines = tool_output(mb << 20);
         // The same records as one line of minified JSON, cut at its head.
         let one_line = format!("[{}]", lines.trim_end().replace('\n', ","));
-        for (keep, output, name) in [
-            (Keep::Head, &lines, "head"),
-            (Keep::Tail, &lines, "tail"),
-            (Keep::Head, &one_line, "head_one_line"),
+        for (keep, output, name, enc) in [
+            (Keep::Head, &lines, "head", Encoding::Escaped),
+            (Keep::Tail, &lines, "tail", Encoding::Escaped),
+            (Keep::Head, &one_line, "head_one_line", Encoding::Escaped),
+            (Keep::Head, &lines, "head_datamark", Encoding::Datamark),
+            (Keep::Tail, &lines, "tail_datamark", Encoding::Datamark),
         ] {
             let call = Section::builder(RuntimeLayer::WorkingMemory, "call-1", r#"{"q":"all"}"#)
                 .unwrap()
@@ -173,6 +175,7 @@ fn large_tool_result(c: &mut Criterion) {
             let req = AssemblyRequest {
                 sections: vec![call, result],
                 budget: Some(BudgetSpec::Explicit(Budget::with_total(16_384))),
+                render: RenderOptions::default().with_encoding(RuntimeLayer::WorkingMemory, enc),
                 ..Default::default()
             };
             let out = Assembler::new(tok.clone()).assemble(&agent, &req).unwrap();

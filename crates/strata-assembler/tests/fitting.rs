@@ -817,6 +817,113 @@ fn a_head_cut_from_a_window_is_the_cut_of_the_bounded_walk() {
     }
 }
 
+/// Verifies ADR-0024 (amended): a datamarked section is cut from a walk of the element it
+/// becomes, as an escaped one is (each space of the escaping written as a mark maps back by
+/// counting the marks): head and tail cuts of a log, prose, one long JSON line and dense CJK
+/// text are the same whatever the first window (one byte per token, regrown, or up to the
+/// bound at once); every output is within the budget by the reference count, uses it (at most
+/// a token left), is datamarked, and decodes to the start or the end of the content. A tail
+/// one line longer does not fit.
+#[test]
+fn datamarked_cuts_are_the_cuts_of_the_bounded_walk() {
+    let one_line: String = (0..60_000)
+        .map(|i| format!("{{\"k{i}\": [{i}, \"v {}\"]}}, ", i * 7))
+        .collect();
+    let dense: String = (0..30_000)
+        .map(|i| format!("{} 第{i}行。\n", "数据处理完成".repeat(1 + i % 5)))
+        .collect();
+    let cases = [
+        ("log", log(60_000)),
+        ("prose", prose(7, 300_000)),
+        ("one line", one_line),
+        ("dense", dense),
+    ];
+    for (name, content) in &cases {
+        assert!(content.len() > 1 << 20, "{name}: {} bytes", content.len());
+        for keep in [Keep::Head, Keep::Tail] {
+            for total in [600, 4_000] {
+                let s = Section::builder(RuntimeLayer::WorkingMemory, "result", content.as_str())
+                    .unwrap()
+                    .turn(Turn::tool_result(21, "c1"))
+                    .keep(keep)
+                    .build();
+                let mut req = request(vec![log_call(), s], total);
+                req.render = RenderOptions::default()
+                    .with_encoding(RuntimeLayer::WorkingMemory, Encoding::Datamark);
+                let mut outs = Vec::new();
+                for window in [1, 8, 1 << 20] {
+                    let a = Assembler::o200k().with_walk_window(window);
+                    let ctx = a.assemble(agent(), &req).unwrap();
+                    let r = ctx.report();
+                    let what = format!("{name} {keep:?} {total} {window}");
+                    let SectionStatus::Cut {
+                        head_bytes,
+                        tail_bytes,
+                        ..
+                    } = status_of(r, "result")
+                    else {
+                        panic!("{what}: {:?}", status_of(r, "result"))
+                    };
+                    assert_eq!(r.used_tokens, reference(ctx.text()), "{what}");
+                    assert!(r.used_tokens <= r.prompt_budget, "{what}");
+                    assert!(ctx.text().contains('\u{2C6}'), "{what}: not datamarked");
+                    // The cut used the room: what is left is less than a few tokens (a piece
+                    // of the next line, or an entity or mark that does not fit whole).
+                    let left = r.prompt_budget - r.used_tokens;
+                    assert!(left <= 1, "{what}: {left} tokens left");
+                    let Some(Parsed::Section { text, .. }) = parse(ctx.text()).unwrap().pop()
+                    else {
+                        panic!("{what}: the result is not the last element")
+                    };
+                    match keep {
+                        Keep::Head => {
+                            assert!(content.starts_with(text.as_str()), "{what}");
+                            assert_eq!((head_bytes, tail_bytes), (text.len() as u64, 0));
+                        }
+                        _ => {
+                            assert!(content.ends_with(text.as_str()), "{what}");
+                            assert_eq!((head_bytes, tail_bytes), (0, text.len() as u64));
+                        }
+                    }
+                    if window == 1 << 20 {
+                        assert_eq!(a.cache_stats().walk_regrowths, 0, "{what}");
+                    }
+                    if window == 1 && keep == Keep::Head {
+                        assert!(a.cache_stats().walk_regrowths > 0, "{what}: one window");
+                    }
+                    if window == 8 && keep == Keep::Tail {
+                        // One more line of tail does not fit, by the reference count of
+                        // the output written with it.
+                        let start = content.len() - text.len();
+                        let wider = one_more_line(content, start);
+                        let cut_marker = format!("<strata:elided bytes=\"{start}\"/>");
+                        let (before, after) = ctx.text().split_once(&cut_marker).unwrap();
+                        let longer_marker = format!("<strata:elided bytes=\"{wider}\"/>");
+                        let body_now =
+                            format::encode_untrusted(&content[start..], Encoding::Datamark);
+                        let body_then =
+                            format::encode_untrusted(&content[wider..], Encoding::Datamark);
+                        let after = after.replacen(&body_now, &body_then, 1);
+                        let longer = format!("{before}{longer_marker}{after}");
+                        assert!(
+                            reference(&longer) > r.prompt_budget,
+                            "{what}: a longer tail fits"
+                        );
+                    }
+                    outs.push((window, ctx.text().to_owned()));
+                }
+                let (_, bounded) = outs.last().unwrap();
+                for (window, text) in &outs {
+                    assert!(
+                        text == bounded,
+                        "{name} {keep:?} {total}: a first window of {window} bytes per token cut elsewhere"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A log of numbered lines, each about a dozen tokens.
 fn log(lines: usize) -> String {
     (0..lines)
@@ -833,7 +940,10 @@ fn log(lines: usize) -> String {
 
 /// Extend the kept tail of `text` (which ends the section's content) by one more line.
 fn one_more_line(content: &str, tail_start: usize) -> usize {
-    content[..tail_start.saturating_sub(1)]
+    let before = &content[..tail_start];
+    before
+        .strip_suffix('\n')
+        .unwrap_or(before)
         .rfind('\n')
         .map_or(0, |i| i + 1)
 }

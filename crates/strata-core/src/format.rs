@@ -347,6 +347,25 @@ pub fn escaped_prefix_len(text: &str, max_len: usize) -> usize {
     escape_within(text, max_len).1
 }
 
+/// How many bytes of the escaping of a text [`encode_untrusted`] wrote as the first `len`
+/// bytes of `encoded`, its output for `encoding`: `len` for [`Encoding::Escaped`]; for
+/// [`Encoding::Datamark`], which writes each space of the escaping as a two-byte mark, `len`
+/// less one byte per mark before it. `None` for base64, which writes no escaping, or where
+/// `len` is past the end of `encoded` or not on a character boundary. With
+/// [`escaped_prefix_len`]: where a cut of an encoded body falls in the text as given
+/// (ADR-0024, amended).
+pub fn escaped_len(encoded: &str, len: usize, encoding: Encoding) -> Option<usize> {
+    let written = encoded.get(..len)?;
+    match encoding {
+        Encoding::Escaped => Some(len),
+        Encoding::Datamark => {
+            let marks = written.matches(DATAMARK).count();
+            Some(len - marks * (DATAMARK.len_utf8() - 1))
+        }
+        Encoding::Base64 => None,
+    }
+}
+
 /// [`escape`], stopped before the step that would take the output past `limit` bytes: the
 /// output and the bytes of `text` it covers.
 fn escape_within(text: &str, limit: usize) -> (String, usize) {

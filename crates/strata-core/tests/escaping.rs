@@ -365,6 +365,26 @@ proptest! {
         }
     }
 
+    /// Verifies ADR-0024 (amended): `escaped_len` maps a prefix of a datamarked body back to
+    /// the prefix of the escaping it was written from, checked against the escaping itself:
+    /// datamarking that prefix of the escaping gives exactly the datamarked prefix, at every
+    /// character boundary; for the plain escaping it is the identity, and base64 has none.
+    #[test]
+    fn escaped_len_maps_a_datamarked_prefix_to_the_escaping(
+        text in "\\PC{0,60}|[\\x00-\\x7f\u{A0}\u{2C6}\u{3000}\u{FF1C}:#=\\[\\]<>&\n -]{0,80}|([a-z]{1,8}[ \n]|#|User: |<b>|&|===\n|- |  ){0,20}",
+    ) {
+        let escaped = format::escape(&text);
+        let marked = format::encode_untrusted(&text, Encoding::Datamark);
+        for len in (0..=marked.len()).filter(|l| marked.is_char_boundary(*l)) {
+            let e = format::escaped_len(&marked, len, Encoding::Datamark).unwrap();
+            prop_assert!(escaped.is_char_boundary(e));
+            prop_assert_eq!(escaped[..e].replace(' ', "\u{2C6}"), &marked[..len], "{:?} at {}", text, len);
+            prop_assert_eq!(format::escaped_len(&escaped, e, Encoding::Escaped), Some(e));
+        }
+        prop_assert_eq!(format::escaped_len(&marked, marked.len() + 1, Encoding::Datamark), None);
+        prop_assert_eq!(format::escaped_len(&escaped, 0, Encoding::Base64), None);
+    }
+
     /// Verifies I3: any text round-trips exactly, and unescape accepts only escape's output.
     #[test]
     fn any_text_round_trips(text in "\\PC{0,60}|[\\x00-\\x7f\u{A0}\u{2003}\u{3000}\u{FF1C}\u{FF1E}\u{3008}\u{304F}\u{FF1A}\u{FF3B}:#=\\[\\]<>&-]{0,60}") {

@@ -152,7 +152,7 @@ enum Known<'a> {
 /// The text a tail cut searches (see `Assembler::tail_walk`): the end of its element as a cut
 /// writes it, from a window of the content.
 struct TailWalk {
-    /// The window of content escaped, then the element's end.
+    /// The window of content encoded (escaped, or datamarked), then the element's end.
     text: String,
     /// Where the window starts in the content.
     start: usize,
@@ -412,7 +412,7 @@ impl Assembler {
     }
 
     /// Bytes of content per token of the budget in the first window a head cut of a long
-    /// escaped section walks (default 8; ADR-0024, amended). The cut is the same for any value
+    /// escaped or datamarked section walks (default 8; ADR-0024, amended). The cut is the same for any value
     /// (a window too small for the prefix is walked again four times larger, up to the walk's
     /// bound); only the work changes. Tests set it low to exercise regrown windows and high to
     /// walk up to the bound at once.
@@ -793,9 +793,13 @@ impl Assembler {
         let mut allow = (max_tokens - overhead) as usize;
         // Where the next, smaller, head search may start: the walk before it is not repeated.
         let mut resume = strata_core::Prefix { len: 0, tokens: 0 };
-        // An escaped head cut walks the element it becomes, written with its whole body (up to
-        // the body's end), so the cut element is then counted only from the walk's last
-        // resume point, not in full; the kept text is tokenized about once (ADR-0024).
+        // An escaped or datamarked head cut walks the element it becomes, written with its
+        // whole body (up to the body's end), so the cut element is then counted only from the
+        // walk's last resume point, not in full; the kept text is tokenized about once
+        // (ADR-0024; datamarked too since its amendment: datamarking writes each space of the
+        // escaping as a mark, which maps back by counting the marks, `format::escaped_len`).
+        // Base64 rewrites the whole text, so its cuts search the content as offered.
+        let escaping = matches!(enc, Encoding::Escaped | Encoding::Datamark);
         // Windows only where the tokenizer's prefix depends on a bounded stretch past its end;
         // otherwise the walk reads up to the bound at once.
         let first_window = match self.tokenizer.prefix_look_ahead() {
@@ -804,7 +808,7 @@ impl Assembler {
                 .saturating_mul(self.walk_window),
             None => usize::MAX,
         };
-        let mut walk = (keep == Keep::Head && enc == Encoding::Escaped)
+        let mut walk = (keep == Keep::Head && escaping)
             .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens, first_window))
             .flatten();
         // The walk of this section's last cut: where its element starts with the same bytes
@@ -818,8 +822,8 @@ impl Assembler {
                 c.bytes = c.bytes.saturating_sub(walk_size(s.id(), t));
             }
         }
-        // An escaped tail cut searches the end of the element it becomes (a window at the end
-        // of the content, escaped, then the element's end), and the cut element is counted
+        // An escaped (or datamarked) tail cut searches the end of the element it becomes (a
+        // window at the end of the content, encoded, then the element's end), and the cut element is counted
         // from that search, only up to where their pieces line up: the kept text is tokenized
         // about once (ADR-0024, amended). The first window is about five eighths of a head
         // cut's (five bytes of content per token for the default of eight): the search splits
@@ -828,8 +832,8 @@ impl Assembler {
         let tail_window = usize::try_from(max_tokens)
             .unwrap_or(usize::MAX)
             .saturating_mul(self.walk_window.div_ceil(2) + 1);
-        let mut tail = (keep == Keep::Tail && enc == Encoding::Escaped)
-            .then(|| self.tail_walk(s, &empty, max_tokens, tail_window))
+        let mut tail = (keep == Keep::Tail && escaping)
+            .then(|| self.tail_walk(s, &empty, enc, max_tokens, tail_window))
             .flatten();
         let mut tail_allow = tail.as_ref().map_or(0, |w| w.allow);
         let look_ahead = self.tokenizer.prefix_look_ahead().unwrap_or(0);
@@ -845,10 +849,15 @@ impl Assembler {
                     // All of the window fits: walk one four times larger.
                     let larger = w.window.saturating_mul(4);
                     self.lock().stats.walk_regrowths += 1;
-                    tail = self.tail_walk(s, &empty, max_tokens, larger);
+                    tail = self.tail_walk(s, &empty, enc, max_tokens, larger);
                     continue;
                 }
-                let body = st.min(w.body_len);
+                let Some(body) = format::escaped_len(&w.text, st.min(w.body_len), enc) else {
+                    // Not reached (a piece boundary is a character boundary): the content as
+                    // offered is searched then.
+                    tail = None;
+                    continue;
+                };
                 known_end = Some((
                     w.start + format::escaped_prefix_len(&text[w.start..], body),
                     st,
@@ -894,6 +903,8 @@ impl Assembler {
                     }
                     resume = next;
                     let body = p.len.saturating_sub(w.body_start);
+                    let body = format::escaped_len(&w.text[w.body_start..], body, enc)
+                        .expect("a prefix ends on a character boundary");
                     (format::escaped_prefix_len(text, body), text.len())
                 }
                 (Keep::Head, None, _) => {
@@ -976,7 +987,8 @@ impl Assembler {
 
     /// The text a tail cut of `s` searches: the last `window` bytes of its content (from the
     /// line that holds the window's first byte, when that line starts within
-    /// [`TAIL_LINE_SEARCH`] bytes before it), escaped, then the end every cut element has; the
+    /// [`TAIL_LINE_SEARCH`] bytes before it), encoded for `enc` (escaped, or datamarked), then
+    /// the end every cut element has; the
     /// tokens the search may keep, the budget of an element of `max_tokens` less its framing
     /// and its opening (written for the longest elision, which bounds the others). `None`
     /// where the element does not end that way. `empty` is the cut element of `s` with an
@@ -986,6 +998,7 @@ impl Assembler {
         &self,
         s: &Section,
         empty: &Rendered,
+        enc: Encoding,
         max_tokens: u64,
         window: usize,
     ) -> Option<TailWalk> {
@@ -1006,7 +1019,7 @@ impl Assembler {
                 start = from + i + 1;
             }
         }
-        let mut text = format::encode_untrusted(&content[start..], Encoding::Escaped);
+        let mut text = format::encode_untrusted(&content[start..], enc);
         let body_len = text.len();
         text.push_str(format::UNTRUSTED_END);
         Some(TailWalk {
@@ -1578,8 +1591,8 @@ mod tests {
         /// tokens whole and cut, lookalikes, DEL and invisible characters; long runs of `=` and
         /// `-`, alone, after a list marker or ending in a letter; long blanks), and windows
         /// ending anywhere, also inside such a line or run; and a prefix of the window that
-        /// settles is the prefix of the bounded walk. It fails if the window's last line is
-        /// relied on before its start is decided, or up to its last byte.
+        /// settles is the prefix of the bounded walk; escaped or datamarked. It fails if the
+        /// window's last line is relied on before its start is decided, or up to its last byte.
         #[test]
         fn the_stable_part_of_a_window_is_the_bounded_walk(
             lines in proptest::collection::vec(
@@ -1588,21 +1601,23 @@ mod tests {
             ),
             window in 1usize..6_000,
             allow in 1usize..300,
+            datamark in any::<bool>(),
         ) {
+            let enc = if datamark { Encoding::Datamark } else { Encoding::Escaped };
             let content: String = lines.iter().map(|l| format!("{l}\n")).collect();
             let a = Assembler::o200k();
             let s = Section::builder(RuntimeLayer::Delegated, "doc", content.as_str())
                 .unwrap()
                 .build();
             let bound = CutAt { keep: Keep::Head, at: 0, elided: content.len() as u64 };
-            let empty = a.render(&s.with_content(""), Encoding::Escaped, Some(bound), false);
+            let empty = a.render(&s.with_content(""), enc, Some(bound), false);
             let max_tokens = 1_000;
             let full = a
-                .element_walk(&s, &empty.text, Encoding::Escaped, false, max_tokens, usize::MAX)
+                .element_walk(&s, &empty.text, enc, false, max_tokens, usize::MAX)
                 .unwrap();
             prop_assert_eq!(full.window, usize::MAX);
             let w = a
-                .element_walk(&s, &empty.text, Encoding::Escaped, false, max_tokens, window)
+                .element_walk(&s, &empty.text, enc, false, max_tokens, window)
                 .unwrap();
             prop_assert!(w.stable <= w.text.len());
             prop_assert!(
