@@ -1,6 +1,7 @@
 //! Developer tasks for the strata workspace, run as `cargo xtask <task>` through the alias in
 //! `.cargo/config.toml`.
 //!
+//! - `bench-ab`: the benchmarks of another revision against the working tree, run in turn.
 //! - `ci`: the whole test suite as the CI runs it (format, lints, tests, documentation check,
 //!   example programs, the Python and TypeScript clients' tests, a fuzz smoke run).
 //! - `clients`: only the client packages' checks of `ci`.
@@ -16,6 +17,7 @@
 )]
 
 mod args;
+mod bench_ab;
 mod ci;
 mod clients;
 mod docs;
@@ -37,6 +39,16 @@ Developer tasks for strata.
 Usage: cargo xtask <TASK> [OPTIONS]
 
 Tasks:
+  bench-ab
+         Build a bench target at another revision (in a git worktree with its own target
+         directory under target/bench-ab/) and in the working tree, run the two in turn,
+         one run of each per round, and print each benchmark's median of the rounds with
+         the machine and its load
+           --base REV          the revision to compare with (required)
+           --bench NAME        the bench target (required), e.g. workloads or assemble
+           --package PKG       the package that holds it (default strata-assembler)
+           --rounds N          rounds (default 3)
+           [FILTER]            criterion's filter of benchmark ids
   ci     Run the full check: fmt, clippy, tests, docs --check, examples, client tests,
          fuzz smoke run
            --thorough          run property tests with PROPTEST_CASES=10000
@@ -79,6 +91,27 @@ fn run(argv: Vec<String>) -> Result<(), Error> {
     let task = argv.next().unwrap_or_else(|| "help".to_string());
     let mut args = Args::new(argv.collect());
     match task.as_str() {
+        "bench-ab" => {
+            let base = args.value("--base")?;
+            let bench = args.value("--bench")?;
+            let package = args.value("--package")?;
+            let rounds = args.number("--rounds")?.unwrap_or(3);
+            let mut rest = args.finish()?;
+            if rest.len() > 1 {
+                return Err(format!("one filter at most, not `{}`", rest.join(" ")).into());
+            }
+            let (Some(base), Some(bench)) = (base, bench) else {
+                return Err("`bench-ab` needs `--base REV` and `--bench NAME`".into());
+            };
+            let opts = bench_ab::AbOptions {
+                base,
+                package: package.unwrap_or_else(|| "strata-assembler".to_owned()),
+                bench,
+                rounds,
+                filter: rest.pop(),
+            };
+            bench_ab::run(&root, &opts)
+        }
         "ci" => {
             let opts = ci::CiOptions {
                 thorough: args.flag("--thorough"),

@@ -924,6 +924,93 @@ fn datamarked_cuts_are_the_cuts_of_the_bounded_walk() {
     }
 }
 
+/// Verifies ADR-0024 (amended): a long escaped or datamarked section is found over the room
+/// from a walk of a window of it only when its whole element is over. For texts of every
+/// density (prose, a log, one line of JSON, dense CJK text, lines of `=`, words between long
+/// blanks), at the budget where the output with the section whole counts exactly the prompt
+/// budget by the reference, the section is kept whole; one token less, at a third of that,
+/// and at 600 tokens, it is not. The outputs are the same whatever the first window (one byte
+/// per token, eight, or none); at 600 tokens the default window's walk decides the probe of
+/// a datamarked section but for the sparse texts.
+#[test]
+fn a_windowed_probe_finds_a_section_over_only_when_it_is() {
+    let json: String = (0..600)
+        .map(|i| format!("{{\"k{i}\": [{i}, \"v {}\"]}}, ", i * 7))
+        .collect();
+    let dense: String = (0..400)
+        .map(|i| format!("{} 第{i}行。\n", "数据处理完成".repeat(1 + i % 3)))
+        .collect();
+    let underlines: String = (0..200)
+        .map(|i| format!("{}\nline {i}\n", "=".repeat(40 + i % 50)))
+        .collect();
+    let blanks: String = (0..300)
+        .map(|i| format!("word{i}{}", " ".repeat(1 + i % 90)))
+        .collect();
+    let cases = [
+        ("prose", prose(11, 4_000)),
+        ("log", log(600)),
+        ("json", json),
+        ("dense", dense),
+        ("underlines", underlines),
+        ("blanks", blanks),
+    ];
+    let mut walked = 0;
+    for (name, content) in &cases {
+        for enc in [Encoding::Escaped, Encoding::Datamark] {
+            let s = Section::builder(RuntimeLayer::Delegated, "doc", content.as_str())
+                .unwrap()
+                .build();
+            let req = |total: u32| {
+                let mut r = request(vec![s.clone()], total);
+                r.render = RenderOptions::default().with_encoding(RuntimeLayer::Delegated, enc);
+                r
+            };
+            let all = Assembler::o200k().assemble(agent(), &req(1 << 24)).unwrap();
+            assert_eq!(status_of(all.report(), "doc"), SectionStatus::Kept);
+            let whole = reference(all.text());
+            let reserve = all.report().total_tokens - all.report().prompt_budget;
+            let exact = u32::try_from(whole + reserve).unwrap();
+            for (total, fits) in [
+                (exact, true),
+                (exact - 1, false),
+                (exact / 3, false),
+                (600, false),
+            ] {
+                let mut outs = Vec::new();
+                for window in [1, 8, 1 << 20] {
+                    let a = Assembler::o200k().with_walk_window(window);
+                    let ctx = a.assemble(agent(), &req(total)).unwrap();
+                    let r = ctx.report();
+                    let what = format!("{name} {enc:?} {total} (whole at {exact}) {window}");
+                    assert_eq!(
+                        status_of(r, "doc") == SectionStatus::Kept,
+                        fits,
+                        "{what}: {:?}",
+                        status_of(r, "doc")
+                    );
+                    assert_eq!(r.used_tokens, reference(ctx.text()), "{what}");
+                    assert!(r.used_tokens <= r.prompt_budget, "{what}");
+                    let by_walk = a.cache_stats().walked_probes;
+                    walked += by_walk;
+                    let sparse = matches!(*name, "underlines" | "blanks");
+                    if total == 600 && window == 8 && enc == Encoding::Datamark && !sparse {
+                        // Far over: a walk of the first window tells (marks join the words,
+                        // so no count of words bounds a datamarked section first). Sparse
+                        // text may need more than the window holds.
+                        assert_eq!(by_walk, 1, "{what}");
+                    }
+                    outs.push(ctx.text().to_owned());
+                }
+                assert!(
+                    outs.iter().all(|o| o == &outs[0]),
+                    "{name} {enc:?} {total}: the first window changed the output"
+                );
+            }
+        }
+    }
+    assert!(walked > 0, "no probe was decided by a walk");
+}
+
 /// A log of numbered lines, each about a dozen tokens.
 fn log(lines: usize) -> String {
     (0..lines)

@@ -224,6 +224,9 @@ pub struct CacheStats {
     /// Head cuts whose first window of a long content was too small for the prefix, so that a
     /// window four times larger was walked (ADR-0024, amended).
     pub walk_regrowths: u64,
+    /// Probes that found an element over the room left from a walk of a window of it, without
+    /// writing the rest of a long content (ADR-0024, amended).
+    pub walked_probes: u64,
 }
 
 #[derive(Default)]
@@ -671,6 +674,11 @@ impl Assembler {
             self.note_over(key, limit);
             return None;
         }
+        if self.over_by_walk(s, enc, native, limit) {
+            self.lock().stats.walked_probes += 1;
+            self.note_over(key, limit);
+            return None;
+        }
         let (text, frame) = self.element_text(s, enc, None, native);
         let counted = limit.checked_sub(frame).and_then(|room| {
             self.tokenizer
@@ -683,6 +691,51 @@ impl Assembler {
                 None
             }
         }
+    }
+
+    /// Whether the element of `s` is over `limit` tokens, known from a walk of a window of it
+    /// (`limit` times the head cut's first window, in bytes of content) without writing the
+    /// rest: the longest prefix of the walk within the limit less the framing ends, with room
+    /// for what the tokenizer reads past it, inside the part of the window written as the
+    /// whole element writes it; that prefix is then the whole element's too, and being shorter
+    /// than the element it says the element is over (ADR-0024, amended). Only for escaped or
+    /// datamarked content more than twice the window long, with a tokenizer whose prefix looks
+    /// a bounded way ahead; `false` (not known) otherwise, and when the prefix reaches further:
+    /// then the element is written and counted up to the limit, as before. Escaped content of
+    /// separate words rarely gets here (its words bound it first); datamarked content, whose
+    /// marks join the words, and dense text do.
+    #[inline(never)]
+    fn over_by_walk(&self, s: &Section, enc: Encoding, native: bool, limit: u64) -> bool {
+        // Most sections are shorter than the window: one comparison, before anything else.
+        let window = usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(self.walk_window);
+        if s.content().len() / 2 <= window || !matches!(enc, Encoding::Escaped | Encoding::Datamark)
+        {
+            return false;
+        }
+        let Some(look_ahead) = self.tokenizer.prefix_look_ahead() else {
+            return false;
+        };
+        if window >= self.walk_bound(limit).unwrap_or(usize::MAX) {
+            return false;
+        }
+        let empty = self.render(&s.with_content(""), enc, None, native);
+        let frame = empty.tokens - empty.content_tokens;
+        let Some(room) = limit.checked_sub(frame) else {
+            return false;
+        };
+        let Some(w) = self.element_walk(s, &empty.text, enc, native, limit, window, false) else {
+            return false;
+        };
+        if w.window == usize::MAX {
+            return false;
+        }
+        let start = strata_core::Prefix { len: 0, tokens: 0 };
+        let (p, _) =
+            self.tokenizer
+                .prefix_from(&w.text, usize::try_from(room).unwrap_or(usize::MAX), start);
+        p.len.saturating_add(look_ahead.max(4 * WALK_KEPT_PAST)) <= w.stable
     }
 
     /// Remember that the element of `key` takes more than `limit` tokens.
@@ -809,7 +862,7 @@ impl Assembler {
             None => usize::MAX,
         };
         let mut walk = (keep == Keep::Head && escaping)
-            .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens, first_window))
+            .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens, first_window, true))
             .flatten();
         // The walk of this section's last cut: where its element starts with the same bytes
         // (a turn that grew at its end), the walk resumes there (ADR-0024).
@@ -884,7 +937,15 @@ impl Assembler {
                             usize::MAX
                         };
                         self.lock().stats.walk_regrowths += 1;
-                        match self.element_walk(s, &empty.text, enc, native, max_tokens, window) {
+                        match self.element_walk(
+                            s,
+                            &empty.text,
+                            enc,
+                            native,
+                            max_tokens,
+                            window,
+                            true,
+                        ) {
                             Some(larger) => walk = Some(larger),
                             None => {
                                 // Not reached (the element's opening does not depend on its
@@ -1031,11 +1092,13 @@ impl Assembler {
         })
     }
 
-    /// The text a head cut of `s` walks: its element as a cut writes it, with the whole body
-    /// and without the end that follows the body, where the body starts, and the budget of a
-    /// walk over it for an element of `max_tokens` (less the framing and the end). `None` where
-    /// the element is not written that way (then the cut walks the content as offered). `empty`
-    /// is the text of the cut element of `s` with an empty body: its opening, then its end.
+    /// The text a head cut of `s` walks: its element as a cut writes it (`as_cut`; otherwise
+    /// whole, as a probe of the whole section reads it), with the whole body and without the
+    /// end that follows the body, where the body starts, and the budget of a walk over it for
+    /// an element of `max_tokens` (less the framing and the end). `None` where the element is
+    /// not written that way (then the cut walks the content as offered). `empty` is the text of
+    /// that element of `s` with an empty body: its opening, then its end.
+    #[allow(clippy::too_many_arguments)]
     fn element_walk(
         &self,
         s: &Section,
@@ -1044,6 +1107,7 @@ impl Assembler {
         native: bool,
         max_tokens: u64,
         window: usize,
+        as_cut: bool,
     ) -> Option<ElementWalk> {
         // Only as much of a long body as a walk within the budget can read: every prefix
         // longer than the bound is over it, so the walk reads no further, and its cost follows
@@ -1074,7 +1138,7 @@ impl Assembler {
             at: body.len(),
             elided: 0,
         };
-        let (mut text, frame) = self.element_text_of(s, body, enc, Some(whole), native);
+        let (mut text, frame) = self.element_text_of(s, body, enc, as_cut.then_some(whole), native);
         let open = empty.strip_suffix(format::UNTRUSTED_END)?;
         if !text.starts_with(open) || !text.ends_with(format::UNTRUSTED_END) {
             return None;
@@ -1591,8 +1655,9 @@ mod tests {
         /// tokens whole and cut, lookalikes, DEL and invisible characters; long runs of `=` and
         /// `-`, alone, after a list marker or ending in a letter; long blanks), and windows
         /// ending anywhere, also inside such a line or run; and a prefix of the window that
-        /// settles is the prefix of the bounded walk; escaped or datamarked. It fails if the
-        /// window's last line is relied on before its start is decided, or up to its last byte.
+        /// settles is the prefix of the bounded walk; escaped or datamarked, and for the
+        /// element as a cut writes it or whole (as a probe walks it). It fails if the window's
+        /// last line is relied on before its start is decided, or up to its last byte.
         #[test]
         fn the_stable_part_of_a_window_is_the_bounded_walk(
             lines in proptest::collection::vec(
@@ -1602,6 +1667,7 @@ mod tests {
             window in 1usize..6_000,
             allow in 1usize..300,
             datamark in any::<bool>(),
+            as_cut in any::<bool>(),
         ) {
             let enc = if datamark { Encoding::Datamark } else { Encoding::Escaped };
             let content: String = lines.iter().map(|l| format!("{l}\n")).collect();
@@ -1610,14 +1676,14 @@ mod tests {
                 .unwrap()
                 .build();
             let bound = CutAt { keep: Keep::Head, at: 0, elided: content.len() as u64 };
-            let empty = a.render(&s.with_content(""), enc, Some(bound), false);
+            let empty = a.render(&s.with_content(""), enc, as_cut.then_some(bound), false);
             let max_tokens = 1_000;
             let full = a
-                .element_walk(&s, &empty.text, enc, false, max_tokens, usize::MAX)
+                .element_walk(&s, &empty.text, enc, false, max_tokens, usize::MAX, as_cut)
                 .unwrap();
             prop_assert_eq!(full.window, usize::MAX);
             let w = a
-                .element_walk(&s, &empty.text, enc, false, max_tokens, window)
+                .element_walk(&s, &empty.text, enc, false, max_tokens, window, as_cut)
                 .unwrap();
             prop_assert!(w.stable <= w.text.len());
             prop_assert!(
