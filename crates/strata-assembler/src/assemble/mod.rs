@@ -414,11 +414,11 @@ impl Assembler {
         }
     }
 
-    /// Bytes of content per token of the budget in the first window a head cut of a long
-    /// escaped or datamarked section walks (default 8; ADR-0024, amended). The cut is the same for any value
+    /// Bytes of content per token of the budget in the first window a head cut of a long escaped or
+    /// datamarked section walks (default 8; ADR-0024, amended). The cut is the same for any value
     /// (a window too small for the prefix is walked again four times larger, up to the walk's
-    /// bound); only the work changes. Tests set it low to exercise regrown windows and high to
-    /// walk up to the bound at once.
+    /// bound); only the work changes. Tests set it low to exercise regrown windows and high to walk
+    /// up to the bound at once.
     pub fn with_walk_window(mut self, bytes_per_token: usize) -> Assembler {
         self.walk_window = bytes_per_token.max(1);
         self
@@ -728,6 +728,7 @@ impl Assembler {
         let Some(w) = self.element_walk(s, &empty.text, enc, native, limit, window, false) else {
             return false;
         };
+        // A walk that read up to the bound is not written as the whole element near its end.
         if w.window == usize::MAX {
             return false;
         }
@@ -735,7 +736,7 @@ impl Assembler {
         let (p, _) =
             self.tokenizer
                 .prefix_from(&w.text, usize::try_from(room).unwrap_or(usize::MAX), start);
-        p.len.saturating_add(look_ahead.max(4 * WALK_KEPT_PAST)) <= w.stable
+        w.settles(p.len, look_ahead)
     }
 
     /// Remember that the element of `key` takes more than `limit` tokens.
@@ -875,13 +876,13 @@ impl Assembler {
                 c.bytes = c.bytes.saturating_sub(walk_size(s.id(), t));
             }
         }
-        // An escaped (or datamarked) tail cut searches the end of the element it becomes (a
-        // window at the end of the content, encoded, then the element's end), and the cut element is counted
-        // from that search, only up to where their pieces line up: the kept text is tokenized
-        // about once (ADR-0024, amended). The first window is about five eighths of a head
-        // cut's (five bytes of content per token for the default of eight): the search splits
-        // only what it needs of it, but the whole window is escaped; a window too small for
-        // the tail is walked again four times larger.
+        // An escaped (or datamarked) tail cut searches the end of the element it becomes (a window
+        // at the end of the content, encoded, then the element's end), and the cut element is
+        // counted from that search, only up to where their pieces line up: the kept text is
+        // tokenized about once (ADR-0024, amended). The first window is about five eighths of a
+        // head cut's (five bytes of content per token for the default of eight): the search splits
+        // only what it needs of it, but the whole window is escaped; a window too small for the
+        // tail is walked again four times larger.
         let tail_window = usize::try_from(max_tokens)
             .unwrap_or(usize::MAX)
             .saturating_mul(self.walk_window.div_ceil(2) + 1);
@@ -1046,15 +1047,14 @@ impl Assembler {
         None
     }
 
-    /// The text a tail cut of `s` searches: the last `window` bytes of its content (from the
-    /// line that holds the window's first byte, when that line starts within
-    /// [`TAIL_LINE_SEARCH`] bytes before it), encoded for `enc` (escaped, or datamarked), then
-    /// the end every cut element has; the
-    /// tokens the search may keep, the budget of an element of `max_tokens` less its framing
-    /// and its opening (written for the longest elision, which bounds the others). `None`
-    /// where the element does not end that way. `empty` is the cut element of `s` with an
-    /// empty body. Where the window starts only changes the work: the cut element is counted
-    /// exactly, from the search only where their pieces line up (ADR-0024, amended).
+    /// The text a tail cut of `s` searches: the last `window` bytes of its content (from the line
+    /// that holds the window's first byte, when that line starts within [`TAIL_LINE_SEARCH`] bytes
+    /// before it), encoded for `enc` (escaped, or datamarked), then the end every cut element has;
+    /// the tokens the search may keep, the budget of an element of `max_tokens` less its framing
+    /// and its opening (written for the longest elision, which bounds the others). `None` where the
+    /// element does not end that way. `empty` is the cut element of `s` with an empty body. Where
+    /// the window starts only changes the work: the cut element is counted exactly, from the search
+    /// only where their pieces line up (ADR-0024, amended).
     fn tail_walk(
         &self,
         s: &Section,
@@ -1148,13 +1148,13 @@ impl Assembler {
         let allow = max_tokens.saturating_sub(frame + end_cost);
         // A line break is written as itself and nothing else is written as one, so the walk's
         // last line break ends the last line the window holds whole; the run of whitespace it
-        // ends may go on past the window, so what is stable stops where that run starts.
-        // The window's last line, which goes on past it, is relied on too where its start is
+        // ends may go on past the window, so what is stable stops where that run starts. The
+        // window's last line, which goes on past it, is relied on too where its start is
         // decided (`format::line_start_decided`): up to its last bytes, which may be written
         // otherwise once more of the line is read (each byte of content takes at most
-        // `format::ESCAPED_PER_BYTE` bytes written), and before any run of whitespace there (amended
-        // again: a window inside one long line, such as minified JSON, used to be walked up to
-        // the bound at once).
+        // `format::ESCAPED_PER_BYTE` bytes written), and before any run of whitespace there
+        // (amended again: a window inside one long line, such as minified JSON, used to be
+        // walked up to the bound at once).
         let (window, stable) = if whole_content || window == usize::MAX {
             (usize::MAX, text.len())
         } else {
