@@ -1,6 +1,7 @@
 //! The assembly report: what was kept, cut and dropped, and why.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use strata_core::{Layer, Provenance, Role, SectionId, Tier, ToolName};
@@ -83,8 +84,8 @@ pub struct SectionReport {
     /// Outcome.
     #[serde(flatten)]
     pub status: SectionStatus,
-    /// Provenance.
-    pub provenance: Provenance,
+    /// Provenance: the section's own, shared rather than copied (serialized as its fields).
+    pub provenance: Arc<Provenance>,
 }
 
 /// Totals per layer.

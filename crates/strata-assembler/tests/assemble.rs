@@ -706,3 +706,77 @@ fn an_agent_past_its_validity_assembles_nothing() {
     assert!(matches!(err, AssembleError::AgentNotValid(_)), "{err}");
     assert!(err.to_string().contains("expired"), "{err}");
 }
+
+/// Verifies ADR-0024: a report entry holds its section's provenance by reference, whatever
+/// became of the section (kept, cut, dropped, filtered by mode, overridden), with the same fields
+/// as the section's; the JSON of the report writes the provenance out in full.
+#[test]
+fn report_entries_share_the_provenance_of_their_sections() {
+    let agent = support::agent();
+    let filler = "lorem ipsum dolor sit amet ".repeat(400);
+    let sections = vec![
+        sec(RuntimeLayer::Shared, "kept", "a short fact")
+            .source(SourceKind::Store, "facts-store")
+            .record(Some("rec-1"), Some(1_700_000_000_000), Some(0.25))
+            .build(),
+        sec(RuntimeLayer::LongTermMemory, "cut", &filler)
+            .source(SourceKind::Store, "memories")
+            .priority(2)
+            .build(),
+        sec(RuntimeLayer::LongTermMemory, "dropped", &filler)
+            .source(SourceKind::Store, "memories")
+            .priority(1)
+            .build(),
+        sec(RuntimeLayer::Shared, "filtered", "only in the full prompt")
+            .modes(ModeSet::of(&[PromptMode::Full]))
+            .build(),
+        sec(RuntimeLayer::Delegated, "winner", "claims a key")
+            .key("topic")
+            .unwrap()
+            .build(),
+        sec(RuntimeLayer::WorkingMemory, "loser", "claims it too")
+            .key("topic")
+            .unwrap()
+            .build(),
+    ];
+    let req = AssemblyRequest {
+        sections: sections.clone(),
+        mode: PromptMode::Compact,
+        budget: Some(BudgetSpec::Explicit(Budget::with_total(2_000))),
+        ..Default::default()
+    };
+    let ctx = Assembler::o200k().assemble(&agent, &req).unwrap();
+    let report = ctx.report();
+    for s in &sections {
+        let entry = report
+            .sections
+            .iter()
+            .find(|e| e.id == *s.id())
+            .unwrap_or_else(|| panic!("no entry for {}", s.id()));
+        assert!(
+            std::sync::Arc::ptr_eq(&entry.provenance, s.provenance_shared()),
+            "{} copied its provenance",
+            s.id()
+        );
+        assert_eq!(*entry.provenance, *s.provenance());
+    }
+    let status = |id: &str| {
+        let e = report.sections.iter().find(|e| e.id == id).unwrap();
+        serde_json::to_value(e).unwrap()
+    };
+    assert_eq!(status("kept")["status"], "kept");
+    assert_eq!(status("cut")["status"], "cut");
+    assert_eq!(status("dropped")["status"], "dropped");
+    assert_eq!(status("filtered")["status"], "filtered");
+    assert_eq!(status("loser")["status"], "overridden");
+    let kept = status("kept");
+    assert_eq!(kept["provenance"]["name"], "facts-store");
+    assert_eq!(kept["provenance"]["record"], "rec-1");
+    assert_eq!(kept["provenance"]["created_ms"], 1_700_000_000_000_i64);
+    assert_eq!(
+        kept["provenance"]["content_hash"],
+        serde_json::to_value(sections[0].content_hash()).unwrap()
+    );
+    let back: Report = serde_json::from_str(&serde_json::to_string(report).unwrap()).unwrap();
+    assert_eq!(&back, report);
+}

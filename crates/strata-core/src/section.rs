@@ -399,7 +399,12 @@ pub struct Section {
     keep: Keep,
     /// [`crate::tokenizer::separate_ascii_words`] of the content, worked out with its hash.
     words: usize,
-    provenance: Provenance,
+    /// The content's hash, held inline as well as in the provenance: read per section on the
+    /// assembler's paths, where the provenance is not.
+    content_hash: ContentHash,
+    /// Shared: a report entry holds it by reference rather than copying its fields, and the
+    /// section stays small to walk (ADR-0024).
+    provenance: Arc<Provenance>,
     content: Content,
 }
 
@@ -431,15 +436,16 @@ impl Section {
     ) -> Result<SectionBuilder, CoreError> {
         let id = SectionId::new(id)?;
         let content = content.into();
-        let provenance = Provenance {
+        let content_hash = content.hash();
+        let provenance = Arc::new(Provenance {
             source: SourceKind::Caller,
             // The id's own text, shared: one allocation for both.
             name: id.0.clone(),
-            content_hash: content.hash(),
+            content_hash,
             record: None,
             created_ms: None,
             score: None,
-        };
+        });
         Ok(SectionBuilder {
             s: Section {
                 id_digest: id_digest(id.as_str()),
@@ -456,6 +462,7 @@ impl Section {
                 turn: None,
                 keep: Keep::Head,
                 words: crate::tokenizer::separate_ascii_words(content.as_str()),
+                content_hash,
                 provenance,
                 content,
             },
@@ -484,17 +491,18 @@ impl Section {
             turn,
             keep,
             words,
+            content_hash,
             provenance,
             content,
         } = self;
         let Provenance {
             source,
             name,
-            content_hash,
+            content_hash: provenance_hash,
             record,
             created_ms,
             score,
-        } = provenance;
+        } = &**provenance;
         let p = &other.provenance;
         same_text(&id.0, &other.id.0)
             && *id_digest == other.id_digest
@@ -514,12 +522,14 @@ impl Section {
             && *turn == other.turn
             && *keep == other.keep
             && *words == other.words
-            && *source == p.source
-            && same_text(name, &p.name)
-            && *content_hash == p.content_hash
-            && *record == p.record
-            && *created_ms == p.created_ms
-            && *score == p.score
+            && *content_hash == other.content_hash
+            && (Arc::ptr_eq(provenance, p)
+                || (*source == p.source
+                    && same_text(name, &p.name)
+                    && *provenance_hash == p.content_hash
+                    && *record == p.record
+                    && *created_ms == p.created_ms
+                    && *score == p.score))
             && (std::ptr::eq(content.as_str(), other.content.as_str()) || *content == other.content)
     }
 
@@ -589,9 +599,13 @@ impl Section {
     pub fn provenance(&self) -> &Provenance {
         &self.provenance
     }
+    /// Provenance, shared: a clone is a reference count, not a copy of its fields.
+    pub fn provenance_shared(&self) -> &Arc<Provenance> {
+        &self.provenance
+    }
     /// Content hash (same as `provenance().content_hash`).
     pub fn content_hash(&self) -> ContentHash {
-        self.provenance.content_hash
+        self.content_hash
     }
     /// Content.
     pub fn content(&self) -> &Content {
@@ -609,7 +623,8 @@ impl Section {
     pub fn with_content(&self, content: impl Into<Content>) -> Section {
         let mut s = self.clone();
         s.content = content.into();
-        s.provenance.content_hash = s.content.hash();
+        s.content_hash = s.content.hash();
+        Arc::make_mut(&mut s.provenance).content_hash = s.content_hash;
         s.words = crate::tokenizer::separate_ascii_words(s.content.as_str());
         s
     }
@@ -680,8 +695,9 @@ impl SectionBuilder {
     }
     /// Source kind and producer name; the content hash is kept.
     pub fn source(mut self, source: SourceKind, name: impl AsRef<str>) -> Self {
-        self.s.provenance.source = source;
-        self.s.provenance.name = SmolStr::new(name.as_ref());
+        let p = Arc::make_mut(&mut self.s.provenance);
+        p.source = source;
+        p.name = SmolStr::new(name.as_ref());
         self
     }
     /// Record id, creation time and score of the provenance.
@@ -691,9 +707,10 @@ impl SectionBuilder {
         created_ms: Option<i64>,
         score: Option<f64>,
     ) -> Self {
-        self.s.provenance.record = record.map(SmolStr::new);
-        self.s.provenance.created_ms = created_ms;
-        self.s.provenance.score = score.filter(|s| s.is_finite());
+        let p = Arc::make_mut(&mut self.s.provenance);
+        p.record = record.map(SmolStr::new);
+        p.created_ms = created_ms;
+        p.score = score.filter(|s| s.is_finite());
         self
     }
     /// Finish.
@@ -835,6 +852,35 @@ mod tests {
         let t = s.with_content("other");
         assert_eq!(t.content_hash(), Content::from("other").hash());
         assert_eq!(t.id(), s.id());
+    }
+
+    /// The content hash held inline and the one in the shared provenance agree on every way a
+    /// section is made (built, given a source and a record, given new content), and new
+    /// content leaves the original's provenance as it was (ADR-0024).
+    #[test]
+    fn the_inline_hash_is_the_provenance_hash() {
+        let s = Section::builder(RuntimeLayer::Shared, "facts", "first")
+            .unwrap()
+            .source(SourceKind::Store, "memory")
+            .record(Some("r1"), Some(7), Some(0.5))
+            .build();
+        let t = s.with_content("second");
+        let u = t.with_turn(Turn {
+            seq: 3,
+            role: Role::User,
+            call_id: None,
+            name: None,
+        });
+        for (x, text) in [(&s, "first"), (&t, "second"), (&u, "second")] {
+            assert_eq!(x.content_hash(), Content::from(text).hash());
+            assert_eq!(x.provenance().content_hash, Content::from(text).hash());
+            assert_eq!(x.provenance().name.as_str(), "memory");
+            assert_eq!(x.provenance().record.as_deref(), Some("r1"));
+        }
+        assert!(Arc::ptr_eq(t.provenance_shared(), u.provenance_shared()));
+        assert!(!s.same_as(&t) && s != t);
+        assert!(!t.same_as(&u) && t != u);
+        assert!(t.same_as(&t.clone()));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use strata_core::format::Encoding;
 use strata_core::{Budget, RuntimeLayer};
 
 use super::measure::Measured;
-use super::{marker_text, select, Assembler, Cand, Unit, MIN_CUT_TOKENS};
+use super::{marker_text, select, Assembler, Cand, CutForm, Unit, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
 use crate::request::AssemblyRequest;
 
@@ -74,8 +74,6 @@ impl Assembler {
         // Measured afresh from the text as offered: a cut from an earlier pass (a unit dropped
         // after one member was cut to the cap) must not be rendered without its marker.
         cand.cut = None;
-        cand.cut_at = None;
-        cand.cut_from = None;
         let enc = req.render.encodings[cand.section().layer().index()];
         let cap = cap.filter(|_| !cand.sticky);
         let limit = cap.map_or(room, |c| c.min(room));
@@ -90,12 +88,14 @@ impl Assembler {
         match self.cut_to(cand.base.get(), enc, cap, native) {
             Some(cut) => {
                 // The whole form is counted only on request (ADR-0024).
-                cand.cut_from = Some(
-                    req.count_cut_sections
-                        .then(|| self.render(cand.base.get(), enc, None, native).tokens),
-                );
-                cand.cut = Some(Box::new(cut.section));
-                cand.cut_at = Some(cut.at);
+                let full = req
+                    .count_cut_sections
+                    .then(|| self.render(cand.base.get(), enc, None, native).tokens);
+                cand.cut = Some(Box::new(CutForm {
+                    section: cut.section,
+                    at: cut.at,
+                    full,
+                }));
                 cand.element = Some(cut.rendered);
                 Member::Fits
             }
@@ -174,9 +174,12 @@ impl Assembler {
                 units[u].chars = units[u].chars - cands[c].rendered().chars + r.chars;
                 excess = excess.saturating_sub(have - r.tokens);
                 // Measured whole above, so its full count is known without counting again.
-                cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(Some(have)));
-                cands[c].cut = Some(Box::new(cut.section));
-                cands[c].cut_at = Some(cut.at);
+                let full = cands[c].cut.as_ref().map_or(Some(have), |k| k.full);
+                cands[c].cut = Some(Box::new(CutForm {
+                    section: cut.section,
+                    at: cut.at,
+                    full,
+                }));
                 cands[c].element = Some(r);
             }
         }
@@ -422,9 +425,12 @@ impl Assembler {
                             let full = req.count_cut_sections.then(|| {
                                 self.render(cands[c].base.get(), enc, None, native_b).tokens
                             });
-                            cands[c].cut_from = Some(cands[c].cut_from.unwrap_or(full));
-                            cands[c].cut = Some(Box::new(cut.section));
-                            cands[c].cut_at = Some(cut.at);
+                            let full = cands[c].cut.as_ref().map_or(full, |k| k.full);
+                            cands[c].cut = Some(Box::new(CutForm {
+                                section: cut.section,
+                                at: cut.at,
+                                full,
+                            }));
                             cost = (others.0 + r.tokens, others.1 + r.chars);
                             cands[c].element = Some(r);
                             verdict = Ok(());

@@ -82,8 +82,6 @@ impl Assembler {
                 cut: None,
                 sticky,
                 element: None,
-                cut_from: None,
-                cut_at: None,
                 unit,
             });
         }

@@ -284,16 +284,22 @@ struct Cand<'a> {
     /// The section as offered (borrowed from the request, or owned once stripped of invisible
     /// characters): the section its report describes.
     base: Base<'a>,
-    /// The section in cut form, once cut.
-    cut: Option<Box<Section>>,
+    /// The cut form, once cut: boxed, as few candidates are cut and every one is built.
+    cut: Option<Box<CutForm>>,
     sticky: bool,
     /// The rendered element, once fitting has measured it (ADR-0024).
     element: Option<Arc<Rendered>>,
-    /// Set once cut: the tokens of the whole rendered section, when they were counted.
-    cut_from: Option<Option<u64>>,
-    /// Where the offered text was cut, once cut.
-    cut_at: Option<CutAt>,
     unit: usize,
+}
+
+/// A candidate's cut form.
+struct CutForm {
+    /// The section in cut form.
+    section: Section,
+    /// Where the offered text was cut.
+    at: CutAt,
+    /// The tokens of the whole rendered section, when they were counted.
+    full: Option<u64>,
 }
 
 /// What an unmeasured candidate reports: nothing rendered, nothing counted.
@@ -313,7 +319,7 @@ impl Cand<'_> {
     /// The section as it is rendered: cut, or as offered.
     fn section(&self) -> &Section {
         match &self.cut {
-            Some(cut) => cut,
+            Some(cut) => &cut.section,
             None => self.base.get(),
         }
     }
@@ -1422,15 +1428,15 @@ impl Assembler {
         }
         let cand_report = |c: usize| {
             let cand = &cands[c];
-            let status = match (why_of[c], cand.cut_from) {
+            let status = match (why_of[c], &cand.cut) {
                 (Some(why), _) => SectionStatus::Dropped {
                     reason: Cow::Borrowed(why),
                 },
-                (None, Some(full)) => {
+                (None, Some(cut)) => {
                     let kept = cand.section().content().len() as u64;
-                    let head = cand.cut_at.map_or(kept, |at| at.at as u64);
+                    let head = cut.at.at as u64;
                     SectionStatus::Cut {
-                        full_tokens: full,
+                        full_tokens: cut.full,
                         head_bytes: head,
                         tail_bytes: kept - head,
                     }
@@ -1604,7 +1610,7 @@ fn entry_of(
         sticky,
         stable: s.stability() == Stability::Stable,
         status,
-        provenance: s.provenance().clone(),
+        provenance: s.provenance_shared().clone(),
     }
 }
 

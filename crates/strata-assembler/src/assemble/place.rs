@@ -87,7 +87,7 @@ impl Assembler {
             let i = c.section().layer().index();
             placed.layer_out[i] += c.rendered().tokens;
             placed.chars += c.rendered().chars;
-            if c.cut_from.is_some() {
+            if c.cut.is_some() {
                 placed.cut_n[i] += 1;
             } else {
                 placed.kept_n[i] += 1;
@@ -319,7 +319,7 @@ impl Assembler {
                 tokens_so_far += cand.rendered().tokens;
                 chars_so_far += cand.rendered().chars;
                 layer_out[i] += cand.rendered().tokens;
-                if cand.cut_from.is_some() {
+                if cand.cut.is_some() {
                     cut_n[i] += 1;
                 } else {
                     kept_n[i] += 1;
