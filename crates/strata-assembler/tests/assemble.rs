@@ -780,3 +780,142 @@ fn report_entries_share_the_provenance_of_their_sections() {
     let back: Report = serde_json::from_str(&serde_json::to_string(report).unwrap()).unwrap();
     assert_eq!(&back, report);
 }
+
+/// Verifies I4 and ADR-0024 (amended): a selection that takes the ids of the last call as
+/// known distinct resolves conflicts exactly as a fresh assembler does. One assembler sees the
+/// same ids again with new text (ids known), then another agent whose identity holds one of
+/// those ids in place of another (the runtime section must lose), a key that two sections now claim, and an id
+/// that two sections now share, and an id held twice whose first holder lost on a key; each
+/// answer equals a fresh assembler's, and the counter says when the ids were taken as known.
+#[test]
+fn ids_known_from_the_last_call_resolve_conflicts_as_a_fresh_assembler_does() {
+    let with_style = support::agent();
+    let without_style = support::agent_from_definition(
+        &support::definition(
+            16_384,
+            "You are Tester, an agent used to check the assembler.",
+        )
+        .replace("style = \"Plain and brief.\"", "personality = \"Curious.\""),
+    );
+    // As many identity sections, one id apart.
+    assert_eq!(
+        with_style.identity().sections().len(),
+        without_style.identity().sections().len()
+    );
+    let style_id = with_style
+        .identity()
+        .sections()
+        .iter()
+        .map(|s| s.id().as_str().to_owned())
+        .find(|id| id.starts_with("characteristics"))
+        .unwrap();
+    assert!(without_style
+        .identity()
+        .sections()
+        .iter()
+        .all(|s| s.id().as_str() != style_id));
+    let sections = |round: usize| {
+        vec![
+            sec(
+                RuntimeLayer::Shared,
+                "a",
+                &format!("shared fact, round {round}"),
+            )
+            .build(),
+            sec(RuntimeLayer::Delegated, &style_id, "a style of its own").build(),
+            sec(
+                RuntimeLayer::WorkingMemory,
+                "b",
+                &format!("turn text, round {round}"),
+            )
+            .build(),
+            sec(RuntimeLayer::LongTermMemory, "c", "a memory").build(),
+        ]
+    };
+    let warm = Assembler::o200k();
+    let check = |agent: &VerifiedAgent, sections: Vec<Section>, known: bool, what: &str| {
+        let req = AssemblyRequest {
+            sections,
+            ..Default::default()
+        };
+        let before = warm.cache_stats().known_ids;
+        let got = warm.assemble(agent, &req).unwrap();
+        let fresh = Assembler::o200k().assemble(agent, &req).unwrap();
+        assert_eq!(got.text(), fresh.text(), "{what}");
+        assert_eq!(got.report(), fresh.report(), "{what}");
+        assert_eq!(
+            warm.cache_stats().known_ids - before,
+            u64::from(known),
+            "{what}"
+        );
+        fresh
+    };
+    // First call: nothing known. Second: same shape, the ids are noted. Third: known.
+    check(&without_style, sections(0), false, "first call");
+    check(&without_style, sections(1), false, "second call");
+    let third = check(&without_style, sections(2), true, "same ids, new text");
+    assert!(third.report().conflicts.is_empty());
+    assert!(third.text().contains("a style of its own"));
+    // The identity now holds the style id: the runtime section loses, ids not taken as known.
+    let other = check(&with_style, sections(3), false, "another identity");
+    assert!(!other.text().contains("a style of its own"));
+    assert!(other
+        .report()
+        .conflicts
+        .iter()
+        .any(|c| c.on == format!("id:{style_id}")));
+    // Back to the first agent: noted again, then known, with a key two sections claim.
+    check(&without_style, sections(4), false, "noted again");
+    let mut keyed = sections(5);
+    keyed[0] = sec(RuntimeLayer::Shared, "a", "claims k")
+        .key("k")
+        .unwrap()
+        .build();
+    keyed[3] = sec(RuntimeLayer::LongTermMemory, "c", "claims k too")
+        .key("k")
+        .unwrap()
+        .build();
+    let keyed = check(&without_style, keyed, true, "a key claimed twice");
+    assert!(keyed.report().conflicts.iter().any(|c| c.on == "k"));
+    assert!(!keyed.text().contains("claims k too"));
+    // Two sections now share an id: not taken as known, and the lower layer's loses.
+    let mut shared = sections(6);
+    shared[3] = sec(
+        RuntimeLayer::LongTermMemory,
+        "a",
+        "same id as the shared fact",
+    )
+    .build();
+    let shared = check(&without_style, shared, false, "an id held twice");
+    assert!(shared.report().conflicts.iter().any(|c| c.on == "id:a"));
+    assert!(!shared.text().contains("same id as the shared fact"));
+    // An id held twice where the first holder loses on a key (so its id is never recorded and
+    // the second holder wins): twice, then the key given up. The ids were not distinct, so
+    // they are not taken as known, and the second holder now loses on its id.
+    let twice = |key: bool| {
+        let mut first = sec(RuntimeLayer::Delegated, "a", "first holder of a");
+        if key {
+            first = first.key("k").unwrap();
+        }
+        vec![
+            sec(RuntimeLayer::Shared, "h", "holds k")
+                .key("k")
+                .unwrap()
+                .build(),
+            first.build(),
+            sec(RuntimeLayer::WorkingMemory, "b", "a turn").build(),
+            sec(RuntimeLayer::LongTermMemory, "a", "second holder of a").build(),
+        ]
+    };
+    check(&without_style, twice(true), false, "a loser on its key");
+    let once = check(
+        &without_style,
+        twice(true),
+        false,
+        "a loser on its key, again",
+    );
+    assert!(once.text().contains("second holder of a"));
+    let given_up = check(&without_style, twice(false), false, "the key given up");
+    assert!(given_up.text().contains("first holder of a"));
+    assert!(!given_up.text().contains("second holder of a"));
+}

@@ -501,8 +501,36 @@ enum Change {
     Shuffle(u64),
     /// Another prompt budget.
     Budget(u32),
+    /// The section at this position under another id (from the ids above, so it may take an
+    /// id another section or the identity holds), everything else kept: the same number of
+    /// sections, so the next call may start from what the last one learnt of their ids.
+    Rename(usize, usize),
+    /// The section at this position with another key, or none.
+    Rekey(usize, Option<usize>),
     /// Nothing changed: the same request again.
     Same,
+}
+
+/// `s` with another id and key, everything else kept (new allocations).
+fn renamed(s: &Section, id: &str, key: Option<&str>) -> Section {
+    let mut b = Section::builder(s.layer(), id, s.content().as_str().to_owned())
+        .unwrap()
+        .priority(s.priority())
+        .phase(s.phase())
+        .stability(s.stability())
+        .weight(s.weight())
+        .modes(s.modes())
+        .paths(s.paths())
+        .keep(s.keep())
+        .sticky(s.sticky())
+        .source(s.provenance().source.clone(), &*s.provenance().name);
+    if let Some(k) = key {
+        b = b.key(k).unwrap();
+    }
+    if let Some(t) = s.turn() {
+        b = b.turn(t.clone());
+    }
+    b.build()
 }
 
 fn change() -> impl Strategy<Value = Change> {
@@ -512,6 +540,9 @@ fn change() -> impl Strategy<Value = Change> {
         1 => section().prop_map(|s| Change::Add(Box::new(s))),
         1 => any::<u64>().prop_map(Change::Shuffle),
         1 => (0u32..1500).prop_map(Change::Budget),
+        1 => (any::<usize>(), 0..IDS.len()).prop_map(|(i, id)| Change::Rename(i, id)),
+        1 => (any::<usize>(), proptest::option::of(0..KEYS.len()))
+            .prop_map(|(i, k)| Change::Rekey(i, k)),
         2 => Just(Change::Same),
     ]
 }
@@ -609,6 +640,14 @@ fn apply(req: &mut AssemblyRequest, change: &Change) {
                 req.sections
                     .swap(i, (*seed as usize).wrapping_add(i * 7) % n);
             }
+        }
+        Change::Rename(i, id) if n > 0 => {
+            let s = &req.sections[i % n];
+            req.sections[i % n] = renamed(s, IDS[*id], s.key().map(|k| k.as_str()));
+        }
+        Change::Rekey(i, key) if n > 0 => {
+            let s = &req.sections[i % n];
+            req.sections[i % n] = renamed(s, s.id().as_str(), key.map(|k| KEYS[k]));
         }
         Change::Budget(extra) => {
             if let Some(BudgetSpec::Explicit(b)) = &mut req.budget {

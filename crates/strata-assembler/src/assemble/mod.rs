@@ -227,6 +227,10 @@ pub struct CacheStats {
     /// Probes that found an element over the room left from a walk of a window of it, without
     /// writing the rest of a long content (ADR-0024, amended).
     pub walked_probes: u64,
+    /// Selections that found the ids of the sections taking part equal, in order, to the last
+    /// call's, which were pairwise distinct, and so resolved conflicts on keys alone (ADR-0024,
+    /// amended).
+    pub known_ids: u64,
 }
 
 #[derive(Default)]
@@ -253,8 +257,9 @@ struct Cache {
 /// request, per order.
 #[derive(Default)]
 struct Hints {
-    /// The canonical order of selection, as positions in the sections that take part.
-    select: Vec<usize>,
+    /// The canonical order of selection, as positions in the sections that take part, and
+    /// what the last call learnt of their ids.
+    select: select::SelectHint,
     /// The keep order of the units that are not sticky.
     keep: Vec<usize>,
 }
@@ -1330,6 +1335,7 @@ impl Assembler {
             winners,
             mut reports,
             conflicts,
+            ids_known,
         } = {
             let mut hint = std::mem::take(&mut self.hints().select);
             let selected = select::select(agent, req, input, &mut hint);
@@ -1337,6 +1343,9 @@ impl Assembler {
             selected?
         };
         reports.extend(reserved);
+        if ids_known {
+            self.lock().stats.known_ids += 1;
+        }
         let mut measured = self.measure(winners, req);
         let Fitted {
             drops,

@@ -28,6 +28,42 @@ pub(super) struct Selected<'a> {
     pub reports: Vec<SectionReport>,
     /// Conflicts resolved for the higher layer.
     pub conflicts: Vec<Conflict>,
+    /// Whether the ids were known distinct from the last call (see [`SelectHint`]).
+    pub ids_known: bool,
+}
+
+/// What one call of [`select`] leaves for the next (ADR-0024).
+#[derive(Default)]
+pub(super) struct SelectHint {
+    /// The canonical order, as positions in the sections that took part: where the next sort
+    /// starts. Only a starting point: the sort's result is the same from any start.
+    perm: Vec<usize>,
+    /// The ids of the sections that took part, in the canonical order, with their digests, and
+    /// the ids of the identity they were checked against, when no two of them were equal. A
+    /// fact, not a starting point: a call whose identity ids and ordered ids are equal to
+    /// these, text for text, has pairwise distinct ids too, so it loses no section on its id
+    /// and needs no table of ids.
+    distinct: Option<DistinctIds>,
+}
+
+/// Ids known to be pairwise distinct (see [`SelectHint::distinct`]).
+struct DistinctIds {
+    identity: Vec<SectionId>,
+    ids: Vec<(u64, SectionId)>,
+}
+
+impl DistinctIds {
+    /// Whether `live` (in canonical order) under `identity` has exactly these ids.
+    fn hold_for(&self, identity: &[strata_core::IdentitySection], live: &[&Section]) -> bool {
+        self.identity.len() == identity.len()
+            && self.ids.len() == live.len()
+            && self.identity.iter().zip(identity).all(|(a, b)| a == b.id())
+            && self
+                .ids
+                .iter()
+                .zip(live)
+                .all(|((d, id), s)| *d == s.id_digest() && id == s.id())
+    }
 }
 
 /// Select the sections of `input` that take part in the request's mode and path, and resolve
@@ -37,7 +73,7 @@ pub(super) fn select<'a>(
     agent: &VerifiedAgent,
     req: &AssemblyRequest,
     input: Vec<&'a Section>,
-    hint: &mut Vec<usize>,
+    hint: &mut SelectHint,
 ) -> Result<Selected<'a>, AssembleError> {
     let native = req.provider;
     let opts = &req.provider_options;
@@ -68,8 +104,9 @@ pub(super) fn select<'a>(
     // The sort starts from the previous call's order (`hint`, when it has the same length):
     // a request that changed little is then already sorted or nearly, which the sort detects
     // in about one comparison per section (ADR-0024). The result is the same from any start.
-    let start: Vec<usize> = if hint.len() == live.len() {
-        std::mem::take(hint)
+    let repeated_shape = hint.perm.len() == live.len();
+    let start: Vec<usize> = if repeated_shape {
+        std::mem::take(&mut hint.perm)
     } else {
         (0..live.len()).collect()
     };
@@ -124,24 +161,36 @@ pub(super) fn select<'a>(
         run = end;
     }
     let live: Vec<&'a Section> = perm.iter().map(|&i| live[i]).collect();
-    *hint = perm;
+    hint.perm = perm;
     let n = live.len();
+    let identity = agent.identity();
+    // Ids known distinct from the last call: no section can lose on its id (see
+    // `SelectHint::distinct`), so only keys are checked. Otherwise every id is recorded.
+    let ids_distinct = hint
+        .distinct
+        .as_ref()
+        .is_some_and(|d| d.hold_for(identity.sections(), &live));
+    if !ids_distinct {
+        hint.distinct = None;
+    }
 
     // Conflicts: the higher layer wins; identity always wins (I4, ADR-0007). Ids are found by
     // the digest each section keeps of its id, so an id's text is read only where two digests
     // are equal (a real conflict, or a collision, which goes to a map keyed by the text);
     // keys by their text, borrowed. No string is copied or compared in order and no reference
-    // count is touched per section (ADR-0024).
-    let identity = agent.identity();
-    let mut by_key: FastMap<&str, (Layer, &SectionId)> =
-        FastMap::with_capacity_and_hasher(n, Default::default());
+    // count is touched per section (ADR-0024), but once, on the second call of a request's
+    // shape, to keep the ids that the calls after it compare in place of the table.
+    let mut by_key: FastMap<&str, (Layer, &SectionId)> = FastMap::default();
     let mut by_id: FastMap<u64, (Layer, &str)> =
-        FastMap::with_capacity_and_hasher(n, Default::default());
+        FastMap::with_capacity_and_hasher(if ids_distinct { 0 } else { n }, Default::default());
     // Ids whose digest another id already holds.
     let mut collided: FastMap<&str, Layer> = FastMap::default();
     for s in identity.sections() {
         if let Some(k) = s.key() {
             by_key.insert(k.as_str(), (s.layer().into(), s.id()));
+        }
+        if ids_distinct {
+            continue;
         }
         let id = s.id().as_str();
         match by_id.entry(strata_core::id_digest(id)) {
@@ -160,18 +209,24 @@ pub(super) fn select<'a>(
         Text(std::collections::hash_map::VacantEntry<'m, &'a str, Layer>),
     }
     let mut winners = Vec::with_capacity(n);
-    for s in live {
+    // Whether every section won, each recording its id: then the ids were pairwise distinct.
+    let mut all_won = true;
+    for &s in &live {
         // One lookup of the id's digest per section: the entry is looked up once, and filled
         // only if the section wins.
         let id = s.id().as_str();
         let lost_id = |l: Layer| Err(((l, s.id().clone()), format!("id:{}", s.id())));
-        let slot = match by_id.entry(s.id_digest()) {
-            Entry::Vacant(v) => Ok(Slot::Digest(v)),
-            Entry::Occupied(o) if o.get().1 == id => lost_id(o.get().0),
-            Entry::Occupied(_) => match collided.entry(id) {
-                Entry::Occupied(o) => lost_id(*o.get()),
-                Entry::Vacant(v) => Ok(Slot::Text(v)),
-            },
+        let slot = if ids_distinct {
+            Ok(None)
+        } else {
+            match by_id.entry(s.id_digest()) {
+                Entry::Vacant(v) => Ok(Some(Slot::Digest(v))),
+                Entry::Occupied(o) if o.get().1 == id => lost_id(o.get().0),
+                Entry::Occupied(_) => match collided.entry(id) {
+                    Entry::Occupied(o) => lost_id(*o.get()),
+                    Entry::Vacant(v) => Ok(Some(Slot::Text(v))),
+                },
+            }
         };
         let lost = match slot {
             Err(lost) => Some(lost),
@@ -183,18 +238,20 @@ pub(super) fn select<'a>(
                 Some(lost) => Some(lost),
                 None => {
                     match v {
-                        Slot::Digest(v) => {
+                        Some(Slot::Digest(v)) => {
                             v.insert((s.layer().into(), id));
                         }
-                        Slot::Text(v) => {
+                        Some(Slot::Text(v)) => {
                             v.insert(s.layer().into());
                         }
+                        None => {}
                     }
                     None
                 }
             },
         };
         if let Some(((wl, wid), on)) = lost {
+            all_won = false;
             conflicts.push(Conflict {
                 on: on.clone(),
                 winner: (wl, wid.to_string()),
@@ -215,6 +272,17 @@ pub(super) fn select<'a>(
             by_key.insert(k.as_str(), (s.layer().into(), s.id()));
         }
         winners.push(s);
+    }
+    // From the second call with as many sections on, the next call may skip the ids' table
+    // (a first call, as from a new assembler, pays for no copy of the ids).
+    if all_won && !ids_distinct && repeated_shape {
+        hint.distinct = Some(DistinctIds {
+            identity: identity.sections().iter().map(|s| s.id().clone()).collect(),
+            ids: live
+                .iter()
+                .map(|s| (s.id_digest(), s.id().clone()))
+                .collect(),
+        });
     }
     if native.is_some() {
         winners = check_pairs(winners, opts.pairs, &mut reports)?;
@@ -243,6 +311,7 @@ pub(super) fn select<'a>(
         winners,
         reports,
         conflicts,
+        ids_known: ids_distinct,
     })
 }
 
