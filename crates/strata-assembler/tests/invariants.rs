@@ -511,8 +511,9 @@ enum Change {
     Same,
 }
 
-/// `s` with another id and key, everything else kept (new allocations).
-fn renamed(s: &Section, id: &str, key: Option<&str>) -> Section {
+/// `s` with another id, key and stickiness, everything else kept, in new allocations for the
+/// id, the text and the provenance name.
+fn rebuilt(s: &Section, id: &str, key: Option<&str>, sticky: bool) -> Section {
     let mut b = Section::builder(s.layer(), id, s.content().as_str().to_owned())
         .unwrap()
         .priority(s.priority())
@@ -522,7 +523,7 @@ fn renamed(s: &Section, id: &str, key: Option<&str>) -> Section {
         .modes(s.modes())
         .paths(s.paths())
         .keep(s.keep())
-        .sticky(s.sticky())
+        .sticky(sticky)
         .source(s.provenance().source.clone(), &*s.provenance().name);
     if let Some(k) = key {
         b = b.key(k).unwrap();
@@ -597,26 +598,8 @@ fn apply_repeat(req: &mut AssemblyRequest, change: &Repeat) {
         }
         Repeat::Rebuild(i, flip) if n > 0 => {
             let s = &req.sections[i % n];
-            // New allocations for the id, the text and the provenance name.
-            let mut b =
-                Section::builder(s.layer(), s.id().as_str(), s.content().as_str().to_owned())
-                    .unwrap()
-                    .priority(s.priority())
-                    .phase(s.phase())
-                    .stability(s.stability())
-                    .weight(s.weight())
-                    .modes(s.modes())
-                    .paths(s.paths())
-                    .keep(s.keep())
-                    .sticky(s.sticky() != *flip)
-                    .source(s.provenance().source.clone(), &*s.provenance().name);
-            if let Some(k) = s.key() {
-                b = b.key(k.as_str()).unwrap();
-            }
-            if let Some(t) = s.turn() {
-                b = b.turn(t.clone());
-            }
-            req.sections[i % n] = b.build();
+            let key = s.key().map(|k| k.as_str());
+            req.sections[i % n] = rebuilt(s, s.id().as_str(), key, s.sticky() != *flip);
         }
         Repeat::Provider(p) => req.provider = *p,
         Repeat::Clock(t) => req.now_ms = Some(*t),
@@ -643,11 +626,11 @@ fn apply(req: &mut AssemblyRequest, change: &Change) {
         }
         Change::Rename(i, id) if n > 0 => {
             let s = &req.sections[i % n];
-            req.sections[i % n] = renamed(s, IDS[*id], s.key().map(|k| k.as_str()));
+            req.sections[i % n] = rebuilt(s, IDS[*id], s.key().map(|k| k.as_str()), s.sticky());
         }
         Change::Rekey(i, key) if n > 0 => {
             let s = &req.sections[i % n];
-            req.sections[i % n] = renamed(s, s.id().as_str(), key.map(|k| KEYS[k]));
+            req.sections[i % n] = rebuilt(s, s.id().as_str(), key.map(|k| KEYS[k]), s.sticky());
         }
         Change::Budget(extra) => {
             if let Some(BudgetSpec::Explicit(b)) = &mut req.budget {
