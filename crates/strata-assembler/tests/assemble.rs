@@ -919,3 +919,250 @@ fn ids_known_from_the_last_call_resolve_conflicts_as_a_fresh_assembler_does() {
     assert!(given_up.text().contains("first holder of a"));
     assert!(!given_up.text().contains("second holder of a"));
 }
+
+/// Verifies ADR-0024 (amended): the entries of the last report, once its caller has let go of
+/// it, are left in place only where they equal the entries the call would write. One assembler
+/// is taken through budgets that move sections between kept, cut, filled and dropped, sections
+/// rebuilt from new allocations with equal values, a revised text, fewer and more sections, and
+/// an output still held by its caller; every report equals a fresh assembler's, every entry
+/// holds its own section's provenance, and a held output is never written to.
+#[test]
+fn entries_of_a_released_report_are_reused_only_where_equal() {
+    let agent = support::agent();
+    let filler = "lorem ipsum dolor sit amet ".repeat(50);
+    let layers = [
+        RuntimeLayer::Shared,
+        RuntimeLayer::Delegated,
+        RuntimeLayer::WorkingMemory,
+        RuntimeLayer::LongTermMemory,
+    ];
+    let build = |n: usize, revised: Option<usize>| -> Vec<Section> {
+        let mut v: Vec<Section> = (0..n)
+            .map(|i| {
+                // Every fifth section short, so that it can fill room a larger one left.
+                let body = if i % 5 == 4 {
+                    "a short note"
+                } else {
+                    filler.as_str()
+                };
+                let text = match revised {
+                    Some(r) if r == i => format!("{i} revised {body}"),
+                    _ => format!("{i} {body}"),
+                };
+                sec(layers[i % 4], &format!("s{i}"), &text)
+                    .priority((i % 7) as u32)
+                    .build()
+            })
+            .collect();
+        v.push(
+            sec(RuntimeLayer::Shared, "full-only", "only in the full prompt")
+                .modes(ModeSet::of(&[PromptMode::Full]))
+                .build(),
+        );
+        v.push(
+            sec(RuntimeLayer::Delegated, "winner", "claims a key")
+                .key("topic")
+                .unwrap()
+                .build(),
+        );
+        v.push(
+            sec(RuntimeLayer::WorkingMemory, "loser", "claims it too")
+                .key("topic")
+                .unwrap()
+                .build(),
+        );
+        v
+    };
+    let request = |sections: &[Section], total: u32| AssemblyRequest {
+        sections: sections.to_vec(),
+        mode: PromptMode::Compact,
+        budget: Some(BudgetSpec::Explicit(Budget::with_total(total))),
+        ..Default::default()
+    };
+    let warm = Assembler::o200k();
+    let reused = || warm.cache_stats().reused_entries;
+    let check = |req: &AssemblyRequest, what: &str| -> AssembledContext {
+        let a = warm.assemble(&agent, req).unwrap();
+        let b = Assembler::o200k().assemble(&agent, req).unwrap();
+        assert_eq!(a.text(), b.text(), "{what}");
+        assert_eq!(a.report(), b.report(), "{what}");
+        for e in &a.report().sections {
+            let s = req.sections.iter().find(|s| *s.id() == e.id).unwrap();
+            assert!(
+                std::sync::Arc::ptr_eq(&e.provenance, s.provenance_shared()),
+                "{what}: the entry of {} holds another provenance",
+                e.id
+            );
+        }
+        a
+    };
+    let statuses = |ctx: &AssembledContext| -> BTreeSet<String> {
+        ctx.report()
+            .sections
+            .iter()
+            .map(|e| {
+                let v = serde_json::to_value(e).unwrap();
+                format!("{}{}", v["status"], if e.filled { " filled" } else { "" })
+            })
+            .collect()
+    };
+
+    // The sections of `base` where their text is the same (the same allocations), new ones
+    // where it is not.
+    let mixed = |base: &[Section], n: usize, revised: Option<usize>| -> Vec<Section> {
+        build(n, revised)
+            .into_iter()
+            .map(|s| match base.iter().find(|b| b.id() == s.id()) {
+                Some(b) if b.content() == s.content() => b.clone(),
+                _ => s,
+            })
+            .collect()
+    };
+    let sections = build(40, None);
+    let mut seen = BTreeSet::new();
+    drop(check(&request(&sections, 9_000), "first"));
+    assert_eq!(reused(), 0, "nothing to reuse on the first call");
+    for (k, total) in [6_000, 5_350, 4_000, 7_350, 3_000, 4_400]
+        .into_iter()
+        .enumerate()
+    {
+        // One text revised per call, so that no two calls in a row are alike enough for the
+        // whole assembly to be kept (which holds its output), and the budget moved (5,350 and
+        // 7,350 leave too little room for a cut where the first section does not fit, so that
+        // a smaller one fills it).
+        let before = reused();
+        let req = request(&mixed(&sections, 40, Some(k)), total);
+        let out = check(&req, &format!("budget {total}"));
+        seen.extend(statuses(&out));
+        let n = out.report().sections.len() as u64;
+        let now = reused() - before;
+        assert!(now > 0 && now < n, "budget {total}: {now} of {n} reused");
+    }
+    // Small steps of the budget, where the same sections keep their places in the report
+    // while the length of a cut, the tokens and whether a section filled the budget change.
+    for (k, total) in (5_200..5_500).chain(7_200..7_500).step_by(25).enumerate() {
+        let req = request(&mixed(&sections, 40, Some(k % 40)), total);
+        seen.extend(statuses(&check(&req, &format!("budget {total}"))));
+    }
+    for status in [
+        "\"kept\"",
+        "\"cut\"",
+        "\"dropped\"",
+        "\"filtered\"",
+        "\"overridden\"",
+    ] {
+        assert!(seen.contains(status), "no {status} entry among {seen:?}");
+    }
+    assert!(
+        seen.iter().any(|s| s.ends_with("filled")),
+        "no entry filled the budget among {seen:?}"
+    );
+
+    // One field of an entry changed in the same place: the reason a section was dropped
+    // (its layer's budget, then the whole budget), then whether the less important section of
+    // its layer filled the budget (the dropped one taken out of the request).
+    let important = sec(RuntimeLayer::Shared, "important", "an important fact")
+        .priority(9)
+        .build();
+    let large = sec(RuntimeLayer::LongTermMemory, "large", &filler)
+        .priority(8)
+        .build();
+    let small = sec(RuntimeLayer::LongTermMemory, "small", "a small note")
+        .priority(1)
+        .build();
+    let in_budget = |sections: &[Section], budget: Budget| AssemblyRequest {
+        sections: sections.to_vec(),
+        budget: Some(BudgetSpec::Explicit(budget)),
+        ..Default::default()
+    };
+    let entry = |ctx: &AssembledContext, id: &str| -> (usize, SectionReport) {
+        let i = ctx
+            .report()
+            .sections
+            .iter()
+            .position(|e| e.id == id)
+            .unwrap();
+        (i, ctx.report().sections[i].clone())
+    };
+    let three = [important.clone(), large.clone(), small.clone()];
+    // The smallest budget of their layer that holds the small one (with its layer's marker)
+    // and leaves too little room to cut the large one.
+    let layered = (40..200)
+        .map(|lb| {
+            let mut b = Budget::with_total(16_384);
+            b.layers.long_term_memory = Some(lb);
+            b
+        })
+        .find(|b| {
+            let ctx = Assembler::o200k()
+                .assemble(&agent, &in_budget(&three, b.clone()))
+                .unwrap();
+            entry(&ctx, "small").1.filled
+        })
+        .expect("a layer budget where the small section fills");
+    let one = check(&in_budget(&three, layered.clone()), "the layer's budget");
+    let (at_large, dropped) = entry(&one, "large");
+    let (at_small, filled) = entry(&one, "small");
+    assert_eq!(
+        dropped.status,
+        SectionStatus::Dropped {
+            reason: "layer_budget".into()
+        }
+    );
+    assert!(filled.filled);
+    // Room for the small note after the important fact, too little to cut the large one.
+    let tight = Budget::with_total(
+        u32::try_from(one.report().used_tokens).unwrap() + 5 + layered.response_reserve,
+    );
+    drop(one);
+    let two = check(&in_budget(&three, tight), "the whole budget");
+    assert_eq!(entry(&two, "large").0, at_large);
+    assert_eq!(
+        entry(&two, "large").1.status,
+        SectionStatus::Dropped {
+            reason: "budget".into()
+        }
+    );
+    assert_eq!(entry(&two, "small"), (at_small, filled));
+    drop(two);
+    let without = check(
+        &in_budget(&[important.clone(), small.clone()], layered),
+        "the dropped one taken out",
+    );
+    let (at, not_filled) = entry(&without, "small");
+    assert_eq!(at, at_small);
+    assert!(!not_filled.filled);
+    drop(without);
+
+    // Equal values from new allocations: every entry is written again.
+    let rebuilt = build(40, Some(39));
+    let before = reused();
+    drop(check(&request(&rebuilt, 5_000), "rebuilt sections"));
+    assert_eq!(
+        reused(),
+        before,
+        "an entry kept another allocation's provenance"
+    );
+
+    // An output still held is never written to, and nothing is reused from it.
+    let held = check(&request(&mixed(&rebuilt, 40, Some(38)), 4_200), "held");
+    let snapshot = held.report().clone();
+    let before = reused();
+    drop(check(
+        &request(&mixed(&rebuilt, 40, Some(37)), 6_200),
+        "after a held output",
+    ));
+    assert_eq!(reused(), before);
+    assert_eq!(held.report(), &snapshot);
+    drop(held);
+
+    // A revised text, fewer sections, more sections.
+    for (what, n, revised) in [
+        ("revised", 40, Some(3)),
+        ("fewer", 25, Some(3)),
+        ("more", 60, Some(3)),
+        ("more again", 60, Some(4)),
+    ] {
+        drop(check(&request(&mixed(&rebuilt, n, revised), 5_000), what));
+    }
+}

@@ -231,6 +231,9 @@ pub struct CacheStats {
     /// call's, which were pairwise distinct, and so resolved conflicts on keys alone (ADR-0024,
     /// amended).
     pub known_ids: u64,
+    /// Report entries left in place from the last output, which its caller had let go of, each
+    /// equal to the entry the call would have written (ADR-0024, amended).
+    pub reused_entries: u64,
 }
 
 #[derive(Default)]
@@ -251,10 +254,14 @@ struct Cache {
     bytes: usize,
 }
 
-/// The orders of the last call, where the next call's sorts start (ADR-0024). Only a starting
-/// point: every sort breaks ties down to the input position, so its result is the same from any
-/// start, and a hint of another length is ignored. Memory: one index per section of the last
-/// request, per order.
+/// What the last call leaves for the next one (ADR-0024). Its orders are where the next call's
+/// sorts start, only a starting point: every sort breaks ties down to the input position, so its
+/// result is the same from any start, and a hint of another length is ignored. What it learnt of
+/// its ids is a fact about those ids, used only when the next call's are equal to them, text for
+/// text. Its output is kept so that its report's entries can be written over in place once the
+/// caller has let go of it; an entry is kept only where it equals, field for field and with the
+/// same provenance, the one the next call would build. Memory: one index per section of the last
+/// request, per order, its ids, and one output within the cache limit.
 #[derive(Default)]
 struct Hints {
     /// The canonical order of selection, as positions in the sections that take part, and
@@ -262,6 +269,8 @@ struct Hints {
     select: select::SelectHint,
     /// The keep order of the units that are not sticky.
     keep: Vec<usize>,
+    /// The last output of the stages, if it fitted in the cache limit.
+    last: Option<AssembledContext>,
 }
 
 /// The Context Assembler: the single enforcement point for priority, immutability, budgets and
@@ -1435,46 +1444,59 @@ impl Assembler {
                 why_of[m] = Some(why);
             }
         }
+        let cand_parts = |c: usize| cand_parts(&cands, &units, &why_of, c);
         let cand_report = |c: usize| {
-            let cand = &cands[c];
-            let status = match (why_of[c], &cand.cut) {
-                (Some(why), _) => SectionStatus::Dropped {
-                    reason: Cow::Borrowed(why),
-                },
-                (None, Some(cut)) => {
-                    let kept = cand.section().content().len() as u64;
-                    let head = cut.at.at as u64;
-                    SectionStatus::Cut {
-                        full_tokens: cut.full,
-                        head_bytes: head,
-                        tail_bytes: kept - head,
-                    }
-                }
-                (None, None) => SectionStatus::Kept,
-            };
-            // Built in one piece, so the entry is written once, where it goes.
-            let measured = match why_of[c] {
-                Some(_) => (0, 0, false),
-                None => (
-                    cand.rendered().tokens,
-                    cand.rendered().chars,
-                    units[cand.unit].filled,
-                ),
-            };
-            entry_of(cand.base.get(), cand.sticky, status, measured)
+            let (s, sticky, status, measured) = cand_parts(c);
+            entry_of(s, sticky, status, measured)
         };
-        let mut sections: Vec<SectionReport> = Vec::with_capacity(cands.len() + reports.len());
         let mut in_output = vec![false; cands.len()];
         for &c in &kept {
             in_output[c] = true;
         }
-        // Written straight into the list, not built and then moved (entries are large).
-        sections.extend(kept.iter().map(|&c| cand_report(c)));
-        // From a slice, so the list grows once and each entry is written in place.
         let rest: Vec<usize> = (0..cands.len()).filter(|c| !in_output[*c]).collect();
-        sections.extend(rest.iter().map(|&c| cand_report(c)));
         reports.sort_by(|a, b| (a.layer, &a.id).cmp(&(b.layer, &b.id)));
-        sections.extend(reports);
+        let mut sections = self.last_entries();
+        if sections.is_empty() {
+            sections.reserve_exact(cands.len() + reports.len());
+            // Written straight into the list, not built and then moved (entries are large);
+            // from slices, so the list grows once and each entry is written in place.
+            sections.extend(kept.iter().map(|&c| cand_report(c)));
+            sections.extend(rest.iter().map(|&c| cand_report(c)));
+            sections.extend(reports);
+        } else {
+            // The last report's entries, position by position: one equal to the entry this
+            // call would write is left as it is (no reference count taken, none released),
+            // any other is written over; the list is then cut or extended to this report.
+            sections.truncate(kept.len() + rest.len() + reports.len());
+            let mut reused = 0u64;
+            let mut at = 0;
+            for c in kept.iter().chain(&rest).copied() {
+                match sections.get_mut(at) {
+                    Some(old) => {
+                        let (s, sticky, status, measured) = cand_parts(c);
+                        if entry_is(old, s, sticky, &status, measured) {
+                            reused += 1;
+                        } else {
+                            *old = entry_of(s, sticky, status, measured);
+                        }
+                    }
+                    None => sections.push(cand_report(c)),
+                }
+                at += 1;
+            }
+            for r in reports {
+                match sections.get_mut(at) {
+                    // The same provenance allocation, as for the candidates' entries.
+                    Some(old) if Arc::ptr_eq(&old.provenance, &r.provenance) && *old == r => {
+                        reused += 1
+                    }
+                    Some(old) => *old = r,
+                    None => sections.push(r),
+                }
+                at += 1;
+            }
+            self.lock().stats.reused_entries += reused;
+        }
         // Sections and bytes dropped per layer, in one pass over the units.
         let mut dropped_per_layer = [(0usize, 0u64); 4];
         for u in units.iter().filter(|u| u.dropped) {
@@ -1524,7 +1546,7 @@ impl Assembler {
             }
         });
         tracing::debug!(tokens = tokens_so_far, budget = prompt_budget, "assembled");
-        Ok(AssembledContext::new(Contents {
+        let out = AssembledContext::new(Contents {
             serial: crate::output::next_serial(),
             identity_digest: agent.identity_digest(),
             tools: tools_report.effective.clone(),
@@ -1556,7 +1578,29 @@ impl Assembler {
             },
             text,
             conversation: placed,
-        }))
+        });
+        self.keep_last(&out, req.sections.len());
+        Ok(out)
+    }
+
+    /// Keep `out` for the next call, whose report may be written over this one's once the
+    /// caller has let go of it, if it fits in the cache limit (counted as the kept whole
+    /// assembly is).
+    fn keep_last(&self, out: &AssembledContext, sections: usize) {
+        let size = out.text().len() + whole::PER_SECTION * (sections + 1);
+        self.hints().last = (size <= self.cache_limit).then(|| out.clone());
+    }
+
+    /// The entries of the last output's report, if its caller has let go of it (empty
+    /// otherwise): the rest of that output is released here.
+    fn last_entries(&self) -> Vec<SectionReport> {
+        let last = self.hints().last.take();
+        match last {
+            Some(mut out) => Arc::get_mut(&mut out.inner)
+                .map(|c| std::mem::take(&mut c.report.sections))
+                .unwrap_or_default(),
+            None => Vec::new(),
+        }
     }
 }
 
@@ -1620,6 +1664,85 @@ fn entry_of(
         stable: s.stability() == Stability::Stable,
         status,
         provenance: s.provenance_shared().clone(),
+    }
+}
+
+/// What the report entry of candidate `c` is made of: its section as offered, whether it is
+/// sticky, its status, and its tokens, characters and whether it filled the budget.
+#[inline(always)]
+fn cand_parts<'s>(
+    cands: &'s [Cand<'_>],
+    units: &[Unit],
+    why_of: &[Option<&'static str>],
+    c: usize,
+) -> (&'s Section, bool, SectionStatus, (u64, u64, bool)) {
+    let cand = &cands[c];
+    let status = match (why_of[c], &cand.cut) {
+        (Some(why), _) => SectionStatus::Dropped {
+            reason: Cow::Borrowed(why),
+        },
+        (None, Some(cut)) => {
+            let kept = cand.section().content().len() as u64;
+            let head = cut.at.at as u64;
+            SectionStatus::Cut {
+                full_tokens: cut.full,
+                head_bytes: head,
+                tail_bytes: kept - head,
+            }
+        }
+        (None, None) => SectionStatus::Kept,
+    };
+    // Built in one piece, so the entry is written once, where it goes.
+    let measured = match why_of[c] {
+        Some(_) => (0, 0, false),
+        None => (
+            cand.rendered().tokens,
+            cand.rendered().chars,
+            units[cand.unit].filled,
+        ),
+    };
+    (cand.base.get(), cand.sticky, status, measured)
+}
+
+/// Whether `e` is the entry [`entry_of`] would write for these arguments: every field equal,
+/// and the provenance the section's own allocation (compared by address, so that a reused
+/// entry shares it exactly as a new one would).
+#[inline(always)]
+fn entry_is(
+    e: &SectionReport,
+    s: &Section,
+    sticky: bool,
+    status: &SectionStatus,
+    (tokens, chars, filled): (u64, u64, bool),
+) -> bool {
+    Arc::ptr_eq(&e.provenance, s.provenance_shared())
+        && e.tokens == tokens
+        && e.chars == chars
+        && e.filled == filled
+        && e.sticky == sticky
+        && same_status(&e.status, status)
+        && e.bytes == s.content().as_str().len() as u64
+        && e.layer == Layer::from(s.layer())
+        && e.stable == (s.stability() == Stability::Stable)
+        && e.role
+            == s.turn()
+                .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+                .map(|t| t.role)
+        && e.id == *s.id()
+}
+
+/// `a == b`, with the assembler's reasons (borrowed from its fixed set) compared by address
+/// before their text.
+#[inline(always)]
+fn same_status(a: &SectionStatus, b: &SectionStatus) -> bool {
+    let same = |x: &str, y: &str| std::ptr::eq(x, y) || x == y;
+    match (a, b) {
+        (SectionStatus::Kept, SectionStatus::Kept) => true,
+        (SectionStatus::Dropped { reason: x }, SectionStatus::Dropped { reason: y })
+        | (SectionStatus::Filtered { reason: x }, SectionStatus::Filtered { reason: y }) => {
+            same(x, y)
+        }
+        _ => a == b,
     }
 }
 

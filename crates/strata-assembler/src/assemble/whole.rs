@@ -59,7 +59,7 @@ const SKIP: u64 = 16;
 
 /// Bytes counted for each section of a kept request and of its report, besides the output
 /// text: the section's and its report entry's own fields (their texts are shared, not copied).
-const PER_SECTION: usize = 640;
+pub(super) const PER_SECTION: usize = 640;
 
 impl Whole {
     fn lock(&self) -> MutexGuard<'_, State> {
