@@ -1257,6 +1257,9 @@ impl Assembler {
     ) -> Result<AssembledContext, AssembleError> {
         let (budget, tier) = resolve_budget(agent, req.budget.as_ref());
         budget.validate()?;
+        // Taken first, so that what the last output held besides its entries is released
+        // before this call allocates its own.
+        let last_entries = self.last_entries();
         let native = req.provider;
         let opts = &req.provider_options;
         let prompt_budget = u64::from(budget.prompt_tokens());
@@ -1455,7 +1458,7 @@ impl Assembler {
         }
         let rest: Vec<usize> = (0..cands.len()).filter(|c| !in_output[*c]).collect();
         reports.sort_by(|a, b| (a.layer, &a.id).cmp(&(b.layer, &b.id)));
-        let mut sections = self.last_entries();
+        let mut sections = last_entries;
         if sections.is_empty() {
             sections.reserve_exact(cands.len() + reports.len());
             // Written straight into the list, not built and then moved (entries are large);
