@@ -1709,7 +1709,8 @@ fn cand_parts<'s>(
 
 /// Whether `e` is the entry [`entry_of`] would write for these arguments: every field equal,
 /// and the provenance the section's own allocation (compared by address, so that a reused
-/// entry shares it exactly as a new one would).
+/// entry shares it exactly as a new one would). Written out field by field, so a field added
+/// to the entry must be considered here to compile.
 #[inline(always)]
 fn entry_is(
     e: &SectionReport,
@@ -1718,20 +1719,33 @@ fn entry_is(
     status: &SectionStatus,
     (tokens, chars, filled): (u64, u64, bool),
 ) -> bool {
-    Arc::ptr_eq(&e.provenance, s.provenance_shared())
-        && e.tokens == tokens
-        && e.chars == chars
-        && e.filled == filled
-        && e.sticky == sticky
-        && same_status(&e.status, status)
-        && e.bytes == s.content().as_str().len() as u64
-        && e.layer == Layer::from(s.layer())
-        && e.stable == (s.stability() == Stability::Stable)
-        && e.role
+    let SectionReport {
+        id: e_id,
+        layer: e_layer,
+        tokens: e_tokens,
+        chars: e_chars,
+        bytes: e_bytes,
+        filled: e_filled,
+        role: e_role,
+        sticky: e_sticky,
+        stable: e_stable,
+        status: e_status,
+        provenance: e_provenance,
+    } = e;
+    Arc::ptr_eq(e_provenance, s.provenance_shared())
+        && *e_tokens == tokens
+        && *e_chars == chars
+        && *e_filled == filled
+        && *e_sticky == sticky
+        && same_status(e_status, status)
+        && *e_bytes == s.content().as_str().len() as u64
+        && *e_layer == Layer::from(s.layer())
+        && *e_stable == (s.stability() == Stability::Stable)
+        && *e_role
             == s.turn()
                 .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
                 .map(|t| t.role)
-        && e.id == *s.id()
+        && e_id == s.id()
 }
 
 /// `a == b`, with the assembler's reasons (borrowed from its fixed set) compared by address
