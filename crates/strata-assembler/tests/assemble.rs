@@ -1038,8 +1038,9 @@ fn entries_of_a_released_report_are_reused_only_where_equal() {
         let now = reused() - before;
         assert!(now > 0 && now < n, "budget {total}: {now} of {n} reused");
     }
-    // Small steps of the budget, where the same sections keep their places in the report
-    // while the length of a cut, the tokens and whether a section filled the budget change.
+    // Small steps of the budget, where most sections keep their places in the report while
+    // the cut section, in the same place, changes its length and tokens (its entry is written
+    // over there), and near 5,350 and 7,350 a smaller section fills the budget.
     for (k, total) in (5_200..5_500).chain(7_200..7_500).step_by(25).enumerate() {
         let req = request(&mixed(&sections, 40, Some(k % 40)), total);
         seen.extend(statuses(&check(&req, &format!("budget {total}"))));
