@@ -4,7 +4,8 @@
 //! (three sections of the session log have new text on every call), next to the two baselines
 //! the targets are stated against: tokenizing the output once, and copying and hashing it.
 //! The warm arms are also timed as a runtime's request path, without and with each turn's
-//! receipt handed to a `ReceiptSigner` (the receipt's cost against the warm targets).
+//! receipt handed to a `ReceiptSigner` (the receipt's cost against the warm targets). What a
+//! runtime pays to build (and drop) the workload's sections is measured too.
 //!
 //! The workloads live in `shared/bench/` beside the repository (`<repo>/../shared/bench`), or
 //! in the directory named by `STRATA_BENCH_WORKLOADS`. Without them the benchmark says so and
@@ -180,6 +181,25 @@ fn workloads(c: &mut Criterion) {
         });
         g.bench_function("baseline_tokenize_output_once", |b| {
             b.iter(|| black_box(tok.count(black_box(out.text()))))
+        });
+        // What a runtime pays to build the request's sections from their texts (each section
+        // works out its content hash and word bound when built); the texts are shared, not
+        // copied.
+        g.bench_function("build_sections", |b| {
+            b.iter(|| {
+                let built: Vec<Section> = w
+                    .sections
+                    .iter()
+                    .map(|s| {
+                        Section::builder(s.layer(), s.id().as_str(), s.content().clone())
+                            .unwrap()
+                            .priority(s.priority())
+                            .sticky(s.sticky())
+                            .build()
+                    })
+                    .collect();
+                black_box(built)
+            })
         });
         g.bench_function("cold", |b| {
             b.iter(|| {
