@@ -188,5 +188,47 @@ fn throughput(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, throughput);
+/// The byte-at-a-time loop `separate_ascii_words` was before it read 64 bytes at a time, kept
+/// here as the baseline of the word-bound benchmark.
+fn ascii_words_bytewise(text: &str) -> usize {
+    let b = text.as_bytes();
+    let (mut words, mut i) = (0, 0);
+    while i < b.len() {
+        if !b[i].is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let before_ok = start == 0 || (b[start - 1].is_ascii() && b[start - 1] != b'\'');
+        let after_ok = i == b.len() || b[i].is_ascii();
+        words += usize::from(before_ok && after_ok);
+    }
+    words
+}
+
+/// The word bound every section works out when it is built (ADR-0024), per corpus, against the
+/// byte-at-a-time loop.
+fn ascii_words(c: &mut Criterion) {
+    let mut g = c.benchmark_group("separate_ascii_words");
+    g.measurement_time(Duration::from_secs(2));
+    for (name, text) in corpora() {
+        assert_eq!(
+            strata_core::separate_ascii_words(&text),
+            ascii_words_bytewise(&text)
+        );
+        g.throughput(Throughput::Bytes(text.len() as u64));
+        g.bench_with_input(BenchmarkId::new("blocks", name), &text, |b, t| {
+            b.iter(|| black_box(strata_core::separate_ascii_words(black_box(t))))
+        });
+        g.bench_with_input(BenchmarkId::new("bytewise", name), &text, |b, t| {
+            b.iter(|| black_box(ascii_words_bytewise(black_box(t))))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, throughput, ascii_words);
 criterion_main!(benches);

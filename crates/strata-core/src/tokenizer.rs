@@ -242,26 +242,97 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
 /// whitespace pieces hold no letters. Tokens never span pieces, so this is a lower bound of the
 /// token count, found in one pass over the bytes with no tokenizer (ADR-0024). Letters next to
 /// non-ASCII characters are not counted, since those can join them into one piece.
+///
+/// The bytes are read 64 at a time, each block as bit masks (letters, bytes after which no word
+/// starts, bytes that are not ASCII) built eight bytes to a word: the words that end in a block
+/// are counted from the masks at once, a carry from each run that starts badly marking the byte
+/// that ends it; the last bytes, fewer than 64, are read one at a time.
 pub fn separate_ascii_words(text: &str) -> usize {
-    let b = text.as_bytes();
-    let mut words = 0;
-    let mut i = 0;
-    while i < b.len() {
-        if !b[i].is_ascii_alphabetic() {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && b[i].is_ascii_alphabetic() {
-            i += 1;
-        }
-        let before_ok = start == 0 || (b[start - 1].is_ascii() && b[start - 1] != b'\'');
-        let after_ok = i == b.len() || b[i].is_ascii();
-        if before_ok && after_ok {
-            words += 1;
-        }
+    let mut w = Words {
+        words: 0,
+        in_word: false,
+        run_ok: false,
+        prev_ok: true,
+    };
+    let mut blocks = text.as_bytes().chunks_exact(64);
+    for block in &mut blocks {
+        w.block(block);
     }
-    words
+    for &b in blocks.remainder() {
+        w.byte(b);
+    }
+    w.words + usize::from(w.in_word && w.run_ok)
+}
+
+/// The state of [`separate_ascii_words`] after the bytes read so far.
+struct Words {
+    /// Words counted: runs that ended well and started well.
+    words: usize,
+    /// The last byte is a letter.
+    in_word: bool,
+    /// The run of letters the last byte is in started well (the text's start, or after an
+    /// ASCII byte that is not an apostrophe).
+    run_ok: bool,
+    /// A run starting at the next byte would start well.
+    prev_ok: bool,
+}
+
+/// `b` in every byte of a word.
+const fn splat(b: u8) -> u64 {
+    (b as u64) * 0x0101_0101_0101_0101
+}
+
+/// The high bit of each byte of `m`, gathered into the low eight bits (byte `i` to bit `i`).
+fn high_bits(m: u64) -> u64 {
+    ((m & splat(0x80)) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
+}
+
+impl Words {
+    fn byte(&mut self, b: u8) {
+        let letter = b.is_ascii_alphabetic();
+        if self.in_word && !letter && self.run_ok && b.is_ascii() {
+            self.words += 1;
+        }
+        if letter && !self.in_word {
+            self.run_ok = self.prev_ok;
+        }
+        self.in_word = letter;
+        self.prev_ok = b.is_ascii() && b != b'\'';
+    }
+
+    /// Sixty-four bytes at once.
+    fn block(&mut self, block: &[u8]) {
+        let (mut letters, mut no_start_after, mut wide) = (0u64, 0u64, 0u64);
+        for (k, c) in block.chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            // The high bit of a byte is set where it is not ASCII; `x` holds the low seven
+            // bits, so sums below do not carry into the next byte.
+            let low = splat(0x7f);
+            let z = v ^ splat(b'\'');
+            let apostrophe = !(((z & low).wrapping_add(low)) | z) & splat(0x80);
+            // Lower case folded in: a letter is a byte from `a` to `z` after folding, ASCII.
+            let x = (v | splat(0x20)) & low;
+            let letter =
+                x.wrapping_add(splat(0x80 - b'a')) & !x.wrapping_add(splat(0x7f - b'z')) & !v;
+            letters |= high_bits(letter) << (8 * k);
+            wide |= high_bits(v) << (8 * k);
+            no_start_after |= high_bits(v | apostrophe) << (8 * k);
+        }
+        let before = (letters << 1) | u64::from(self.in_word);
+        let starts = letters & !before;
+        let ends = !letters & before;
+        // Runs that start badly: after a byte no word starts after (the last block's last
+        // byte for the first), or the run carried over when it started badly.
+        let bad_starts = (starts & ((no_start_after << 1) | u64::from(!self.prev_ok)))
+            | u64::from(self.in_word && !self.run_ok);
+        // Adding a run's bad start carries through its letters into the byte that ends it (or
+        // out of the block, for a run still open).
+        let (carried, open_bad) = letters.overflowing_add(bad_starts);
+        self.words += (ends & !carried & !wide).count_ones() as usize;
+        self.in_word = letters >> 63 != 0;
+        self.run_ok = !open_bad;
+        self.prev_ok = no_start_after >> 63 == 0;
+    }
 }
 
 /// A cheap, deterministic estimate: one token per `bytes_per_token` bytes, rounded up.

@@ -740,6 +740,44 @@ proptest! {
     }
 }
 
+/// Separate ASCII words as their definition states, with the runs of letters found by the
+/// `regex` crate: a run counts when the byte before it (if any) is ASCII and not an apostrophe
+/// and the byte after it (if any) is ASCII.
+fn words_by_regex(text: &str) -> usize {
+    let runs = regex::Regex::new("[A-Za-z]+").expect("a valid pattern");
+    let b = text.as_bytes();
+    runs.find_iter(text)
+        .filter(|m| {
+            let before =
+                m.start() == 0 || (b[m.start() - 1].is_ascii() && b[m.start() - 1] != b'\'');
+            let after = m.end() == b.len() || b[m.end()].is_ascii();
+            before && after
+        })
+        .count()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Verifies ADR-0024: the word count read 64 bytes at a time is the count its definition
+    /// gives, found independently (`words_by_regex`), on texts long enough to span blocks, with
+    /// letters, apostrophes, contractions, non-ASCII neighbours and long runs of letters, read
+    /// from every start up to 70 bytes in (so runs cross block edges at every offset).
+    #[test]
+    fn separate_ascii_words_are_the_defined_count(
+        text in r"([a-zA-Z]{1,6}|[a-z]{60,70}|[ '_\-.,:;!?0-9\n]|'s|'t|\u{301}|é|ß|漢|\u{200b}|\PC){0,160}",
+    ) {
+        let mut start = 0;
+        while start <= text.len().min(70) {
+            if text.is_char_boundary(start) {
+                let t = &text[start..];
+                prop_assert_eq!(strata_core::separate_ascii_words(t), words_by_regex(t), "{:?}", t);
+            }
+            start += 1;
+        }
+    }
+}
+
 /// Verifies ADR-0024: on the corpus documents the word bound holds and is close to the count
 /// (most English words are one token), so it is worth its one pass over the bytes.
 #[test]
