@@ -7,7 +7,8 @@
 //! that shares the input's start equal the reference's (ADR-0024); the suffix within a budget
 //! (found from a window at the end, which small budgets keep shorter than the input) holds the
 //! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0024); and a
-//! count taken from another text with the same end equals the reference's (ADR-0024, amended).
+//! count taken from another text with the same end equals the reference's (ADR-0024, amended);
+//! and the separate ASCII words of the input never exceed its reference count (ADR-0024).
 //! Inputs stay at a kilobyte, where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes
 //! quickly.
 #![no_main]
@@ -67,6 +68,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(t.count(&text), n, "{}: count", t.name());
         assert_eq!(t.encode(&text), ids, "{}: token ids", t.name());
         assert_eq!(t.count_up_to(&text, n), Some(n));
+        // The word bound fitting relies on never exceeds the reference count (ADR-0024).
+        assert!(t.splits_ascii_words());
+        let words = strata_core::separate_ascii_words(&text);
+        assert!(words <= n, "{}: {words} separate words, {n} tokens", t.name());
         if n > 0 {
             assert_eq!(t.count_up_to(&text, n - 1), None);
         }
