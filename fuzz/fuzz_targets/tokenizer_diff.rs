@@ -9,6 +9,7 @@
 //! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0024); and a
 //! count taken from another text with the same end equals the reference's (ADR-0024, amended);
 //! and the separate ASCII words of the input never exceed its reference count (ADR-0024).
+//! Counts are compared with the vocabulary's lookup of whole-token pieces and without it.
 //! Inputs stay at a kilobyte, where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes
 //! quickly.
 #![no_main]
@@ -63,9 +64,17 @@ fuzz_target!(|data: &[u8]| {
             tiktoken_rs::cl100k_base_singleton(),
         ),
     ] {
+        // Every count below goes through the vocabulary's lookup; the encoder alone (a process
+        // before it builds the lookup) is compared here.
+        t.warm_up();
         let ids = r.encode_ordinary(&text);
         let n = ids.len();
         assert_eq!(t.count(&text), n, "{}: count", t.name());
+        let alone = t.without_lookup();
+        assert_eq!(alone.count(&text), n, "{}: count without the lookup", t.name());
+        if n > 0 {
+            assert_eq!(alone.count_up_to(&text, n - 1), None);
+        }
         assert_eq!(t.encode(&text), ids, "{}: token ids", t.name());
         assert_eq!(t.count_up_to(&text, n), Some(n));
         // The word bound fitting relies on never exceeds the reference count (ADR-0024).

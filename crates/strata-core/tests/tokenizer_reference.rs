@@ -14,9 +14,10 @@ use strata_core::format::{encode_untrusted, Encoding};
 use strata_core::{Prefix, TiktokenTokenizer, Tokenizer};
 use tiktoken_rs::CoreBPE;
 
-/// Both encodings with their reference.
+/// Both encodings with their reference, each with its vocabulary lookup built (as in a process
+/// that has counted a megabyte), so every comparison goes through it.
 fn pairs() -> [(TiktokenTokenizer, &'static CoreBPE); 2] {
-    [
+    let pairs = [
         (
             TiktokenTokenizer::o200k(),
             tiktoken_rs::o200k_base_singleton(),
@@ -25,7 +26,17 @@ fn pairs() -> [(TiktokenTokenizer, &'static CoreBPE); 2] {
             TiktokenTokenizer::cl100k(),
             tiktoken_rs::cl100k_base_singleton(),
         ),
-    ]
+    ];
+    for (t, _) in &pairs {
+        t.warm_up();
+    }
+    pairs
+}
+
+/// Both encodings without the lookup (every piece through the BPE encoder, as a process counts
+/// before it builds the lookup), with their reference.
+fn pairs_without_lookup() -> [(TiktokenTokenizer, &'static CoreBPE); 2] {
+    pairs().map(|(t, r)| (t.without_lookup(), r))
 }
 
 fn reference(r: &CoreBPE, text: &str) -> usize {
@@ -445,7 +456,7 @@ fn counts_sharing_an_end_match_the_reference() {
 /// Verifies ADR-0020: counts and token ids equal the reference on a varied corpus.
 #[test]
 fn counts_and_ids_match_the_reference_on_a_varied_corpus() {
-    for (t, r) in pairs() {
+    for (t, r) in pairs().into_iter().chain(pairs_without_lookup()) {
         let mut rng = Rng(1);
         for words in [0, 1, 2, 3, 5, 8, 13, 40, 200, 600] {
             for _ in 0..6 {
@@ -679,6 +690,53 @@ fn hostile_inputs_finish_and_agree_with_themselves() {
             assert!(text.is_char_boundary(p.len) && p.len < text.len());
             assert!(p.tokens <= budget);
             assert_eq!(t.count(&text[..p.len]), p.tokens);
+        }
+    }
+}
+
+/// Verifies ADR-0020: a text that is one token of the vocabulary, or two of them side by side,
+/// counts what the reference counts, for every token of both encodings whose bytes are text.
+/// The vocabulary is read from the reference (its decoder), not from the encoder under test.
+/// With its lookup, the exact tokenizer counts a pre-tokenizer piece that is a whole token as
+/// one without running its encoder; this covers every such piece alone and after another token,
+/// and the tokens whose text the pre-tokenizer splits (a special token's text among them), with
+/// the lookup and without.
+#[test]
+fn every_token_of_the_vocabulary_counts_as_the_reference_counts_it() {
+    for (t, r) in pairs().into_iter().chain(pairs_without_lookup()) {
+        let mut texts = Vec::new();
+        let mut misses = 0;
+        for id in 0..210_000u32 {
+            match r.decode(vec![id]) {
+                Ok(text) => texts.push(text),
+                Err(_) => misses += 1,
+            }
+        }
+        // Both vocabularies hold far more tokens than this, and only a few are not text.
+        assert!(texts.len() > 90_000, "{}: {} tokens", t.name(), texts.len());
+        assert!(misses < 120_000, "{}: {misses}", t.name());
+        let mut single = 0;
+        for text in &texts {
+            let n = reference(r, text);
+            assert_eq!(t.count(text), n, "{}: count of {text:?}", t.name());
+            assert_eq!(t.count_up_to(text, n), Some(n), "{}: {text:?}", t.name());
+            if n > 0 {
+                assert_eq!(t.count_up_to(text, n - 1), None, "{}: {text:?}", t.name());
+            }
+            single += usize::from(n == 1);
+        }
+        // Most tokens are one piece of the pre-tokenizer, so most count one.
+        assert!(single * 10 > texts.len() * 9, "{}: {single}", t.name());
+        let mut rng = Rng(7);
+        for _ in 0..40_000 {
+            let (a, b) = (rng.below(texts.len()), rng.below(texts.len()));
+            let text = format!("{}{}", texts[a], texts[b]);
+            assert_eq!(
+                t.count(&text),
+                reference(r, &text),
+                "{}: count of {text:?}",
+                t.name()
+            );
         }
     }
 }
