@@ -498,6 +498,11 @@ impl Runtime {
         &self.agent
     }
 
+    /// The tokenizer every count of this runtime uses.
+    pub fn tokenizer(&self) -> &Arc<dyn Tokenizer> {
+        &self.tokenizer
+    }
+
     /// The registry, to add contributors of your own.
     pub fn registry(&self) -> &Registry {
         &self.registry

@@ -230,6 +230,11 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {
         self.prefix(text, max_tokens).len
     }
+
+    /// Build whatever the tokenizer builds lazily (tables, caches) now, so that a long-running
+    /// process pays for it before its first request rather than during it. The default does
+    /// nothing; counts are the same before and after.
+    fn warm_up(&self) {}
 }
 
 /// The number of separate ASCII words in `text`: maximal runs of ASCII letters with, on each

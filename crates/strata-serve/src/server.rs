@@ -134,7 +134,11 @@ impl RuntimeSettings {
             })?;
             b = b.receipt_key(key);
         }
-        b.build()
+        let runtime = b.build()?;
+        // The encoder's tables and the vocabulary's lookup, built before the first request
+        // rather than during it (ADR-0020).
+        runtime.tokenizer().warm_up();
+        Ok(runtime)
     }
 }
 
@@ -1352,6 +1356,14 @@ mod tests {
         )
         .expect("state");
         (Arc::new(st), dir)
+    }
+
+    /// The service builds its tokenizer's tables when it starts, so that no request pays for
+    /// them. Verifies ADR-0020.
+    #[test]
+    fn the_tokenizer_is_warm_once_the_service_has_started() {
+        let (_st, _dir) = demo_state(Limits::default());
+        assert!(strata_core::TiktokenTokenizer::o200k().is_warm());
     }
 
     /// A route slower than the timeout is answered `503 timeout` at the limit, as JSON.

@@ -172,9 +172,19 @@ impl TiktokenTokenizer {
     /// their first assemblies.
     pub fn warm_up(&self) {
         self.count("");
+        self.longest_token();
         if let Some(lookup) = self.lookup {
             lookup.build(self.tok);
         }
+    }
+
+    /// Whether what [`TiktokenTokenizer::warm_up`] builds is built: the encoder, the longest
+    /// token's length and, unless this tokenizer counts without it, the vocabulary's lookup.
+    pub fn is_warm(&self) -> bool {
+        self.longest_token.get().is_some()
+            && self
+                .lookup
+                .is_none_or(|lookup| lookup.tokens.get().is_some())
     }
 
     /// The same encoding, counting every pre-tokenizer piece with the BPE encoder: what it
@@ -550,6 +560,10 @@ impl Tokenizer for TiktokenTokenizer {
 
     fn longest_token_bytes(&self) -> Option<usize> {
         Some(self.longest_token())
+    }
+
+    fn warm_up(&self) {
+        TiktokenTokenizer::warm_up(self);
     }
 
     /// The pre-tokenizer decides where a piece ends from the characters up to a few past it
