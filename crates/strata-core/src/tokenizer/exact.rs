@@ -77,8 +77,66 @@ static CL100K_LONGEST: OnceLock<usize> = OnceLock::new();
 const LOOKUP_AFTER_BYTES: usize = 1 << 20;
 
 /// The longest piece looked up whole. Longer pieces are rarely one token (runs of CJK, long
-/// identifiers, base64), so they go to the encoder without a lookup that would miss.
-const LOOKUP_MAX_PIECE: usize = 16;
+/// identifiers, base64), so they go to the encoder without a lookup that would miss. A piece
+/// this short is its own key in the lookup, with its length (see [`piece_key`]).
+const LOOKUP_MAX_PIECE: usize = 15;
+
+/// The key of a piece of at most [`LOOKUP_MAX_PIECE`] bytes: its bytes, then zeros, with its
+/// length in the last byte, so that two pieces have the same key only if they are equal. The
+/// lookup holds keys rather than references to the vocabulary's bytes: a search reads one slot
+/// of the table and compares two integers, instead of following a pointer to compare bytes.
+///
+/// Read with (possibly overlapping) loads of the piece's first and last bytes rather than
+/// copied into a buffer and read back, which would stall the read on the copy;
+/// [`piece_key_by_copy`] is that definition, and the tests hold the two equal.
+fn piece_key(piece: &[u8]) -> u128 {
+    let n = piece.len();
+    debug_assert!(n <= LOOKUP_MAX_PIECE);
+    let lo = |bytes: &[u8]| -> u64 {
+        // The first eight bytes, or fewer: the bytes at their places, zeros after.
+        match bytes.len() {
+            0 => 0,
+            1 => u64::from(bytes[0]),
+            2..=3 => {
+                let head = u64::from(u16::from_le_bytes([bytes[0], bytes[1]]));
+                let t = bytes.len() - 2;
+                head | u64::from(u16::from_le_bytes([bytes[t], bytes[t + 1]])) << (8 * t)
+            }
+            4..=7 => {
+                let head = u64::from(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
+                let t = bytes.len() - 4;
+                let tail = [bytes[t], bytes[t + 1], bytes[t + 2], bytes[t + 3]];
+                head | u64::from(u32::from_le_bytes(tail)) << (8 * t)
+            }
+            _ => u64::from_le_bytes(eight(bytes, 0)),
+        }
+    };
+    let (low, high) = if n <= 8 {
+        (lo(piece), 0)
+    } else {
+        // The last eight bytes, shifted down past the ones the low half holds.
+        let tail = u64::from_le_bytes(eight(piece, n - 8)) >> (8 * (16 - n));
+        (lo(piece), tail)
+    };
+    u128::from(high | (n as u64) << 56) << 64 | u128::from(low)
+}
+
+/// The eight bytes of `bytes` from `at`.
+fn eight(bytes: &[u8], at: usize) -> [u8; 8] {
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&bytes[at..at + 8]);
+    out
+}
+
+/// [`piece_key`] by its definition: the piece copied into sixteen zero bytes, its length in
+/// the last.
+#[cfg(test)]
+fn piece_key_by_copy(piece: &[u8]) -> u128 {
+    let mut key = [0u8; 16];
+    key[..piece.len()].copy_from_slice(piece);
+    key[15] = piece.len() as u8;
+    u128::from_le_bytes(key)
+}
 
 /// Every token of an encoding by its bytes, built once the process has counted enough text.
 ///
@@ -87,7 +145,8 @@ const LOOKUP_MAX_PIECE: usize = 16;
 /// lookup their count is one hash lookup rather than a run of the BPE encoder, which allocates
 /// its state and searches its automaton for every piece (ADR-0020).
 struct Lookup {
-    tokens: OnceLock<HashSet<&'static [u8], foldhash::fast::RandomState>>,
+    /// The keys of the tokens of at most [`LOOKUP_MAX_PIECE`] bytes.
+    tokens: OnceLock<HashSet<u128, foldhash::fast::RandomState>>,
     counted: AtomicUsize,
 }
 
@@ -103,7 +162,7 @@ impl Lookup {
     fn build(
         &'static self,
         tok: &'static bpe_openai::Tokenizer,
-    ) -> &'static HashSet<&'static [u8], foldhash::fast::RandomState> {
+    ) -> &'static HashSet<u128, foldhash::fast::RandomState> {
         self.tokens.get_or_init(|| {
             let bpe = &tok.bpe;
             let mut tokens = HashSet::with_capacity_and_hasher(
@@ -113,7 +172,9 @@ impl Lookup {
             tokens.extend(
                 (0..bpe.num_tokens())
                     .filter_map(|id| u32::try_from(id).ok())
-                    .map(|id| bpe.token_bytes(id)),
+                    .map(|id| bpe.token_bytes(id))
+                    .filter(|t| t.len() <= LOOKUP_MAX_PIECE)
+                    .map(piece_key),
             );
             tokens
         })
@@ -227,7 +288,7 @@ impl TiktokenTokenizer {
                 lookup.build(self.tok)
             }
         };
-        tokens.contains(piece.as_bytes())
+        tokens.contains(&piece_key(piece.as_bytes()))
     }
 
     /// The count of one pre-tokenizer piece: one if the piece is a token of the vocabulary,
@@ -885,6 +946,46 @@ impl Tokenizer for TiktokenTokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every length a key is made for, with bytes that tell each place apart: the loads read
+    /// the same key as the copy. Verifies ADR-0020.
+    #[test]
+    fn a_key_read_with_loads_is_the_key_by_copy_at_every_length() {
+        for n in 0..=LOOKUP_MAX_PIECE {
+            for fill in [
+                |i: usize| i as u8 + 1,
+                |_| 0xff,
+                |_| 0,
+                |i: usize| 0x80 | (i as u8 * 7),
+            ] {
+                let piece: Vec<u8> = (0..n).map(fill).collect();
+                assert_eq!(piece_key(&piece), piece_key_by_copy(&piece), "{piece:?}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Two pieces short enough to be looked up have the same key exactly when their bytes
+        /// are equal, whatever bytes they hold (NUL included) and whatever their lengths: the
+        /// lookup cannot take a piece for a different token. Verifies ADR-0020.
+        #[test]
+        fn pieces_have_the_same_key_only_when_equal(
+            a in proptest::collection::vec(proptest::prelude::prop_oneof![
+                proptest::prelude::Just(0u8), proptest::prelude::Just(b'a'),
+                proptest::prelude::any::<u8>()], 0..=LOOKUP_MAX_PIECE),
+            b in proptest::collection::vec(proptest::prelude::prop_oneof![
+                proptest::prelude::Just(0u8), proptest::prelude::Just(b'a'),
+                proptest::prelude::any::<u8>()], 0..=LOOKUP_MAX_PIECE),
+        ) {
+            proptest::prop_assert_eq!(piece_key(&a), piece_key_by_copy(&a));
+            proptest::prop_assert_eq!(piece_key(&a) == piece_key(&b), a == b);
+            let mut longer = a.clone();
+            if longer.len() < LOOKUP_MAX_PIECE {
+                longer.push(0);
+                proptest::prop_assert_ne!(piece_key(&a), piece_key(&longer));
+            }
+        }
+    }
 
     /// Verifies ADR-0020: a process counts with the encoder alone until it has counted
     /// [`LOOKUP_AFTER_BYTES`] of short pieces with an encoding, then builds the vocabulary's lookup, and the
