@@ -167,6 +167,18 @@ fn workloads(c: &mut Criterion) {
         let req = request(&w, w.sections.clone());
         let warm = Assembler::new(tok.clone());
         let out = warm.assemble(&agent, &req).unwrap();
+        // What a cold assembly hands the tokenizer, against its output and what it was offered:
+        // dropped sections are not counted (ADR-0024).
+        eprintln!(
+            "{}: a cold assembly counted {} bytes for an output of {} bytes ({} offered)",
+            w.name,
+            warm.cache_stats().tokenized_bytes,
+            out.text().len(),
+            w.sections
+                .iter()
+                .map(|s| s.content().as_str().len())
+                .sum::<usize>()
+        );
         let big = w.sections.len() >= 10_000;
 
         let mut g = c.benchmark_group(format!("workload_{}", w.name));
