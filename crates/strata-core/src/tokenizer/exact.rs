@@ -53,8 +53,8 @@ const RESUME_SLACK: usize = 64;
 const SHARED_PAST_RESUME: usize = 64;
 
 /// Exact BPE counts with the encodings OpenAI models use, embedded (no network), linear in the
-/// length of the text for every input. The encoders are process-wide singletons built on first
-/// use, so constructing this type is free.
+/// length of the text for every input. The encoders are process-wide singletons, built when the
+/// first tokenizer of their encoding is made (about 60 ms); making more costs nothing.
 ///
 /// Implements the exact counting of ADR-0020: ordinary encoding only, so special-token text is
 /// counted as the characters it is; no segmenting; the exact longest prefix within a budget.
