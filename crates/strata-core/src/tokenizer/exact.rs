@@ -111,14 +111,13 @@ fn piece_key(piece: &[u8]) -> u128 {
             _ => u64::from_le_bytes(eight(bytes, 0)),
         }
     };
-    let (low, high) = if n <= 8 {
-        (lo(piece), 0)
+    // Past eight bytes, the last eight, shifted down past the ones the low half holds.
+    let high = if n <= 8 {
+        0
     } else {
-        // The last eight bytes, shifted down past the ones the low half holds.
-        let tail = u64::from_le_bytes(eight(piece, n - 8)) >> (8 * (16 - n));
-        (lo(piece), tail)
+        u64::from_le_bytes(eight(piece, n - 8)) >> (8 * (16 - n))
     };
-    u128::from(high | (n as u64) << 56) << 64 | u128::from(low)
+    u128::from(high | (n as u64) << 56) << 64 | u128::from(lo(piece))
 }
 
 /// The eight bytes of `bytes` from `at`.
@@ -988,8 +987,8 @@ mod tests {
     }
 
     /// Verifies ADR-0020: a process counts with the encoder alone until it has counted
-    /// [`LOOKUP_AFTER_BYTES`] of short pieces with an encoding, then builds the vocabulary's lookup, and the
-    /// counts equal the reference's before and after. The only test of this binary that uses
+    /// [`LOOKUP_AFTER_BYTES`] of short pieces with an encoding, then builds the vocabulary's
+    /// lookup, and the counts equal the reference's before and after. The only test of this binary that uses
     /// `cl100k_base`, so no other test builds its lookup first.
     #[test]
     fn the_lookup_is_built_after_a_megabyte_and_counts_the_same() {
