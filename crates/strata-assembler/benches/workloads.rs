@@ -18,6 +18,7 @@
     reason = "a skipped benchmark says why on stderr"
 )]
 
+use std::collections::HashSet;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,6 +151,35 @@ fn revised(w: &Workload, changed: &[usize]) -> AssemblyRequest {
     request(w, sections)
 }
 
+/// The sections of `req` that take part (mode and path), in order of layer, then score, then
+/// position, with the number of distinct id digests among them: the least that selecting
+/// them reads and decides (see the floor arms).
+fn floor(req: &AssemblyRequest) -> (Vec<usize>, usize) {
+    let sections = black_box(&req.sections);
+    let max_score = sections.iter().map(|s| s.score()).max().unwrap_or(0);
+    let pos_bits = usize::BITS - sections.len().leading_zeros();
+    assert!(
+        2 + (u64::BITS - max_score.leading_zeros()) + pos_bits <= u64::BITS,
+        "the floor packs layer, score and position into one integer"
+    );
+    let mut keys: Vec<u64> = Vec::with_capacity(sections.len());
+    let mut ids: HashSet<u64, foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(sections.len(), Default::default());
+    for (i, s) in sections.iter().enumerate() {
+        if s.modes().contains(req.mode) && s.paths().contains(req.path) {
+            let layer = s.layer().index() as u64;
+            keys.push((layer << 62) | ((max_score - s.score()) << pos_bits) | i as u64);
+            ids.insert(s.id_digest());
+        }
+    }
+    keys.sort_unstable();
+    let mask = (1u64 << pos_bits) - 1;
+    (
+        keys.iter().map(|k| (k & mask) as usize).collect(),
+        ids.len(),
+    )
+}
+
 fn workloads(c: &mut Criterion) {
     let Some(dir) = workload_dir() else {
         eprintln!(
@@ -211,6 +241,30 @@ fn workloads(c: &mut Criterion) {
                     })
                     .collect();
                 black_box(built)
+            })
+        });
+        // A floor under any cold assembly of this request, from the sections alone: one pass
+        // that reads what selection must read of every section offered (mode, path, layer,
+        // score, the id's digest) into one integer key each, the sort of those keys and a set
+        // of the digests (the id check); then, in that order, an entry per section holding its
+        // id and a reference to its provenance, the least a report that names every section
+        // holds. Nothing rendered, nothing counted: an assembly's cost above one count of its
+        // output cannot go below the second arm, and without naming each section, the first.
+        g.bench_function("floor_read_order_check_ids", |b| {
+            b.iter(|| black_box(floor(&req).0.len()))
+        });
+        g.bench_function("floor_read_order_check_ids_and_name_each", |b| {
+            b.iter(|| {
+                let (order, ids) = floor(&req);
+                let named: Vec<(strata_core::SectionId, Arc<strata_core::Provenance>, u64)> = order
+                    .iter()
+                    .map(|&i| {
+                        let s = &req.sections[i];
+                        let bytes = s.content().as_str().len() as u64;
+                        (s.id().clone(), s.provenance_shared().clone(), bytes)
+                    })
+                    .collect();
+                black_box((ids, named))
             })
         });
         g.bench_function("cold", |b| {
