@@ -1,5 +1,7 @@
 //! Load benchmark of `strata serve`: prepare-turn throughput and latency at 1, 16 and 64
-//! concurrent sessions, and the per-turn cost of spawning `strata session prepare` instead.
+//! concurrent sessions, the per-turn cost of spawning `strata session prepare` instead, and
+//! what a fresh service costs before its first answers (start to `listening`, then the first
+//! and second turns of a new session; `STRATA_LOAD_STARTS` fresh starts, 5 by default).
 //!
 //! ```sh
 //! cargo bench -p strata-cli --bench serve_load                 # 10 s per level
@@ -25,7 +27,7 @@
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -136,6 +138,86 @@ fn run_level(url: &str, clients: usize, seconds: u64) -> Level {
     }
 }
 
+/// Start `strata serve` on the demo agent with its SQLite memory at `db` and the tokens file in
+/// `dir`, on a free loopback port: the child, its URL, and the time from spawning it to its
+/// `listening` line (the service accepts connections from then on).
+fn start_server(dir: &Path, db: &Path, extra: &[PathBuf]) -> (Child, String, Duration) {
+    let demo = root().join("crates/strata-cli/demo");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("serve")
+        .args(extra)
+        .arg("--agent")
+        .arg(demo.join("agent.signed.json"))
+        .arg("--trust")
+        .arg(demo.join("trust.toml"))
+        .arg("--store")
+        .arg(db)
+        .arg("--token-file")
+        .arg(dir.join("tokens"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            "1024",
+            "--quiet",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let up = started.elapsed();
+    let url = line.trim().strip_prefix("listening ").unwrap().to_owned();
+    (child, url, up)
+}
+
+/// One prepared turn of `session` on the service at `url`: its round trip, the response read
+/// whole (the request body and the report).
+fn timed_turn(agent: &ureq::Agent, url: &str, session: &str, n: u64) -> Duration {
+    let body =
+        format!("{{\"message\": \"Question {n}: what changed in the deploy schedule, and who approved it?\"}}");
+    let started = Instant::now();
+    let mut resp = agent
+        .post(&format!("{url}/v1/sessions/{session}/turns"))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .header("Content-Type", "application/json")
+        .send(body.as_str())
+        .unwrap();
+    let _ = resp.body_mut().read_to_vec().unwrap();
+    let took = started.elapsed();
+    assert_eq!(resp.status().as_u16(), 200, "a prepared turn failed");
+    took
+}
+
+/// `n` fresh services, one after the other, each on a new SQLite file: the time to `listening`,
+/// and the first and second prepared turns of a new session (what a runtime that starts the
+/// service on demand waits for). Three histograms, in microseconds.
+fn fresh_starts(dir: &Path, n: usize) -> [Histogram<u64>; 3] {
+    let mut hists = [0, 1, 2].map(|_| Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap());
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+    for i in 0..n {
+        let (mut child, url, up) = start_server(dir, &dir.join(format!("fresh-{i}.db")), &[]);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let first = timed_turn(&agent, &url, "fresh", 0);
+        let second = timed_turn(&agent, &url, "fresh", 1);
+        for (h, d) in hists.iter_mut().zip([up, first, second]) {
+            h.record(micros(d)).unwrap();
+        }
+        let _ = Command::new("kill")
+            .args(["-s", "TERM", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+    }
+    hists
+}
+
 fn spawn_costs(dir: &Path, agent: &Path, trust: &Path, n: usize) -> Histogram<u64> {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
     for i in 0..n {
@@ -184,6 +266,10 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let starts: usize = std::env::var("STRATA_LOAD_STARTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("tokens"), format!("{TOKEN}\n")).unwrap();
     let demo = root().join("crates/strata-cli/demo");
@@ -206,33 +292,8 @@ fn main() {
             dir.path().join("receipts.log"),
         ];
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .arg("serve")
-        .args(&receipt_args)
-        .arg("--agent")
-        .arg(&agent)
-        .arg("--trust")
-        .arg(&trust)
-        .arg("--store")
-        .arg(dir.path().join("memory.db"))
-        .arg("--token-file")
-        .arg(dir.path().join("tokens"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            "1024",
-            "--quiet",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.trim().strip_prefix("listening ").unwrap().to_owned();
+    let (mut child, url, _) =
+        start_server(dir.path(), &dir.path().join("memory.db"), &receipt_args);
     eprintln!(
         "serving at {url}; {seconds} s per level; receipts {}; machine: {}",
         if receipts { "signed and logged" } else { "off" },
@@ -251,6 +312,7 @@ fn main() {
         .status();
     let _ = child.wait();
     let spawn = spawn_costs(dir.path(), &agent, &trust, 20);
+    let fresh = fresh_starts(dir.path(), starts);
     println!(
         "Machine: {}; receipts {}\n",
         machine(),
@@ -275,5 +337,15 @@ fn main() {
         ms(spawn.value_at_quantile(0.5)),
         ms(spawn.value_at_quantile(0.99)),
         ms(spawn.max())
+    );
+    println!(
+        "\nA fresh service ({starts} starts, each on a new SQLite file): start to listening p50 {} ms, \
+         max {} ms; first turn p50 {} ms, max {} ms; second turn p50 {} ms, max {} ms.",
+        ms(fresh[0].value_at_quantile(0.5)),
+        ms(fresh[0].max()),
+        ms(fresh[1].value_at_quantile(0.5)),
+        ms(fresh[1].max()),
+        ms(fresh[2].value_at_quantile(0.5)),
+        ms(fresh[2].max())
     );
 }
