@@ -248,8 +248,9 @@ fn workloads(c: &mut Criterion) {
         // score, the id's digest) into one integer key each, the sort of those keys and a set
         // of the digests (the id check); then, in that order, an entry per section holding its
         // id and a reference to its provenance, the least a report that names every section
-        // holds. Nothing rendered, nothing counted: an assembly's cost above one count of its
-        // output cannot go below the second arm, and without naming each section, the first.
+        // holds. Nothing rendered, nothing counted: a floor under an assembly's cost above one
+        // count of its output (with this sort and table; a faster sort could lower it by part
+        // of the sort's share), the second arm for a report that names each section.
         g.bench_function("floor_read_order_check_ids", |b| {
             b.iter(|| black_box(floor(&req).0.len()))
         });

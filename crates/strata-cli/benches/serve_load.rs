@@ -73,33 +73,19 @@ fn run_level(url: &str, clients: usize, seconds: u64) -> Level {
         let url = url.to_owned();
         let stop = stop.clone();
         handles.push(std::thread::spawn(move || {
-            let agent: ureq::Agent = ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .build()
-                .into();
+            let agent = client();
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
             let (mut turns, mut errors) = (0u64, 0u64);
             let session = format!("load-{clients}-{c}");
             let auth = format!("Bearer {TOKEN}");
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let body = format!(
-                    "{{\"message\": \"Question {n}: what changed in the deploy schedule, and who approved it?\"}}"
-                );
-                let started = Instant::now();
-                let r = agent
-                    .post(&format!("{url}/v1/sessions/{session}/turns"))
-                    .header("Authorization", &auth)
-                    .header("Content-Type", "application/json")
-                    .send(body.as_str());
-                let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                match r {
-                    Ok(mut resp) if resp.status().as_u16() == 200 => {
-                        let _ = resp.body_mut().read_to_vec();
-                        hist.record(micros.max(1)).unwrap();
+                match prepare(&agent, &url, &session, n) {
+                    Some(took) => {
+                        hist.record(micros(took)).unwrap();
                         turns += 1;
                     }
-                    _ => errors += 1,
+                    None => errors += 1,
                 }
                 let reply = format!("{{\"text\": \"Answer {n}: the window moved to Thursday.\"}}");
                 let _ = agent
@@ -175,22 +161,43 @@ fn start_server(dir: &Path, db: &Path, extra: &[PathBuf]) -> (Child, String, Dur
     (child, url, up)
 }
 
-/// One prepared turn of `session` on the service at `url`: its round trip, the response read
-/// whole (the request body and the report).
-fn timed_turn(agent: &ureq::Agent, url: &str, session: &str, n: u64) -> Duration {
-    let body =
-        format!("{{\"message\": \"Question {n}: what changed in the deploy schedule, and who approved it?\"}}");
+/// An HTTP client that reports error statuses as responses.
+fn client() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// Prepare turn `n` of `session` on the service at `url`: its round trip with the response
+/// read whole (the request body and the report), or `None` if it failed.
+fn prepare(agent: &ureq::Agent, url: &str, session: &str, n: u64) -> Option<Duration> {
+    let body = format!(
+        "{{\"message\": \"Question {n}: what changed in the deploy schedule, and who approved it?\"}}"
+    );
     let started = Instant::now();
     let mut resp = agent
         .post(&format!("{url}/v1/sessions/{session}/turns"))
         .header("Authorization", &format!("Bearer {TOKEN}"))
         .header("Content-Type", "application/json")
         .send(body.as_str())
-        .unwrap();
-    let _ = resp.body_mut().read_to_vec().unwrap();
+        .ok()?;
+    resp.body_mut().read_to_vec().ok()?;
     let took = started.elapsed();
-    assert_eq!(resp.status().as_u16(), 200, "a prepared turn failed");
-    took
+    (resp.status().as_u16() == 200).then_some(took)
+}
+
+/// Microseconds, at least one (the histograms' lower bound).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Stop the service with SIGTERM and wait for it to exit.
+fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-s", "TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
 }
 
 /// `n` fresh services, one after the other, each on a new SQLite file: the time to `listening`,
@@ -198,22 +205,15 @@ fn timed_turn(agent: &ureq::Agent, url: &str, session: &str, n: u64) -> Duration
 /// service on demand waits for). Three histograms, in microseconds.
 fn fresh_starts(dir: &Path, n: usize) -> [Histogram<u64>; 3] {
     let mut hists = [0, 1, 2].map(|_| Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap());
-    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
     for i in 0..n {
-        let (mut child, url, up) = start_server(dir, &dir.join(format!("fresh-{i}.db")), &[]);
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let first = timed_turn(&agent, &url, "fresh", 0);
-        let second = timed_turn(&agent, &url, "fresh", 1);
+        let (child, url, up) = start_server(dir, &dir.join(format!("fresh-{i}.db")), &[]);
+        let agent = client();
+        let first = prepare(&agent, &url, "fresh", 0).expect("the first turn of a fresh service");
+        let second = prepare(&agent, &url, "fresh", 1).expect("the second turn");
+        stop(child);
         for (h, d) in hists.iter_mut().zip([up, first, second]) {
             h.record(micros(d)).unwrap();
         }
-        let _ = Command::new("kill")
-            .args(["-s", "TERM", &child.id().to_string()])
-            .status();
-        let _ = child.wait();
     }
     hists
 }
@@ -245,8 +245,7 @@ fn spawn_costs(dir: &Path, agent: &Path, trust: &Path, n: usize) -> Histogram<u6
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        hist.record(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX))
-            .unwrap();
+        hist.record(micros(started.elapsed())).unwrap();
     }
     hist
 }
@@ -292,8 +291,7 @@ fn main() {
             dir.path().join("receipts.log"),
         ];
     }
-    let (mut child, url, _) =
-        start_server(dir.path(), &dir.path().join("memory.db"), &receipt_args);
+    let (child, url, _) = start_server(dir.path(), &dir.path().join("memory.db"), &receipt_args);
     eprintln!(
         "serving at {url}; {seconds} s per level; receipts {}; machine: {}",
         if receipts { "signed and logged" } else { "off" },
@@ -307,10 +305,7 @@ fn main() {
         eprintln!("{c} sessions: {} turns", l.turns);
         rows.push(l);
     }
-    let _ = Command::new("kill")
-        .args(["-s", "TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    stop(child);
     let spawn = spawn_costs(dir.path(), &agent, &trust, 20);
     let fresh = fresh_starts(dir.path(), starts);
     println!(
