@@ -29,6 +29,19 @@ pub enum AssembleError {
         /// Prompt budget.
         budget: u64,
     },
+    /// The newest user turn cannot be sent even cut to its head and tail: what layers 1-2
+    /// and the other sticky sections leave is too small for it (ADR-0030).
+    #[error("the newest user message holds {tokens} tokens and cannot be cut to fit: layers 1-2 and the other sticky sections leave {available} of the prompt budget's {budget}, and a cut keeps at least {minimum}; send a shorter message or raise the budget")]
+    MessageTooLarge {
+        /// Tokens of the message as sent whole.
+        tokens: u64,
+        /// Tokens left for it.
+        available: u64,
+        /// Prompt budget.
+        budget: u64,
+        /// The least a cut keeps.
+        minimum: u64,
+    },
     /// The working-memory history cannot be sent as native turns (ADR-0015).
     #[error("invalid history: {why}")]
     History {

@@ -507,7 +507,12 @@ fn smaller_units_fill_the_budget_after_a_large_one_is_dropped() {
         status("call").status,
         SectionStatus::Dropped { .. }
     ));
-    for seq in 1..=6 {
+    // t6, the newest user turn, is kept before anything else (ADR-0030); the older turns are
+    // kept in the room the dropped pair left.
+    let newest = status("t6");
+    assert_eq!(newest.status, SectionStatus::Kept);
+    assert!(newest.sticky && !newest.filled);
+    for seq in 1..=5 {
         let s = status(&format!("t{seq}"));
         assert_eq!(s.status, SectionStatus::Kept, "t{seq}");
         assert!(s.filled, "t{seq} was kept after a drop and must say so");

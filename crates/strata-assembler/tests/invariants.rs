@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use strata_assembler::*;
+use strata_core::ContentHash;
 
 /// A kept section as parsed: its head, its tail and the bytes elided between them, if cut so.
 type Kept = (String, String, Option<u64>);
@@ -238,22 +239,35 @@ proptest! {
         }
     }
 
-    /// Verifies I2 (ADR-0008): sticky sections that take part are never dropped or cut; if they
-    /// cannot fit, the assembly fails with a typed error.
+    /// Verifies I2 (ADR-0008): sticky sections that take part are never dropped or cut, but for
+    /// the newest user turn, which may be cut to its head and tail (ADR-0030); if they cannot fit, the
+    /// assembly fails with a typed error.
     #[test]
     fn sticky_and_identity_never_trimmed(req in request()) {
         match assembler().assemble(agent(), &req) {
             Ok(ctx) => {
+                let newest = newest_user_turns(&req.sections, ctx.report());
                 for r in ctx.report().sections.iter().filter(|r| r.sticky) {
+                    let cut_ok = is_newest(&newest, r)
+                        && matches!(r.status, SectionStatus::Cut { head_bytes, tail_bytes, .. } if head_bytes > 0 && tail_bytes > 0);
                     prop_assert!(
-                        matches!(r.status, SectionStatus::Kept | SectionStatus::Filtered { .. } | SectionStatus::Overridden { .. }),
+                        cut_ok || matches!(r.status, SectionStatus::Kept | SectionStatus::Filtered { .. } | SectionStatus::Overridden { .. }),
                         "sticky {} was {:?}", r.id, r.status
+                    );
+                }
+                // The newest user turn is always sent (of equal ones, one is).
+                if !newest.is_empty() {
+                    prop_assert!(
+                        ctx.report().sections.iter().any(|r| is_newest(&newest, r)
+                            && matches!(r.status, SectionStatus::Kept | SectionStatus::Cut { .. })),
+                        "no newest user turn of {:?} was sent", newest
                     );
                 }
             }
             Err(e) => prop_assert!(matches!(
                 e,
-                AssembleError::StickyExceedsBudget { .. } | AssembleError::IdentityExceedsBudget { .. } | AssembleError::CharsExceeded { .. }
+                AssembleError::StickyExceedsBudget { .. } | AssembleError::IdentityExceedsBudget { .. }
+                    | AssembleError::CharsExceeded { .. } | AssembleError::MessageTooLarge { .. }
             ), "{e}"),
         }
     }
@@ -378,6 +392,47 @@ fn fill_request() -> impl Strategy<Value = (Vec<Section>, u32)> {
     })
 }
 
+/// The working-memory user turns with the highest sequence number among the sections that
+/// took part (neither filtered nor overridden), as (id, content hash): the newest user turn,
+/// worked out here from the sections and the report (ADR-0030). More than one only on a tie.
+/// Ids may repeat, so a report entry is matched by id and content hash.
+fn newest_user_turns(sections: &[Section], report: &Report) -> BTreeSet<(String, ContentHash)> {
+    let took_part = |s: &Section| {
+        report.sections.iter().any(|r| {
+            is_entry_of(r, s)
+                && !matches!(
+                    r.status,
+                    SectionStatus::Filtered { .. } | SectionStatus::Overridden { .. }
+                )
+        })
+    };
+    let users: Vec<(u64, &Section)> = sections
+        .iter()
+        .filter(|s| s.layer() == RuntimeLayer::WorkingMemory && took_part(s))
+        .filter_map(|s| {
+            s.turn()
+                .filter(|t| t.role == Role::User)
+                .map(|t| (t.seq, s))
+        })
+        .collect();
+    let top = users.iter().map(|u| u.0).max();
+    users
+        .into_iter()
+        .filter(|u| Some(u.0) == top)
+        .map(|u| (u.1.id().to_string(), u.1.content_hash()))
+        .collect()
+}
+
+/// Whether report entry `r` describes section `s`.
+fn is_entry_of(r: &SectionReport, s: &Section) -> bool {
+    r.id == s.id().as_str() && r.provenance.content_hash == s.content_hash()
+}
+
+/// Whether report entry `r` describes one of `newest`.
+fn is_newest(newest: &BTreeSet<(String, ContentHash)>, r: &SectionReport) -> bool {
+    newest.contains(&(r.id.to_string(), r.provenance.content_hash))
+}
+
 fn reference(text: &str) -> u64 {
     tiktoken_rs::o200k_base_singleton()
         .encode_ordinary(text)
@@ -443,7 +498,9 @@ proptest! {
             let score = u.iter().map(|s| s.score()).max().unwrap_or(0);
             (u[0].layer(), std::cmp::Reverse(seq.is_some()), std::cmp::Reverse(seq.unwrap_or(0)), std::cmp::Reverse(score))
         };
-        let sticky = |u: &Vec<&Section>| u.iter().any(|s| s.sticky());
+        // The newest user turn is sticky whatever its section says (ADR-0030).
+        let newest = newest_user_turns(&sections, r);
+        let sticky = |u: &Vec<&Section>| u.iter().any(|s| s.sticky() || newest.contains(&(s.id().to_string(), s.content_hash())));
         let dropped = |u: &Vec<&Section>| u.iter().any(|s| matches!(status[s.id().as_str()].status, SectionStatus::Dropped { .. }));
         let kept_tokens = |u: &Vec<&Section>| -> u64 {
             u.iter().map(|s| match status[s.id().as_str()].status {

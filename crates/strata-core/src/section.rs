@@ -619,6 +619,13 @@ impl Section {
         s
     }
 
+    /// A copy that keeps the other end when cut; the rest kept.
+    pub fn with_keep(&self, keep: Keep) -> Section {
+        let mut s = self.clone();
+        s.keep = keep;
+        s
+    }
+
     /// A copy with other content (used for truncation); the hash is recomputed, the rest kept.
     pub fn with_content(&self, content: impl Into<Content>) -> Section {
         let mut s = self.clone();

@@ -1,5 +1,5 @@
 //! Stage 4 of assembly: fit the budget. Identity and sticky sections must fit or the assembly
-//! fails (I2). Then units are taken in keep order (lower layer first; inside a layer the newest
+//! fails (I2); the newest user turn, sticky too, is cut to its head and tail before that. Then units are taken in keep order (lower layer first; inside a layer the newest
 //! turns, then the highest score) and each is kept if it fits the room left, counted only up to
 //! that room; the first that does not fit may be kept in cut form, and smaller units after it
 //! that still fit are kept too (filling the budget). Each layer's omission marker is reserved
@@ -115,7 +115,12 @@ impl Assembler {
         let (fit_budget, max_chars) = (limits.fit_budget, limits.max_chars);
         let (base_tokens, id_chars) = limits.base;
         let cap = budget.section_cap.map(u64::from);
-        let Measured { cands, units } = m;
+        let Measured {
+            cands,
+            units,
+            newest_user,
+        } = m;
+        let newest_user = *newest_user;
         let mut dropped_reason: Vec<Option<&'static str>> = vec![None; units.len()];
 
         // Sticky units are measured in full: they must fit. Their members that are not sticky
@@ -137,7 +142,9 @@ impl Assembler {
             }
         }
         // A sticky tool call keeps its result with it; a result that is not sticky itself is
-        // cut, largest first, rather than failing the request for its size.
+        // cut, largest first, rather than failing the request for its size. The newest user
+        // turn is cut last, to its head and tail, and never below `MIN_CUT_TOKENS` (ADR-0030).
+        let whole_newest = newest_user.map(|c| cands[c].rendered().tokens);
         let mut excess = (base_tokens
             + units
                 .iter()
@@ -150,22 +157,34 @@ impl Assembler {
                 .iter()
                 .filter(|u| u.sticky)
                 .flat_map(|u| u.members.iter().copied())
-                .filter(|c| !cands[*c].sticky)
+                .filter(|c| !cands[*c].sticky || Some(*c) == newest_user)
                 .collect();
-            shrinkable.sort_by_key(|c| (Reverse(cands[*c].rendered().tokens), *c));
+            shrinkable.sort_by_key(|c| {
+                (
+                    Some(*c) == newest_user,
+                    Reverse(cands[*c].rendered().tokens),
+                    *c,
+                )
+            });
             for c in shrinkable {
                 if excess == 0 {
                     break;
                 }
                 let have = cands[c].rendered().tokens;
                 let enc = req.render.encodings[cands[c].section().layer().index()];
+                let to = have.saturating_sub(excess);
                 // Always cut the text as offered, so the cut's place in it is known exactly.
-                let Some(cut) = self.cut_to(
-                    cands[c].base.get(),
-                    enc,
-                    have.saturating_sub(excess),
-                    native.is_some(),
-                ) else {
+                let cut = if Some(c) == newest_user {
+                    // A cut of the message keeps at least `MIN_CUT_TOKENS` of its own words.
+                    self.cut_section(cands[c].base.get(), enc, to, native.is_some())
+                        .filter(|k| {
+                            self.tokenizer.count(k.section.content().as_str()) as u64
+                                >= MIN_CUT_TOKENS
+                        })
+                } else {
+                    self.cut_to(cands[c].base.get(), enc, to, native.is_some())
+                };
+                let Some(cut) = cut else {
                     continue;
                 };
                 let r = cut.rendered;
@@ -203,6 +222,19 @@ impl Assembler {
             }
         }
         if base_tokens + sticky_tokens > fit_budget {
+            // Without the newest user turn, would the rest fit? Then the message is the
+            // problem, and the caller is told so.
+            if let (Some(c), Some(whole)) = (newest_user, whole_newest) {
+                let others = base_tokens + sticky_tokens - cands[c].rendered().tokens;
+                if others <= fit_budget {
+                    return Err(AssembleError::MessageTooLarge {
+                        tokens: whole,
+                        available: fit_budget - others,
+                        budget: fit_budget,
+                        minimum: MIN_CUT_TOKENS,
+                    });
+                }
+            }
             return Err(AssembleError::StickyExceedsBudget {
                 count: cands.iter().filter(|c| c.sticky).count(),
                 needed: base_tokens + sticky_tokens,

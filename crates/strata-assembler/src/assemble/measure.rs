@@ -3,11 +3,15 @@
 //! section's cost is measured when fitting reaches it, so what is dropped is never tokenized
 //! (ADR-0024).
 //!
+//! The newest user turn is always kept: it is sticky whatever its section says, and when even
+//! sticky content does not fit, fitting cuts it to its head and tail before failing the request
+//! (ADR-0030). Without it a model would answer the question before.
+//!
 //! Hand-off: [`Measured`], the candidates and their units.
 
 use std::sync::Arc;
 
-use strata_core::{RuntimeLayer, Section};
+use strata_core::{Keep, Role, RuntimeLayer, Section};
 
 use super::{strip_invisible, Assembler, Base, Cand, FastMap, Members, Unit};
 use crate::request::{AssemblyRequest, Invisible};
@@ -18,6 +22,26 @@ pub(super) struct Measured<'a> {
     pub cands: Vec<Cand<'a>>,
     /// Trimming units.
     pub units: Vec<Unit>,
+    /// The candidate holding the newest user turn of working memory, if any.
+    pub newest_user: Option<usize>,
+}
+
+/// The newest user turn of working memory among `sections`: the user turn with the highest
+/// sequence number (the first offered of equals).
+pub(super) fn newest_user_turn(sections: &[&Section]) -> Option<usize> {
+    let mut best: Option<(u64, usize)> = None;
+    for (i, s) in sections.iter().enumerate() {
+        let Some(t) = s
+            .turn()
+            .filter(|t| t.role == Role::User && s.layer() == RuntimeLayer::WorkingMemory)
+        else {
+            continue;
+        };
+        if best.is_none_or(|(seq, _)| t.seq > seq) {
+            best = Some((t.seq, i));
+        }
+    }
+    best.map(|(_, i)| i)
 }
 
 impl Assembler {
@@ -31,10 +55,19 @@ impl Assembler {
         let mut cands: Vec<Cand<'a>> = Vec::with_capacity(winners.len());
         let mut units: Vec<Unit> = Vec::with_capacity(winners.len());
         let mut unit_of_call: FastMap<Arc<str>, usize> = FastMap::default();
-        for s in winners {
-            let sticky = s.sticky() || req.protected_priorities.contains(&s.priority());
+        let newest_user = newest_user_turn(&winners);
+        for (i, s) in winners.into_iter().enumerate() {
+            let newest = newest_user == Some(i);
+            let sticky = newest || s.sticky() || req.protected_priorities.contains(&s.priority());
             let base = match req.render.invisible {
+                // The newest user turn is cut at both ends: the question is usually at one.
+                Invisible::Escape if newest && s.keep() != Keep::Both => {
+                    Base::Owned(Box::new(s.with_keep(Keep::Both)))
+                }
                 Invisible::Escape => Base::Borrowed(s),
+                Invisible::Strip if newest => {
+                    Base::Owned(Box::new(strip_invisible(s).with_keep(Keep::Both)))
+                }
                 Invisible::Strip => Base::Owned(Box::new(strip_invisible(s))),
             };
             let section = base.get();
@@ -85,6 +118,10 @@ impl Assembler {
                 unit,
             });
         }
-        Measured { cands, units }
+        Measured {
+            cands,
+            units,
+            newest_user,
+        }
     }
 }

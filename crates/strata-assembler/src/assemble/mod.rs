@@ -105,6 +105,12 @@ struct CutAt {
 /// before resuming there (64 bytes for the exact tokenizer), with room to spare.
 const WALK_KEPT_PAST: usize = 128;
 
+/// What stands in a native user message where a cut left text out: plain words on their own
+/// line, no strata syntax (a native message is the user's channel, not a fenced element).
+fn native_elision(bytes: u64) -> String {
+    format!("\n[... {bytes} bytes of this message left out here to fit the context budget ...]\n")
+}
+
 /// Bytes the cache counts for a kept walk.
 fn walk_size(id: &SectionId, text: &str) -> usize {
     text.len() + id.as_str().len() + ENTRY_OVERHEAD
@@ -562,7 +568,20 @@ impl Assembler {
         let role = turn.map(|t| t.role);
         match (native, turn) {
             // Native turns carry their own words in their own messages (ADR-0014).
-            (true, Some(t)) if t.role == Role::User => (body.to_owned(), self.frame_msg("user")),
+            // The newest user turn cut to fit: its head, a plain note of what was left out,
+            // its tail (ADR-0030).
+            (true, Some(t)) if t.role == Role::User => match cut {
+                Some(c) => (
+                    format!(
+                        "{}{}{}",
+                        &body[..c.at],
+                        native_elision(c.elided),
+                        &body[c.at..]
+                    ),
+                    self.frame_msg("user"),
+                ),
+                None => (body.to_owned(), self.frame_msg("user")),
+            },
             (true, Some(t)) if t.role == Role::Assistant => {
                 (body.to_owned(), self.frame_msg("assistant"))
             }
@@ -841,6 +860,18 @@ impl Assembler {
         if native && !select::cuttable_natively(s) {
             return None;
         }
+        self.cut_section(s, enc, max_tokens, native)
+    }
+
+    /// [`Assembler::cut_to`] without asking whether a native turn may be cut: for the newest
+    /// user turn, which a provider request carries cut rather than not at all (ADR-0030).
+    fn cut_section(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        max_tokens: u64,
+        native: bool,
+    ) -> Option<Cutting> {
         let whole = Self::element_key(s, enc, None, native);
         let cache_key = (whole, max_tokens);
         {
@@ -1373,7 +1404,9 @@ impl Assembler {
                 base: (base_tokens, id_chars),
             },
         )?;
-        let Measured { cands, mut units } = measured;
+        let Measured {
+            cands, mut units, ..
+        } = measured;
 
         // Output order: layer, stable before dynamic, phase, then chronology for turns and
         // score for the rest, then the canonical order of selection (ADR-0007, ADR-0013).
