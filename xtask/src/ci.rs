@@ -3,10 +3,10 @@
 //! Steps: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test` (unit, integration,
 //! doc and compile-fail tests), `cargo xtask docs --check`, the example programs of
 //! strata-assembler, the client packages' checks (`mypy --strict` and pytest for Python,
-//! `tsc` and `node --test` for TypeScript, against a real `strata serve`), and a short fuzz run
-//! of every target. Each step prints its command and its duration. The test steps' output is
-//! passed through unchanged and their counts (libtest, pytest and node's runner) are added up
-//! into one closing line.
+//! `tsc` and `node --test` for TypeScript, against a real `strata serve`) with the provider SDK
+//! check's pytest suite, and a short fuzz run of every target. Each step prints its command and
+//! its duration. The test steps' output is passed through unchanged and their counts (libtest,
+//! pytest and node's runner) are added up into one closing line.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -158,8 +158,8 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
 }
 
 /// The client packages' steps: build the binary their tests start; check the Python client's
-/// formatting, lints and types and run its tests; check the TypeScript client's formatting,
-/// build it and run its tests.
+/// formatting, lints and types and run its tests, then the provider SDK check's tests in the same
+/// Python; check the TypeScript client's formatting, build it and run its tests.
 fn client_steps(root: &Path) -> Vec<Step> {
     let node: Option<Precheck> = Some(clients::check_node_modules);
     let step = |name: &str, action: Action, precheck: Option<Precheck>| Step {
@@ -187,6 +187,11 @@ fn client_steps(root: &Path) -> Vec<Step> {
         step(
             "python tests",
             Action::Tests(clients::python_tests(root)),
+            None,
+        ),
+        step(
+            "sdk check tests",
+            Action::Tests(clients::sdk_check_tests(root)),
             None,
         ),
         step(
@@ -470,6 +475,7 @@ mod tests {
                 "clients: python lint",
                 "clients: python mypy",
                 "clients: python tests",
+                "clients: sdk check tests",
                 "clients: typescript format",
                 "clients: typescript tests"
             ]
@@ -481,7 +487,7 @@ mod tests {
                 ..opts.clone()
             },
         );
-        assert_eq!(without.len(), steps.len() - 7);
+        assert_eq!(without.len(), steps.len() - 8);
         assert_eq!(
             steps[2].describe(),
             "PROPTEST_CASES=10000 cargo test --workspace --locked"

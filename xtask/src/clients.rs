@@ -1,7 +1,9 @@
 //! The client packages' checks in `cargo xtask ci` (ADR-0028): the Python client's formatting
 //! and lints (ruff), types (`mypy --strict`) and pytest suite, and the TypeScript client's
 //! formatting (prettier), build (`tsc`) and `node --test` suite; the suites run against a real
-//! `strata serve` started from the freshly built binary (`STRATA_BIN`).
+//! `strata serve` started from the freshly built binary (`STRATA_BIN`). With them, in the same
+//! Python, the tests of the provider SDK check (`crates/strata-cli/tests/sdk`), which show it
+//! refusing planted invalid request bodies.
 //!
 //! The Python interpreter is `$STRATA_SDK_PYTHON` (the virtual environment `.ci/run` fills with
 //! the provider SDKs, the client and its pinned test tools), else `python3`. The TypeScript
@@ -15,6 +17,8 @@ use std::process::{Command, Stdio};
 pub const PYTHON: &str = "clients/python";
 /// Where the TypeScript client lives.
 pub const TYPESCRIPT: &str = "clients/typescript";
+/// Where the provider SDK check (`check_requests.py`) and its tests live.
+pub const SDK_CHECK: &str = "crates/strata-cli/tests/sdk";
 
 /// The interpreter that has the client and its test tools installed.
 pub fn python() -> OsString {
@@ -89,6 +93,16 @@ pub fn python_tests(root: &Path) -> Command {
     cmd
 }
 
+/// The provider SDK check's tests: request bodies shaped as strata builds them pass, and
+/// bodies with a planted defect in a message, content block, tool or input item are refused.
+pub fn sdk_check_tests(root: &Path) -> Command {
+    let mut cmd = Command::new(python());
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .current_dir(root.join(SDK_CHECK))
+        .stdin(Stdio::null());
+    cmd
+}
+
 /// The TypeScript client's build and tests (`npm test` compiles with `tsc` first).
 pub fn typescript_tests(root: &Path) -> Command {
     let mut cmd = with_bin(Command::new("npm"), root, TYPESCRIPT);
@@ -132,6 +146,14 @@ mod tests {
             .map(PathBuf::from);
         assert_eq!(bin, Some(strata_bin(&root)));
         assert!(bin.is_some_and(|b| b.ends_with("debug/strata")));
+
+        let sdk = sdk_check_tests(&root);
+        assert_eq!(sdk.get_current_dir(), Some(root.join(SDK_CHECK).as_path()));
+        assert!(describe(&sdk).contains("-m pytest -q"));
+        assert!(root
+            .join(SDK_CHECK)
+            .join("test_check_requests.py")
+            .is_file());
 
         let ts = typescript_tests(&root);
         assert_eq!(ts.get_current_dir(), Some(root.join(TYPESCRIPT).as_path()));

@@ -57,7 +57,8 @@ Tasks:
            --fuzz-seconds N    seconds per fuzz target (default 10)
   clients
          Only the client packages' checks of `ci`: build strata, then ruff, mypy and pytest
-         for clients/python, prettier, tsc and node --test for clients/typescript
+         for clients/python, pytest for crates/strata-cli/tests/sdk (the provider SDK
+         check), prettier, tsc and node --test for clients/typescript
   docs   Generate docs/ from adr/*.md and the ADR and invariant citations in the code
            --check             compare with the files on disk and fail when stale or broken
   fuzz   Run the fuzz targets of fuzz/Cargo.toml (all, or the ones named)
