@@ -1,0 +1,276 @@
+//! Damage detection in a SQLite store (ADR-0019): the 128-bit checksum every row carries,
+//! computed on write and verified on every read, SQLite's own `quick_check` and
+//! `integrity_check`, and [`SqliteStore::check_integrity`], which runs every check over the
+//! whole file.
+
+use rusqlite::Connection;
+
+use super::{db_err, SqliteStore};
+use crate::error::{MemoryError, Result};
+use crate::long_term::{ListOptions, LongTermMemory};
+use crate::shared::{Scope, SharedContext};
+use crate::working::WorkingMemory;
+
+/// Run `PRAGMA quick_check` or `PRAGMA integrity_check`: [`MemoryError::Corrupt`] unless it
+/// answers `ok`.
+pub(super) fn run_quick_check(conn: &Connection, location: &str, pragma: &str) -> Result<()> {
+    let mut stmt = conn.prepare(pragma).map_err(|e| db_err(location, e))?;
+    let rows: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .map_err(|e| db_err(location, e))?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(|e| db_err(location, e))?;
+    if rows.len() == 1 && rows[0] == "ok" {
+        Ok(())
+    } else {
+        Err(MemoryError::Corrupt {
+            location: location.to_owned(),
+            detail: format!("{pragma}: {}", rows.join("; ")),
+        })
+    }
+}
+
+/// A row checksum: BLAKE3 over the table name and each field, length-prefixed, cut to 128
+/// bits. Implements ADR-0019.
+struct RowSum(blake3::Hasher);
+
+impl RowSum {
+    fn new(table: &str) -> RowSum {
+        let mut h = blake3::Hasher::new();
+        h.update(b"strata-sqlite-row-v1\0");
+        h.update(table.as_bytes());
+        h.update(b"\0");
+        RowSum(h)
+    }
+
+    fn bytes(mut self, b: &[u8]) -> RowSum {
+        self.0.update(&(b.len() as u64).to_le_bytes());
+        self.0.update(b);
+        self
+    }
+
+    fn opt(mut self, b: Option<&[u8]>) -> RowSum {
+        match b {
+            None => {
+                self.0.update(&[0]);
+                self
+            }
+            Some(b) => {
+                self.0.update(&[1]);
+                self.bytes(b)
+            }
+        }
+    }
+
+    fn int(mut self, i: i64) -> RowSum {
+        self.0.update(&i.to_le_bytes());
+        self
+    }
+
+    fn finish(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&self.0.finalize().as_bytes()[..16]);
+        out
+    }
+}
+
+pub(super) fn memory_sum(
+    key: i64,
+    id: &[u8],
+    agent: &[u8],
+    content: &[u8],
+    tags: &[u8],
+    created: i64,
+    updated: i64,
+) -> [u8; 16] {
+    RowSum::new("memories")
+        .int(key)
+        .bytes(id)
+        .bytes(agent)
+        .bytes(content)
+        .bytes(tags)
+        .int(created)
+        .int(updated)
+        .finish()
+}
+
+pub(super) fn vector_sum(key: i64, blob: &[u8]) -> [u8; 16] {
+    RowSum::new("memory_vectors").int(key).bytes(blob).finish()
+}
+
+pub(super) fn entry_sum(
+    seq: i64,
+    session: &[u8],
+    role: &[u8],
+    call_id: Option<&[u8]>,
+    content: &[u8],
+    at_ms: i64,
+) -> [u8; 16] {
+    RowSum::new("wm_entries")
+        .int(seq)
+        .bytes(session)
+        .bytes(role)
+        .opt(call_id)
+        .bytes(content)
+        .int(at_ms)
+        .finish()
+}
+
+pub(super) fn fact_sum(scope: &[u8], key: &[u8], value: &[u8], updated: i64) -> [u8; 16] {
+    RowSum::new("shared_facts")
+        .bytes(scope)
+        .bytes(key)
+        .bytes(value)
+        .int(updated)
+        .finish()
+}
+
+pub(super) fn state_sum(
+    session: &[u8],
+    name: &[u8],
+    value: &[u8],
+    version: i64,
+    updated: i64,
+) -> [u8; 16] {
+    RowSum::new("session_state")
+        .bytes(session)
+        .bytes(name)
+        .bytes(value)
+        .int(version)
+        .int(updated)
+        .finish()
+}
+
+/// The raw bytes of a text column (no UTF-8 conversion yet: the checksum is over the bytes).
+pub(super) fn raw<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> rusqlite::Result<&'r [u8]> {
+    match row.get_ref(i)? {
+        rusqlite::types::ValueRef::Text(b) | rusqlite::types::ValueRef::Blob(b) => Ok(b),
+        other => Err(rusqlite::Error::InvalidColumnType(
+            i,
+            format!("column {i}"),
+            other.data_type(),
+        )),
+    }
+}
+
+pub(super) fn raw_opt<'r>(
+    row: &'r rusqlite::Row<'_>,
+    i: usize,
+) -> rusqlite::Result<Option<&'r [u8]>> {
+    match row.get_ref(i)? {
+        rusqlite::types::ValueRef::Null => Ok(None),
+        _ => raw(row, i).map(Some),
+    }
+}
+
+/// Check a row's stored checksum against the one computed from its fields.
+pub(super) fn verify_sum(
+    location: &str,
+    table: &str,
+    row_name: &dyn Fn() -> String,
+    stored: Option<&[u8]>,
+    computed: &[u8; 16],
+) -> Result<()> {
+    if stored == Some(&computed[..]) {
+        return Ok(());
+    }
+    Err(MemoryError::Corrupt {
+        location: location.to_owned(),
+        detail: format!(
+            "{table} row {} fails its checksum ({}); the row was damaged on disk",
+            row_name(),
+            if stored.is_none() {
+                "no checksum stored"
+            } else {
+                "its fields changed"
+            }
+        ),
+    })
+}
+
+/// Text of a verified row: not UTF-8 is damage.
+pub(super) fn utf8(
+    location: &str,
+    table: &str,
+    row_name: &dyn Fn() -> String,
+    b: &[u8],
+) -> Result<String> {
+    String::from_utf8(b.to_vec()).map_err(|_| MemoryError::Corrupt {
+        location: location.to_owned(),
+        detail: format!(
+            "{table} row {} holds text that is not valid UTF-8",
+            row_name()
+        ),
+    })
+}
+
+impl SqliteStore {
+    /// Check the whole store (ADR-0019): SQLite's `integrity_check` (page structure and that
+    /// every index matches its table), the FTS5 index against the memories (on a writable
+    /// handle: FTS5's check runs as a statement that needs one), and the checksum of every
+    /// row. [`MemoryError::Corrupt`] names the first damage found. Reads the whole file.
+    pub fn check_integrity(&self) -> Result<()> {
+        {
+            let inner = self.lock();
+            run_quick_check(&inner.conn, &self.location, "PRAGMA integrity_check")?;
+            if !self.read_only {
+                inner
+                    .conn
+                    .execute(
+                        "INSERT INTO memories_fts (memories_fts, rank) VALUES ('integrity-check', 1)",
+                        [],
+                    )
+                    .map_err(|e| MemoryError::Corrupt {
+                        location: self.location.clone(),
+                        detail: format!("the full-text index does not match the memories: {e}"),
+                    })?;
+            }
+        }
+        self.list(&ListOptions::all())?;
+        {
+            let mut inner = self.lock();
+            inner.vectors = None;
+            self.fresh_vectors(&mut inner)?;
+        }
+        let sessions: Vec<String> = {
+            let inner = self.lock();
+            let mut stmt = inner
+                .conn
+                .prepare("SELECT DISTINCT session FROM wm_entries")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], |r| r.get(0))
+                .map_err(|e| self.err(e))?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.err(e))?;
+            rows
+        };
+        for s in sessions {
+            self.entries(&s)?;
+        }
+        let scopes: Vec<String> = {
+            let inner = self.lock();
+            let mut stmt = inner
+                .conn
+                .prepare("SELECT DISTINCT scope FROM shared_facts")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], |r| r.get(0))
+                .map_err(|e| self.err(e))?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.err(e))?;
+            rows
+        };
+        let scopes = scopes
+            .into_iter()
+            .map(|s| {
+                Scope::new(&s).map_err(|_| MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!("invalid scope `{s}` in shared_facts"),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.facts(&scopes)?;
+        Ok(())
+    }
+}

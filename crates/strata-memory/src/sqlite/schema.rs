@@ -1,0 +1,452 @@
+//! Creating a SQLite store and keeping its schema current: the forward migrations, a new
+//! store built apart and linked into place in one step, the recorded schema version, the
+//! checksums of rows written before version 2, and the embedder recorded in `meta`
+//! (ADR-0019).
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use super::db_err;
+use super::integrity::{entry_sum, fact_sum, memory_sum, raw, raw_opt, vector_sum};
+use crate::embed::Embedder;
+use crate::error::{MemoryError, Result};
+
+/// The schema version this build writes.
+pub const SQLITE_SCHEMA_VERSION: i64 = 3;
+
+/// Forward migrations: `(version reached, SQL)`, applied in order.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        r"
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE wm_entries (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    session TEXT NOT NULL,
+    role    TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool_call', 'tool_result')),
+    call_id TEXT,
+    content TEXT NOT NULL,
+    at_ms   INTEGER NOT NULL
+);
+CREATE INDEX wm_entries_session ON wm_entries (session, seq);
+CREATE INDEX wm_entries_call ON wm_entries (session, call_id) WHERE call_id IS NOT NULL;
+
+CREATE TABLE memories (
+    key        INTEGER PRIMARY KEY,
+    id         TEXT NOT NULL UNIQUE,
+    agent_id   TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    tags       TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE INDEX memories_agent ON memories (agent_id, created_ms);
+CREATE INDEX memories_created ON memories (created_ms, id);
+
+-- Vectors live apart from the text so that lexical search and filters read small rows.
+CREATE TABLE memory_vectors (
+    key       INTEGER PRIMARY KEY REFERENCES memories (key) ON DELETE CASCADE,
+    embedding BLOB NOT NULL
+);
+
+CREATE TABLE memory_tags (
+    tag TEXT NOT NULL,
+    key INTEGER NOT NULL REFERENCES memories (key) ON DELETE CASCADE,
+    PRIMARY KEY (tag, key)
+) WITHOUT ROWID;
+CREATE INDEX memory_tags_key ON memory_tags (key);
+
+CREATE VIRTUAL TABLE memories_fts USING fts5 (
+    content, content = 'memories', content_rowid = 'key', tokenize = 'unicode61'
+);
+CREATE VIRTUAL TABLE memories_fts_vocab USING fts5vocab (memories_fts, 'row');
+CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts (rowid, content) VALUES (new.key, new.content);
+END;
+CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts (memories_fts, rowid, content) VALUES ('delete', old.key, old.content);
+END;
+CREATE TRIGGER memories_fts_update AFTER UPDATE OF content ON memories BEGIN
+    INSERT INTO memories_fts (memories_fts, rowid, content) VALUES ('delete', old.key, old.content);
+    INSERT INTO memories_fts (rowid, content) VALUES (new.key, new.content);
+END;
+
+CREATE TABLE shared_facts (
+    scope      TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)
+) WITHOUT ROWID;
+",
+    ),
+    // Version 2 (ADR-0019): per-row checksums and the commit counter. The checksums of rows
+    // written by version 1 are filled in by `fill_checksums` in the same transaction.
+    (
+        2,
+        r"
+ALTER TABLE memories ADD COLUMN checksum BLOB;
+ALTER TABLE memory_vectors ADD COLUMN checksum BLOB;
+ALTER TABLE wm_entries ADD COLUMN checksum BLOB;
+ALTER TABLE shared_facts ADD COLUMN checksum BLOB;
+INSERT INTO meta (key, value) VALUES ('commits', '0') ON CONFLICT (key) DO NOTHING;
+INSERT INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))))
+    ON CONFLICT (key) DO NOTHING;
+
+-- The change log of vectors: other processes' vector caches read it to refresh only the rows
+-- that changed. Old entries are pruned; `meta.changes_pruned_through` says up to where.
+CREATE TABLE memory_changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key INTEGER NOT NULL
+);
+INSERT INTO meta (key, value) VALUES ('changes_pruned_through', '0') ON CONFLICT (key) DO NOTHING;
+CREATE TRIGGER memory_vectors_changed_insert AFTER INSERT ON memory_vectors BEGIN
+    INSERT INTO memory_changes (key) VALUES (new.key);
+END;
+CREATE TRIGGER memory_vectors_changed_update AFTER UPDATE ON memory_vectors BEGIN
+    INSERT INTO memory_changes (key) VALUES (new.key);
+END;
+CREATE TRIGGER memories_changed_delete AFTER DELETE ON memories BEGIN
+    INSERT INTO memory_changes (key) VALUES (old.key);
+END;
+",
+    ),
+    // Version 3: versioned per-session documents (the session's goals), checksummed like every
+    // other row (ADR-0019).
+    (
+        3,
+        r"
+CREATE TABLE session_state (
+    session    TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    checksum   BLOB NOT NULL,
+    PRIMARY KEY (session, name)
+) WITHOUT ROWID;
+",
+    ),
+];
+
+/// Remove a file that may not exist, logging other failures.
+fn remove_quietly(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove a temporary file");
+        }
+    }
+}
+
+/// Build a new store in a temporary file next to `path`, then link it into place in one
+/// step; when another process linked its own first, theirs is kept and ours removed. Either
+/// way `path` then holds a complete store, never a half-initialised or empty file.
+pub(super) fn create_new(path: &Path, location: &str, embedder: &dyn Embedder) -> Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let base = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "memory.db".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = dir.join(format!(
+        ".{base}.new-{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let cleanup = |tmp: &Path| {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = tmp.as_os_str().to_owned();
+            p.push(suffix);
+            remove_quietly(Path::new(&p));
+        }
+    };
+    let build = || -> Result<()> {
+        let mut conn = Connection::open(&tmp).map_err(|e| db_err(location, e))?;
+        let e = |err| db_err(location, err);
+        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+            .map_err(e)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(e)?;
+        migrate(&mut conn, location, embedder)?;
+        conn.close().map_err(|(_, err)| e(err))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|err| MemoryError::io("sync", &tmp, err))
+    };
+    if let Err(err) = build() {
+        cleanup(&tmp);
+        return Err(err);
+    }
+    let linked = std::fs::hard_link(&tmp, path);
+    cleanup(&tmp);
+    match linked {
+        Ok(()) => {
+            if let Ok(d) = std::fs::File::open(&dir) {
+                if let Err(e) = d.sync_all() {
+                    tracing::debug!(dir = %dir.display(), error = %e, "could not sync directory");
+                }
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(MemoryError::io("create the SQLite store", path, e)),
+    }
+}
+
+/// The schema version recorded in the store.
+pub(super) fn schema_version(conn: &Connection, location: &str) -> Result<i64> {
+    conn.query_row("SELECT version FROM schema_version WHERE id = 1", [], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map_err(|e| db_err(location, e))?
+    .ok_or_else(|| MemoryError::Corrupt {
+        location: location.to_owned(),
+        detail: "the schema_version table is empty".into(),
+    })
+}
+
+/// Bring the schema up to [`SQLITE_SCHEMA_VERSION`] and record (or check) the embedder, all in
+/// one immediate transaction, so that processes opening the same store at once never see a
+/// half-migrated schema or race to insert the same `meta` rows.
+pub(super) fn migrate(
+    conn: &mut Connection,
+    location: &str,
+    embedder: &dyn Embedder,
+) -> Result<()> {
+    let e = |err| db_err(location, err);
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(e)?;
+    let has_version: i64 = tx
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(e)?;
+    let found: i64 = if has_version == 0 {
+        let others: i64 = tx
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(e)?;
+        if others > 0 {
+            return Err(MemoryError::Corrupt {
+                location: location.to_owned(),
+                detail: "a SQLite database with other tables and no strata schema_version table"
+                    .into(),
+            });
+        }
+        tx.execute_batch(
+            "CREATE TABLE schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+             INSERT INTO schema_version (id, version) VALUES (1, 0);",
+        )
+        .map_err(e)?;
+        0
+    } else {
+        schema_version(&tx, location)?
+    };
+    if !(0..=SQLITE_SCHEMA_VERSION).contains(&found) {
+        return Err(MemoryError::SchemaVersionMismatch {
+            location: location.to_owned(),
+            found,
+            expected: SQLITE_SCHEMA_VERSION,
+        });
+    }
+    let mut changed = false;
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
+        tracing::info!(path = location, version, "migrating SQLite memory store");
+        tx.execute_batch(sql).map_err(e)?;
+        if *version == 2 {
+            fill_checksums(&tx, location)?;
+        }
+        tx.execute(
+            "UPDATE schema_version SET version = ?1 WHERE id = 1",
+            [version],
+        )
+        .map_err(e)?;
+        changed = true;
+    }
+    changed |= check_embedder(&tx, location, embedder, false)?;
+    if changed {
+        tx.commit().map_err(e)
+    } else {
+        // Nothing to write: end the transaction without touching the file.
+        tx.rollback().map_err(e)
+    }
+}
+
+/// Compute the checksums of rows written before schema version 2 (ADR-0019).
+fn fill_checksums(tx: &Transaction<'_>, location: &str) -> Result<()> {
+    let e = |err| db_err(location, err);
+    let mut sums: Vec<(i64, [u8; 16])> = Vec::new();
+    {
+        let mut stmt = tx
+            .prepare(
+                "SELECT key, id, agent_id, content, tags, created_ms, updated_ms FROM memories",
+            )
+            .map_err(e)?;
+        let mut rows = stmt.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let key: i64 = r.get(0).map_err(e)?;
+            let sum = memory_sum(
+                key,
+                raw(r, 1).map_err(e)?,
+                raw(r, 2).map_err(e)?,
+                raw(r, 3).map_err(e)?,
+                raw(r, 4).map_err(e)?,
+                r.get(5).map_err(e)?,
+                r.get(6).map_err(e)?,
+            );
+            sums.push((key, sum));
+        }
+    }
+    for (key, sum) in sums.drain(..) {
+        tx.execute(
+            "UPDATE memories SET checksum = ?2 WHERE key = ?1",
+            params![key, &sum[..]],
+        )
+        .map_err(e)?;
+    }
+    {
+        let mut stmt = tx
+            .prepare("SELECT key, embedding FROM memory_vectors")
+            .map_err(e)?;
+        let mut rows = stmt.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let key: i64 = r.get(0).map_err(e)?;
+            sums.push((key, vector_sum(key, raw(r, 1).map_err(e)?)));
+        }
+    }
+    for (key, sum) in sums.drain(..) {
+        tx.execute(
+            "UPDATE memory_vectors SET checksum = ?2 WHERE key = ?1",
+            params![key, &sum[..]],
+        )
+        .map_err(e)?;
+    }
+    {
+        let mut stmt = tx
+            .prepare("SELECT seq, session, role, call_id, content, at_ms FROM wm_entries")
+            .map_err(e)?;
+        let mut rows = stmt.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let seq: i64 = r.get(0).map_err(e)?;
+            let sum = entry_sum(
+                seq,
+                raw(r, 1).map_err(e)?,
+                raw(r, 2).map_err(e)?,
+                raw_opt(r, 3).map_err(e)?,
+                raw(r, 4).map_err(e)?,
+                r.get(5).map_err(e)?,
+            );
+            sums.push((seq, sum));
+        }
+    }
+    for (seq, sum) in sums.drain(..) {
+        tx.execute(
+            "UPDATE wm_entries SET checksum = ?2 WHERE seq = ?1",
+            params![seq, &sum[..]],
+        )
+        .map_err(e)?;
+    }
+    let mut facts: Vec<(String, String, [u8; 16])> = Vec::new();
+    {
+        let mut stmt = tx
+            .prepare("SELECT scope, key, value, updated_ms FROM shared_facts")
+            .map_err(e)?;
+        let mut rows = stmt.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let scope: String = r.get(0).map_err(e)?;
+            let key: String = r.get(1).map_err(e)?;
+            let sum = fact_sum(
+                scope.as_bytes(),
+                key.as_bytes(),
+                raw(r, 2).map_err(e)?,
+                r.get(3).map_err(e)?,
+            );
+            facts.push((scope, key, sum));
+        }
+    }
+    for (scope, key, sum) in facts {
+        tx.execute(
+            "UPDATE shared_facts SET checksum = ?3 WHERE scope = ?1 AND key = ?2",
+            params![scope, key, &sum[..]],
+        )
+        .map_err(e)?;
+    }
+    Ok(())
+}
+
+/// Record the embedder's dimension and name in a new store, or check them against an
+/// existing one. Returns true when it wrote. With `read_only`, a store without them is
+/// corrupt rather than new.
+pub(super) fn check_embedder(
+    conn: &Connection,
+    location: &str,
+    embedder: &dyn Embedder,
+    read_only: bool,
+) -> Result<bool> {
+    let e = |err| db_err(location, err);
+    let get = |k: &str| -> Result<Option<String>> {
+        conn.query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+            .optional()
+            .map_err(e)
+    };
+    match get("dims")? {
+        None if read_only => Err(MemoryError::Corrupt {
+            location: location.to_owned(),
+            detail: "meta has no `dims` row".into(),
+        }),
+        None => {
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('dims', ?1), ('embedder', ?2) \
+                 ON CONFLICT (key) DO NOTHING",
+                params![embedder.dims().to_string(), embedder.name()],
+            )
+            .map_err(e)?;
+            Ok(true)
+        }
+        Some(d) => {
+            let stored: usize = d.parse().map_err(|_| MemoryError::Corrupt {
+                location: location.to_owned(),
+                detail: format!("meta.dims is `{d}`, not a number"),
+            })?;
+            if stored != embedder.dims() {
+                return Err(MemoryError::DimensionMismatch {
+                    context: format!(
+                        "the store at {location} (embedder {})",
+                        get("embedder")?.unwrap_or_default()
+                    ),
+                    expected: stored,
+                    found: embedder.dims(),
+                });
+            }
+            let name = get("embedder")?.unwrap_or_default();
+            if name != embedder.name() {
+                tracing::warn!(
+                    path = location,
+                    stored = name,
+                    given = embedder.name(),
+                    "the store was created with another embedder of the same dimension; vector ranking may be meaningless"
+                );
+            }
+            Ok(false)
+        }
+    }
+}

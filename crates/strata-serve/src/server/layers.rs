@@ -1,0 +1,195 @@
+//! The layers around the routes: [`guard`] (the concurrency limit, the request timeout, the
+//! body limit, metrics and the access log) around every matched route, and [`require_token`]
+//! (the bearer token) around every route beyond health, readiness and this document.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use crate::error::{ApiError, ErrorCode};
+
+/// Concurrency limit, timeout, metrics and the access log, around every matched route.
+pub(super) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let method = req.method().clone();
+    let started = Instant::now();
+    let exempt = matches!(route.as_str(), "/healthz" | "/readyz");
+    let permit = if exempt {
+        None
+    } else {
+        match st.permits.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                st.metrics.shed();
+                // Read (and discard) the body first, so that the client, still sending it,
+                // receives the 503 instead of a reset connection.
+                let _ = axum::body::to_bytes(req.into_body(), st.limits.max_body_bytes).await;
+                let mut e = ApiError::new(
+                    ErrorCode::Overloaded,
+                    "the server is at its concurrency limit; retry after the `Retry-After` seconds",
+                );
+                e.retry_after = Some(1);
+                let resp = e.into_response();
+                st.metrics.request(
+                    &route,
+                    method.as_str(),
+                    resp.status().as_u16(),
+                    started.elapsed().as_secs_f64(),
+                );
+                return resp;
+            }
+        }
+    };
+    // A body declared larger than the limit is refused before any handler runs; it is read
+    // (up to a bound) and discarded first, so the client, still sending, receives the 413
+    // instead of a reset connection.
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(len) = declared.filter(|l| *l > st.limits.max_body_bytes) {
+        if len <= st.limits.max_body_bytes.saturating_mul(16) {
+            let _ = axum::body::to_bytes(req.into_body(), len).await;
+        }
+        let resp = ApiError::new(
+            ErrorCode::BodyTooLarge,
+            format!(
+                "the request body is {len} bytes, over the server's limit of {} (--max-body-bytes); send less, or raise the limit",
+                st.limits.max_body_bytes
+            ),
+        )
+        .into_response();
+        st.metrics.request(
+            &route,
+            method.as_str(),
+            resp.status().as_u16(),
+            started.elapsed().as_secs_f64(),
+        );
+        return resp;
+    }
+    let has_body =
+        declared.is_some_and(|l| l > 0) || req.headers().contains_key(header::TRANSFER_ENCODING);
+    st.metrics.in_flight(1);
+    let mut resp = match tokio::time::timeout(st.limits.request_timeout, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError::new(
+            ErrorCode::Timeout,
+            format!(
+                "the request took longer than {} s (--timeout-secs); retry, or raise the limit",
+                st.limits.request_timeout.as_secs_f64()
+            ),
+        )
+        .into_response(),
+    };
+    st.metrics.in_flight(-1);
+    drop(permit);
+    // A refusal may leave part of the request body unread (an extractor refused the path
+    // before reading it): close the connection so a pooling client does not send its next
+    // request into the leftover bytes.
+    if has_body && (resp.status().is_client_error() || resp.status().is_server_error()) {
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let status = resp.status().as_u16();
+    st.metrics.request(&route, method.as_str(), status, secs);
+    tracing::info!(
+        method = %method,
+        route = %route,
+        status,
+        ms = secs * 1000.0,
+        "request"
+    );
+    resp
+}
+
+/// Every protected route needs `Authorization: Bearer <token>` with an accepted token.
+pub(super) async fn require_token(
+    State(st): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        });
+    let refusal = match presented {
+        None => "send `Authorization: Bearer <token>` with a token from the server's token file",
+        Some(t) if !st.tokens.accepts(t) => {
+            "the bearer token is not accepted; use one from the server's token file"
+        }
+        Some(_) => return next.run(req).await,
+    };
+    // Read (and discard) what the client is sending, bounded by the body limit, so that it
+    // receives the 401 on a connection left in a clean state.
+    let _ = axum::body::to_bytes(req.into_body(), st.limits.max_body_bytes).await;
+    ApiError::new(ErrorCode::Unauthorized, refusal).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::StatusCode;
+    use axum::middleware;
+    use axum::routing::get;
+    use axum::Router;
+    use serde_json::Value;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::server::state::tests::demo_state;
+    use crate::server::Limits;
+
+    /// A route slower than the timeout is answered `503 timeout` at the limit, as JSON.
+    /// Verifies ADR-0022.
+    #[tokio::test]
+    async fn a_request_past_the_timeout_is_answered_503_timeout() {
+        let (st, _dir) = demo_state(Limits {
+            request_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        });
+        let app = Router::new()
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }),
+            )
+            .route_layer(middleware::from_fn_with_state(st.clone(), guard))
+            .with_state(st);
+        let started = Instant::now();
+        let resp = app
+            .oneshot(
+                Request::builder()
+                    .uri("/slow")
+                    .body(axum::body::Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .expect("body");
+        let v: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(v["error"]["code"], "timeout");
+    }
+}

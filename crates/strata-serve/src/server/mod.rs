@@ -1,0 +1,434 @@
+//! The service: options, the router and the serving loop (ADR-0022).
+//!
+//! The rest is split by job: `state` (the shared state: the loaded runtime, its reload and
+//! the receipt log), `extract` (request bodies and session ids), `layers` (limits, timeout,
+//! metrics and the token check around the routes), and the handlers in `probes` (health,
+//! readiness, metrics, this document, the agent), `sessions` and `memories`.
+
+mod extract;
+mod layers;
+// The handlers' annotations are read by the OpenAPI document (`crate::openapi`).
+pub(crate) mod memories;
+pub(crate) mod probes;
+pub(crate) mod sessions;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post};
+use axum::Router;
+use strata_assembler::SessionError;
+
+use crate::agent::{AgentSource, Fingerprint, LoadError};
+use crate::auth::TokenSet;
+use crate::error::{ApiError, ErrorCode};
+use layers::{guard, require_token};
+use memories::{add_memory, search_memories};
+use probes::{agent, healthz, metrics, openapi, readyz};
+use sessions::{
+    delete_session, get_session, prepare_turn, record_reply, record_tool_result, reset_session,
+};
+
+pub use state::{AppState, ReceiptLogSpec, RuntimeSettings};
+
+/// Where the service listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A TCP address (default `127.0.0.1:8177`; port 0 picks a free port).
+    Tcp(SocketAddr),
+    /// A Unix domain socket path (created with mode 0600).
+    Unix(PathBuf),
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 8177)))
+    }
+}
+
+/// A certificate chain and private key (PEM) for TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain.
+    pub cert: PathBuf,
+    /// The private key.
+    pub key: PathBuf,
+}
+
+/// Limits on what one request may cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request body, bytes (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Largest extra section or message, bytes (default 256 KiB).
+    pub max_section_bytes: usize,
+    /// Longest a request may take before `503 timeout` (default 30 s).
+    pub request_timeout: Duration,
+    /// Requests served at once; past it, `503 overloaded` with `Retry-After` (default 64).
+    pub concurrency: usize,
+    /// How long shutdown waits for in-flight requests (default 30 s).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 1 << 20,
+            max_section_bytes: 256 << 10,
+            request_timeout: Duration::from_secs(30),
+            concurrency: 64,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Limits {
+    /// Refuse a message, extra section, tool output or memory over the section limit.
+    pub(super) fn check_section(&self, what: &str, len: usize) -> Result<(), ApiError> {
+        let max = self.max_section_bytes;
+        if len <= max {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::BodyTooLarge,
+            format!(
+                "{what} is {len} bytes, over the {max}-byte section limit (--max-section-bytes); shorten it, or raise the limit"
+            ),
+        ))
+    }
+}
+
+/// Everything `strata serve` needs.
+#[derive(Debug)]
+pub struct ServeOptions {
+    /// The signed definition, its trust store and the rollback guard.
+    pub source: AgentSource,
+    /// How runtimes are built.
+    pub runtime: RuntimeSettings,
+    /// Where to listen.
+    pub listen: Listen,
+    /// TLS, when given.
+    pub tls: Option<TlsFiles>,
+    /// Accepted bearer tokens.
+    pub tokens: TokenSet,
+    /// Limits.
+    pub limits: Limits,
+    /// Log request content (messages, tool output) at debug level. Off by default.
+    pub log_content: bool,
+    /// Poll the definition and trust store files this often and reload on change.
+    pub watch: Option<Duration>,
+    /// Append every prepared turn's signed receipt to this receipt log (needs a receipt key).
+    pub receipt_log: Option<ReceiptLogSpec>,
+}
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The agent was refused at start.
+    #[error("agent refused at start: {0}")]
+    Agent(#[from] LoadError),
+    /// The runtime could not be built (store, configuration).
+    #[error("runtime: {0}")]
+    Runtime(#[from] SessionError),
+    /// Binding, TLS or serving failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// The router with every route, the token check, limits and metrics.
+pub fn router(state: Arc<AppState>) -> Router {
+    let protected = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v1/agent", get(agent))
+        .route(
+            "/v1/sessions/{session_id}",
+            get(get_session).delete(delete_session),
+        )
+        .route("/v1/sessions/{session_id}/turns", post(prepare_turn))
+        .route("/v1/sessions/{session_id}/replies", post(record_reply))
+        .route(
+            "/v1/sessions/{session_id}/tool-results",
+            post(record_tool_result),
+        )
+        .route("/v1/sessions/{session_id}/reset", post(reset_session))
+        .route("/v1/memories", post(add_memory))
+        .route("/v1/memories/search", post(search_memories))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .merge(protected)
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        "no such route; GET /openapi.json lists the routes",
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "the route does not take this method; GET /openapi.json lists the methods",
+    )
+}
+
+/// What `serve` reports once it is listening.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    /// `http://` or `https://` and the address.
+    Tcp(String),
+    /// The socket path.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bound::Tcp(url) => f.write_str(url),
+            Bound::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeError {
+    let what = what.into();
+    move |source| ServeError::Io { what, source }
+}
+
+/// Start the service and serve until SIGTERM or SIGINT, then drain in-flight requests.
+/// `on_ready` is called once, with the bound address, when connections are accepted.
+pub async fn serve(
+    opts: ServeOptions,
+    on_ready: impl FnOnce(&Bound) + Send,
+) -> Result<(), ServeError> {
+    let ServeOptions {
+        source,
+        runtime,
+        listen,
+        tls,
+        tokens,
+        limits,
+        log_content,
+        watch,
+        receipt_log,
+    } = opts;
+    let grace = limits.shutdown_grace;
+    let state = {
+        let source = source;
+        tokio::task::spawn_blocking(move || {
+            let st = AppState::start(source, runtime, tokens, limits, log_content)?;
+            match &receipt_log {
+                Some(spec) => st.with_receipt_log(spec),
+                None => Ok(st),
+            }
+        })
+        .await
+        .map_err(|e| ServeError::Io {
+            what: "starting".into(),
+            source: std::io::Error::other(e.to_string()),
+        })??
+    };
+    let state = Arc::new(state);
+    let app = router(state.clone());
+    let tls_config = match &tls {
+        Some(files) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            Some(
+                axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key)
+                    .await
+                    .map_err(io(format!(
+                        "TLS certificate {} / key {}",
+                        files.cert.display(),
+                        files.key.display()
+                    )))?,
+            )
+        }
+        None => None,
+    };
+    let scheme = if tls_config.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+
+    spawn_reloaders(state.clone(), watch);
+
+    match listen {
+        Listen::Tcp(addr) => {
+            let listener =
+                std::net::TcpListener::bind(addr).map_err(io(format!("binding {addr}")))?;
+            listener
+                .set_nonblocking(true)
+                .map_err(io("configuring the listener"))?;
+            let local = listener
+                .local_addr()
+                .map_err(io("reading the bound address"))?;
+            if !local.ip().is_loopback() && tls_config.is_none() {
+                tracing::warn!(%local, "listening beyond loopback without TLS: tokens and prompts cross the network in clear text");
+            }
+            let handle = axum_server::Handle::new();
+            spawn_shutdown(handle.clone(), grace);
+            let make = app.into_make_service();
+            on_ready(&Bound::Tcp(format!("{scheme}://{local}")));
+            match tls_config {
+                Some(cfg) => axum_server::tls_rustls::from_tcp_rustls(listener, cfg)
+                    .map_err(io("TLS listener"))?
+                    .handle(handle)
+                    .serve(make)
+                    .await
+                    .map_err(io("serving"))?,
+                None => axum_server::from_tcp(listener)
+                    .map_err(io("listener"))?
+                    .handle(handle)
+                    .serve(make)
+                    .await
+                    .map_err(io("serving"))?,
+            }
+        }
+        Listen::Unix(path) => {
+            remove_stale_socket(&path)?;
+            let listener = std::os::unix::net::UnixListener::bind(&path)
+                .map_err(io(format!("binding {}", path.display())))?;
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io(format!("restricting {}", path.display())))?;
+            }
+            listener
+                .set_nonblocking(true)
+                .map_err(io("configuring the listener"))?;
+            let handle = axum_server::Handle::new();
+            spawn_shutdown(handle.clone(), grace);
+            let make = app.into_make_service();
+            on_ready(&Bound::Unix(path.clone()));
+            let served = match tls_config {
+                Some(cfg) => {
+                    axum_server::tls_rustls::from_unix_rustls(listener, cfg)
+                        .map_err(io("TLS listener"))?
+                        .handle(handle)
+                        .serve(make)
+                        .await
+                }
+                None => {
+                    axum_server::from_unix(listener)
+                        .map_err(io("listener"))?
+                        .handle(handle)
+                        .serve(make)
+                        .await
+                }
+            };
+            let _ = std::fs::remove_file(&path);
+            served.map_err(io("serving"))?;
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn remove_stale_socket(path: &std::path::Path) -> Result<(), ServeError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(ServeError::Io {
+                    what: format!("binding {}", path.display()),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AddrInUse,
+                        "another server is listening on this socket",
+                    ),
+                });
+            }
+            std::fs::remove_file(path).map_err(io(format!("removing stale {}", path.display())))
+        }
+        Ok(_) => Err(ServeError::Io {
+            what: format!("binding {}", path.display()),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is in the way; choose another path",
+            ),
+        }),
+        Err(_) => Ok(()),
+    }
+}
+
+fn spawn_shutdown<A>(handle: axum_server::Handle<A>, grace: Duration)
+where
+    A: axum_server::Address + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        wait_for_stop().await;
+        tracing::info!(
+            grace_s = grace.as_secs_f64(),
+            "stopping: draining in-flight requests"
+        );
+        handle.graceful_shutdown(Some(grace));
+    });
+}
+
+async fn wait_for_stop() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for SIGTERM/SIGINT; stop the server with SIGKILL");
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn spawn_reloaders(state: Arc<AppState>, watch: Option<Duration>) {
+    let st = state.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::error!("cannot listen for SIGHUP; reload by restarting");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: verifying the agent definition again");
+            let st = st.clone();
+            let _ = tokio::task::spawn_blocking(move || st.reload()).await;
+        }
+    });
+    if let Some(every) = watch {
+        tokio::spawn(async move {
+            let mut seen: Fingerprint = state.source.fingerprint();
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let now = state.source.fingerprint();
+                if now != seen {
+                    seen = now;
+                    tracing::info!(file = %state.source.agent_path().display(), "definition or trust store changed: verifying again");
+                    let st = state.clone();
+                    let _ = tokio::task::spawn_blocking(move || st.reload()).await;
+                }
+            }
+        });
+    }
+}

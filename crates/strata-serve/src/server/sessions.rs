@@ -1,0 +1,310 @@
+//! The session routes: prepare a turn, record the model's reply and a tool's output, read a
+//! session's entries, and reset or delete a session.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Value};
+use strata_assembler::{
+    AnnouncedTool, AssemblyPath, PromptMode, Reply, SectionSpec, ToolCall, ToolName, TurnOptions,
+};
+
+use super::extract::{blocking, ApiJson, SessionId};
+use super::AppState;
+use crate::api::{
+    Recorded, Removed, ReplyRequest, ReplyResponse, SessionView, ToolResultRequest, TurnEntry,
+    TurnRequest, TurnResponse,
+};
+use crate::error::{ApiError, ErrorCode};
+
+fn turn_options(
+    st: &AppState,
+    req: TurnRequest,
+) -> Result<(Option<String>, TurnOptions), ApiError> {
+    let mut opts = TurnOptions::default();
+    if let Some(m) = &req.mode {
+        opts.mode = Some(
+            m.parse::<PromptMode>()
+                .map_err(|e| ApiError::invalid(format!("mode `{m}`: {e}")))?,
+        );
+    }
+    if let Some(p) = &req.path {
+        opts.path = Some(
+            p.parse::<AssemblyPath>()
+                .map_err(|e| ApiError::invalid(format!("path `{p}`: {e}")))?,
+        );
+    }
+    opts.context_window = req.context_window;
+    if let Some(tools) = req.tools {
+        let mut out = Vec::with_capacity(tools.len());
+        for t in tools {
+            let name = t.name.clone();
+            let v = serde_json::to_value(&t)
+                .map_err(|e| ApiError::invalid(format!("tool `{name}`: {e}")))?;
+            let tool: AnnouncedTool = serde_json::from_value(v)
+                .map_err(|e| ApiError::invalid(format!("tool `{name}`: {e}")))?;
+            out.push(tool);
+        }
+        opts.tools = Some(out);
+    }
+    if let Some(m) = &req.message {
+        st.limits.check_section("the message", m.len())?;
+    }
+    for (i, v) in req.sections.unwrap_or_default().into_iter().enumerate() {
+        let spec: SectionSpec = serde_json::from_value(v)
+            .map_err(|e| ApiError::invalid(format!("sections[{i}]: {e}")))?;
+        st.limits.check_section(
+            &format!("sections[{i}] (`{}`)", spec.id),
+            spec.content.len(),
+        )?;
+        let s = spec
+            .into_section()
+            .map_err(|e| ApiError::invalid(format!("sections[{i}]: {e}")))?;
+        opts.sections.push(s);
+    }
+    Ok((req.message, opts))
+}
+
+/// Prepare a turn: record the user's message (if any) and return the provider request.
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/turns", operation_id = "prepare_turn",
+    tag = "sessions", security(("bearer" = [])),
+    params(("session_id" = String, Path, description = "1-128 characters of [A-Za-z0-9._:-]")),
+    request_body = TurnRequest,
+    responses(
+        (status = 200, description = "The request to send", body = TurnResponse),
+        (status = 400, description = "Invalid request", body = crate::error::ErrorBody),
+        (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
+        (status = 404, description = "Continuing a session with no turns", body = crate::error::ErrorBody),
+        (status = 413, description = "Body or section over the limit", body = crate::error::ErrorBody),
+        (status = 422, description = "The identity and sticky sections do not fit", body = crate::error::ErrorBody),
+        (status = 503, description = "Overloaded, timed out or agent not valid", body = crate::error::ErrorBody)))]
+pub(super) async fn prepare_turn(
+    State(st): State<Arc<AppState>>,
+    SessionId(id): SessionId,
+    ApiJson(req): ApiJson<TurnRequest>,
+) -> Result<Json<TurnResponse>, ApiError> {
+    let loaded = st.current_valid()?;
+    let (message, opts) = turn_options(&st, req)?;
+    if st.log_content {
+        tracing::debug!(session = %id, message = ?message, "turn content");
+    }
+    let st2 = st.clone();
+    blocking(move || {
+        let rt = loaded.rt();
+        let session = rt.session(id.as_str());
+        let prepared = match &message {
+            Some(m) => session.prepare(m, &opts)?,
+            None => {
+                if !session.exists()? {
+                    return Err(ApiError::unknown_session(&id));
+                }
+                session.continue_turn(&opts)?
+            }
+        };
+        st2.metrics.turn(prepared.report());
+        let report = serde_json::to_value(prepared.report())
+            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("report: {e}")))?;
+        let receipt = match &prepared.receipt {
+            Some(r) => {
+                let envelope = r.to_json();
+                if let Some(log) = &st2.receipt_log {
+                    // The receipt is on disk before the turn is acknowledged.
+                    log.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .append(envelope.as_bytes())
+                        .map_err(|e| {
+                            tracing::error!(error = %e, "appending a receipt");
+                            ApiError::new(
+                                ErrorCode::Internal,
+                                format!("the receipt could not be logged: {e}"),
+                            )
+                        })?;
+                }
+                Some(
+                    serde_json::from_str::<Value>(&envelope)
+                        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("receipt: {e}")))?,
+                )
+            }
+            None => None,
+        };
+        Ok(Json(TurnResponse {
+            session_id: id,
+            provider: st2.settings.provider.name().to_owned(),
+            identity_digest: prepared.identity_digest().to_string(),
+            request: prepared.body,
+            report,
+            receipt,
+        }))
+    })
+    .await
+}
+
+/// Record the model's reply (text and tool calls).
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/replies", operation_id = "record_reply",
+    tag = "sessions", security(("bearer" = [])),
+    params(("session_id" = String, Path, description = "The session")),
+    request_body = ReplyRequest,
+    responses(
+        (status = 200, description = "Recorded", body = ReplyResponse),
+        (status = 400, description = "Invalid request", body = crate::error::ErrorBody),
+        (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
+        (status = 503, description = "Overloaded, timed out or agent not valid", body = crate::error::ErrorBody)))]
+pub(super) async fn record_reply(
+    State(st): State<Arc<AppState>>,
+    SessionId(id): SessionId,
+    ApiJson(req): ApiJson<ReplyRequest>,
+) -> Result<Json<ReplyResponse>, ApiError> {
+    let loaded = st.current_valid()?;
+    let mut reply = Reply::text(req.text);
+    for c in req.tool_calls {
+        let name = ToolName::new(&c.name)
+            .map_err(|e| ApiError::invalid(format!("tool call `{}`: {e}", c.id)))?;
+        reply.tool_calls.push(ToolCall {
+            id: c.id,
+            name,
+            arguments: c.arguments,
+        });
+    }
+    if reply.text.trim().is_empty() && reply.tool_calls.is_empty() {
+        return Err(ApiError::invalid(
+            "a reply has text, tool calls, or both; this one has neither",
+        ));
+    }
+    if st.log_content {
+        tracing::debug!(session = %id, reply = ?reply, "reply content");
+    }
+    blocking(move || {
+        let session = loaded.rt().session(id.as_str());
+        if !session.exists()? {
+            return Err(ApiError::unknown_session(&id));
+        }
+        let report = session.record_reply(&reply)?;
+        let refused: Vec<Value> = report
+            .refused()
+            .map(|(m, why)| json!({ "marker": format!("{m:?}"), "reason": why }))
+            .collect();
+        Ok(Json(ReplyResponse {
+            goals: json!({
+                "markers": report.outcomes.len(),
+                "refused": refused,
+                "malformed": report.malformed.len(),
+            }),
+        }))
+    })
+    .await
+}
+
+/// Record a tool's output.
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/tool-results",
+    operation_id = "record_tool_result", tag = "sessions", security(("bearer" = [])),
+    params(("session_id" = String, Path, description = "The session")),
+    request_body = ToolResultRequest,
+    responses(
+        (status = 200, description = "Recorded", body = Recorded),
+        (status = 400, description = "Invalid (e.g. no such call in the session)", body = crate::error::ErrorBody),
+        (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
+        (status = 413, description = "Output over the section limit", body = crate::error::ErrorBody),
+        (status = 503, description = "Overloaded, timed out or agent not valid", body = crate::error::ErrorBody)))]
+pub(super) async fn record_tool_result(
+    State(st): State<Arc<AppState>>,
+    SessionId(id): SessionId,
+    ApiJson(req): ApiJson<ToolResultRequest>,
+) -> Result<Json<Recorded>, ApiError> {
+    let loaded = st.current_valid()?;
+    st.limits
+        .check_section("the tool output", req.output.len())?;
+    if st.log_content {
+        tracing::debug!(session = %id, call = %req.call_id, output = %req.output, "tool result content");
+    }
+    blocking(move || {
+        let session = loaded.rt().session(id.as_str());
+        if !session.exists()? {
+            return Err(ApiError::unknown_session(&id));
+        }
+        session.record_tool_result(&req.call_id, &req.output)?;
+        Ok(Json(Recorded { recorded: true }))
+    })
+    .await
+}
+
+/// A session's recorded entries.
+#[utoipa::path(get, path = "/v1/sessions/{session_id}", operation_id = "get_session",
+    tag = "sessions", security(("bearer" = [])),
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "The session", body = SessionView),
+        (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody)))]
+pub(super) async fn get_session(
+    State(st): State<Arc<AppState>>,
+    SessionId(id): SessionId,
+) -> Result<Json<SessionView>, ApiError> {
+    let loaded = st.loaded();
+    blocking(move || {
+        let entries = loaded.rt().session(id.as_str()).turns()?;
+        if entries.is_empty() {
+            return Err(ApiError::unknown_session(&id));
+        }
+        let turns = entries
+            .into_iter()
+            .map(|e| TurnEntry {
+                seq: e.seq,
+                role: e.role.name().to_owned(),
+                content: e.content.as_str().to_owned(),
+                call_id: e.call_id.map(|c| c.to_string()),
+            })
+            .collect();
+        Ok(Json(SessionView {
+            session_id: id,
+            turns,
+        }))
+    })
+    .await
+}
+
+async fn remove(st: Arc<AppState>, id: String) -> Result<Json<Removed>, ApiError> {
+    let loaded = st.loaded();
+    blocking(move || {
+        let session = loaded.rt().session(id.as_str());
+        if !session.exists()? {
+            return Err(ApiError::unknown_session(&id));
+        }
+        Ok(Json(Removed {
+            removed: session.reset()?,
+        }))
+    })
+    .await
+}
+
+/// Forget a session's conversation.
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/reset", operation_id = "reset_session",
+    tag = "sessions", security(("bearer" = [])),
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "Entries removed", body = Removed),
+        (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody)))]
+pub(super) async fn reset_session(
+    State(st): State<Arc<AppState>>,
+    SessionId(id): SessionId,
+) -> Result<Json<Removed>, ApiError> {
+    remove(st, id).await
+}
+
+/// Delete a session (its conversation and per-session state).
+#[utoipa::path(delete, path = "/v1/sessions/{session_id}", operation_id = "delete_session",
+    tag = "sessions", security(("bearer" = [])),
+    params(("session_id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, description = "Entries removed", body = Removed),
+        (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody)))]
+pub(super) async fn delete_session(
+    State(st): State<Arc<AppState>>,
+    SessionId(id): SessionId,
+) -> Result<Json<Removed>, ApiError> {
+    remove(st, id).await
+}
