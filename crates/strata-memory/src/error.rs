@@ -96,6 +96,26 @@ pub enum MemoryError {
         /// What the operating system reported.
         detail: String,
     },
+    /// A batch expected the session's newest entry to be another one: someone else changed the
+    /// session meanwhile (ADR-0031). Nothing was written.
+    #[error("session `{session}` changed while this operation was prepared (expected newest entry {}, found {}); read the session again and retry", seq_name(*expected), seq_name(*found))]
+    SessionChanged {
+        /// The session.
+        session: String,
+        /// The newest entry the batch expected.
+        expected: Option<u64>,
+        /// The newest entry found.
+        found: Option<u64>,
+    },
+    /// The session already holds a record of an operation under this key (ADR-0031). Nothing
+    /// was written; read the record with `WorkingMemory::operation`.
+    #[error("session `{session}` already recorded an operation under key `{key}`; a repeat gets the first answer, another operation needs another key")]
+    OperationExists {
+        /// The session.
+        session: String,
+        /// The key.
+        key: String,
+    },
     /// An embedder failed to produce vectors.
     #[error("the embedder `{embedder}` failed: {detail}")]
     Embedder {
@@ -104,6 +124,11 @@ pub enum MemoryError {
         /// What went wrong and what to check.
         detail: String,
     },
+}
+
+/// A sequence number for a message: `none` for an empty session.
+fn seq_name(seq: Option<u64>) -> String {
+    seq.map_or_else(|| "none".to_owned(), |s| s.to_string())
 }
 
 impl MemoryError {

@@ -33,11 +33,16 @@ use strata_core::{Content, Role};
 
 use crate::error::{MemoryError, Result};
 use crate::options::StoreOptions;
-use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
+use crate::working::{
+    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
+    Batch, CallState, Entry, Operation, WorkingMemory,
+};
 
 const MAGIC: &[u8; 8] = b"STRATAWL";
-/// The format version this build writes and reads.
-pub const FILE_LOG_VERSION: u32 = 1;
+/// The format version this build writes. Version 1 (no batch records) is read too, and its
+/// header is raised to 2 when the log opens, so an older build refuses the file rather than
+/// misreading a batch (ADR-0031).
+pub const FILE_LOG_VERSION: u32 = 2;
 const HEADER_LEN: u64 = 16;
 const FRAME_LEN: u64 = 4 + 32;
 /// Records larger than this are not records: the length field is damaged.
@@ -59,7 +64,29 @@ enum Record {
         session: String,
         at_ms: i64,
     },
+    /// One batch (ADR-0031): one frame, so a torn write loses all of it and nothing else.
+    Batch {
+        session: String,
+        clear: bool,
+        entries: Vec<BatchEntry>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        operation: Option<Operation>,
+        at_ms: i64,
+    },
 }
+
+/// An entry of a batch record.
+#[derive(Debug, Serialize, Deserialize)]
+struct BatchEntry {
+    seq: u64,
+    role: Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    call_id: Option<String>,
+    content: String,
+}
+
+/// Operation records by session, then key.
+type Operations = HashMap<Arc<str>, HashMap<String, Operation>>;
 
 /// What opening the log found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,6 +103,8 @@ struct State {
     len: u64,
     next_seq: u64,
     sessions: HashMap<Arc<str>, Vec<Entry>>,
+    /// Operation records by session, then key (ADR-0031).
+    operations: Operations,
     /// Set when a failed append could not be rolled back: the file's end is unknown.
     poisoned: bool,
 }
@@ -231,7 +260,7 @@ impl FileLog {
         let mut version = [0u8; 4];
         version.copy_from_slice(&bytes[8..12]);
         let version = u32::from_le_bytes(version);
-        if version != FILE_LOG_VERSION {
+        if version != FILE_LOG_VERSION && version != 1 {
             return Err(MemoryError::SchemaVersionMismatch {
                 location,
                 found: i64::from(version),
@@ -244,6 +273,7 @@ impl FileLog {
         let mut recovery = Recovery::default();
         let mut next_seq = 0u64;
         let mut sessions: HashMap<Arc<str>, Vec<Entry>> = HashMap::new();
+        let mut operations: Operations = HashMap::new();
         while pos < total {
             let rest = total - pos;
             let torn = |why: &str| {
@@ -321,6 +351,41 @@ impl FileLog {
                 Record::Clear { session, .. } => {
                     sessions.remove(session.as_str());
                 }
+                Record::Batch {
+                    session,
+                    clear,
+                    entries,
+                    operation,
+                    at_ms,
+                } => {
+                    let session: Arc<str> = Arc::from(session);
+                    if clear {
+                        sessions.remove(&session);
+                    }
+                    for e in entries {
+                        if e.seq <= next_seq {
+                            return Err(corrupt(format!(
+                                "record at byte {pos} has sequence {} after {next_seq}",
+                                e.seq
+                            )));
+                        }
+                        next_seq = e.seq;
+                        sessions.entry(session.clone()).or_default().push(Entry {
+                            seq: e.seq,
+                            session: session.clone(),
+                            role: e.role,
+                            call_id: e.call_id.map(|c| Arc::from(c.as_str())),
+                            content: Content::from(e.content),
+                            at_ms,
+                        });
+                    }
+                    if let Some(op) = operation {
+                        operations
+                            .entry(session)
+                            .or_default()
+                            .insert(op.key.clone(), op);
+                    }
+                }
             }
             recovery.records += 1;
             pos += FRAME_LEN + len;
@@ -330,6 +395,13 @@ impl FileLog {
             file.set_len(pos)
                 .and_then(|()| file.sync_all())
                 .map_err(|e| MemoryError::io("truncate the torn end of", &path, e))?;
+        }
+        if version != FILE_LOG_VERSION {
+            // The version field alone is rewritten in place (four bytes of one sector).
+            file.seek(SeekFrom::Start(8))
+                .and_then(|_| file.write_all(&FILE_LOG_VERSION.to_le_bytes()))
+                .and_then(|()| file.sync_all())
+                .map_err(|e| MemoryError::io("upgrade the header of", &path, e))?;
         }
         Ok(FileLog {
             name: options.name_or(|| format!("file:{}", path.display())),
@@ -341,6 +413,7 @@ impl FileLog {
                 len: pos,
                 next_seq,
                 sessions,
+                operations,
                 poisoned: false,
             }),
         })
@@ -419,43 +492,114 @@ impl WorkingMemory for FileLog {
         &self.name
     }
 
-    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry> {
-        check_new_entry(&self.options, session, &entry)?;
+    fn apply(&self, session: &str, batch: Batch) -> Result<Applied> {
+        check_batch(&self.options, session, &batch)?;
+        let now = self.options.now_ms();
         let mut st = self.lock();
-        if let Some(id) = entry.call_id.as_deref() {
-            let mut state = CallState::default();
-            for e in st.sessions.get(session).into_iter().flatten() {
-                if e.call_id.as_deref() == Some(id) {
-                    state.has_call |= e.role == Role::ToolCall;
-                    state.has_result |= e.role == Role::ToolResult;
-                }
+        let held = st.sessions.get(session).map_or(&[][..], Vec::as_slice);
+        check_tail(session, batch.tail, held.last().map(|e| e.seq))?;
+        if let Some(op) = &batch.operation {
+            let live = st
+                .operations
+                .get(session)
+                .and_then(|ops| ops.get(&op.key))
+                .is_some_and(|o| operation_live(o.at_ms, now));
+            if live {
+                return Err(MemoryError::OperationExists {
+                    session: session.to_owned(),
+                    key: op.key.clone(),
+                });
             }
-            check_call_link(session, &entry, state)?;
         }
-        let seq = st.next_seq + 1;
-        let stored = Entry {
-            seq,
-            session: Arc::from(session),
-            role: entry.role,
-            call_id: entry.call_id.as_deref().map(Arc::from),
-            content: Content::from(entry.content),
-            at_ms: self.options.now_ms(),
-        };
-        let rec = Record::Append {
-            seq,
+        let after_clear = if batch.clear { &[][..] } else { held };
+        check_batch_links(session, &batch.entries, |id| {
+            let mut state = CallState::default();
+            for e in after_clear
+                .iter()
+                .filter(|e| e.call_id.as_deref() == Some(id))
+            {
+                state.has_call |= e.role == Role::ToolCall;
+                state.has_result |= e.role == Role::ToolResult;
+            }
+            Ok(state)
+        })?;
+        let cleared = if batch.clear { held.len() } else { 0 };
+        if batch.entries.is_empty() && batch.operation.is_none() && cleared == 0 {
+            return Ok(Applied::default());
+        }
+        let first = st.next_seq + 1;
+        let entries: Vec<BatchEntry> = batch
+            .entries
+            .into_iter()
+            .zip(first..)
+            .map(|(e, seq)| BatchEntry {
+                seq,
+                role: e.role,
+                call_id: e.call_id,
+                content: e.content,
+            })
+            .collect();
+        let operation = batch.operation.map(|mut op| {
+            op.at_ms = now;
+            op
+        });
+        let rec = Record::Batch {
             session: session.to_owned(),
-            role: stored.role,
-            call_id: entry.call_id,
-            content: stored.content.as_str().to_owned(),
-            at_ms: stored.at_ms,
+            clear: batch.clear,
+            entries,
+            operation,
+            at_ms: now,
         };
+        // Written and synced before memory changes: a failed write leaves both as they were.
         self.write_record(&mut st, &rec)?;
-        st.next_seq = seq;
-        st.sessions
-            .entry(stored.session.clone())
-            .or_default()
-            .push(stored.clone());
-        Ok(stored)
+        let Record::Batch {
+            entries, operation, ..
+        } = rec
+        else {
+            unreachable!("the record written above is a batch")
+        };
+        let key: Arc<str> = Arc::from(session);
+        if batch.clear {
+            st.sessions.remove(session);
+        }
+        let mut applied = Applied {
+            cleared,
+            entries: Vec::with_capacity(entries.len()),
+        };
+        for e in entries {
+            st.next_seq = e.seq;
+            let stored = Entry {
+                seq: e.seq,
+                session: key.clone(),
+                role: e.role,
+                call_id: e.call_id.map(|c| Arc::from(c.as_str())),
+                content: Content::from(e.content),
+                at_ms: now,
+            };
+            st.sessions
+                .entry(key.clone())
+                .or_default()
+                .push(stored.clone());
+            applied.entries.push(stored);
+        }
+        if let Some(op) = operation {
+            let ops = st.operations.entry(key).or_default();
+            ops.retain(|_, o| operation_live(o.at_ms, now));
+            ops.insert(op.key.clone(), op);
+        }
+        Ok(applied)
+    }
+
+    fn operation(&self, session: &str, key: &str) -> Result<Option<Operation>> {
+        check_operation_key(key)?;
+        let now = self.options.now_ms();
+        Ok(self
+            .lock()
+            .operations
+            .get(session)
+            .and_then(|ops| ops.get(key))
+            .filter(|o| operation_live(o.at_ms, now))
+            .cloned())
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
@@ -482,20 +626,5 @@ impl WorkingMemory for FileLog {
             .iter()
             .rposition(|e| e.role == Role::User)
             .map_or_else(Vec::new, |i| all[i..].to_vec()))
-    }
-
-    fn clear(&self, session: &str) -> Result<usize> {
-        let mut st = self.lock();
-        let n = st.sessions.get(session).map_or(0, Vec::len);
-        if n == 0 {
-            return Ok(0);
-        }
-        let rec = Record::Clear {
-            session: session.to_owned(),
-            at_ms: self.options.now_ms(),
-        };
-        self.write_record(&mut st, &rec)?;
-        st.sessions.remove(session);
-        Ok(n)
     }
 }

@@ -16,12 +16,17 @@ use crate::long_term::{
 use crate::options::StoreOptions;
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
-use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
+use crate::working::{
+    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
+    Batch, CallState, Entry, Operation, WorkingMemory,
+};
 
 #[derive(Debug, Default)]
 struct Working {
     next_seq: u64,
     sessions: HashMap<Arc<str>, Vec<Entry>>,
+    /// Operation records by session, then key (ADR-0031).
+    operations: HashMap<Arc<str>, HashMap<String, Operation>>,
 }
 
 #[derive(Debug, Default)]
@@ -122,33 +127,77 @@ impl WorkingMemory for InMemoryStore {
         &self.name
     }
 
-    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry> {
-        check_new_entry(&self.options, session, &entry)?;
+    fn apply(&self, session: &str, batch: Batch) -> Result<Applied> {
+        check_batch(&self.options, session, &batch)?;
+        let now = self.options.now_ms();
+        // One lock for the whole batch: every check is made before anything changes.
         let mut w = lock(&self.working);
-        if let Some(id) = entry.call_id.as_deref() {
-            let mut state = CallState::default();
-            for e in w.sessions.get(session).into_iter().flatten() {
-                if e.call_id.as_deref() == Some(id) {
-                    state.has_call |= e.role == Role::ToolCall;
-                    state.has_result |= e.role == Role::ToolResult;
-                }
+        let held = w.sessions.get(session).map_or(&[][..], Vec::as_slice);
+        check_tail(session, batch.tail, held.last().map(|e| e.seq))?;
+        if let Some(op) = &batch.operation {
+            let live = w
+                .operations
+                .get(session)
+                .and_then(|ops| ops.get(&op.key))
+                .is_some_and(|o| operation_live(o.at_ms, now));
+            if live {
+                return Err(crate::MemoryError::OperationExists {
+                    session: session.to_owned(),
+                    key: op.key.clone(),
+                });
             }
-            check_call_link(session, &entry, state)?;
         }
-        w.next_seq += 1;
-        let stored = Entry {
-            seq: w.next_seq,
-            session: Arc::from(session),
-            role: entry.role,
-            call_id: entry.call_id.map(|c| Arc::from(c.as_str())),
-            content: Content::from(entry.content),
-            at_ms: self.options.now_ms(),
-        };
-        w.sessions
-            .entry(stored.session.clone())
-            .or_default()
-            .push(stored.clone());
-        Ok(stored)
+        let after_clear = if batch.clear { &[][..] } else { held };
+        check_batch_links(session, &batch.entries, |id| {
+            let mut state = CallState::default();
+            for e in after_clear
+                .iter()
+                .filter(|e| e.call_id.as_deref() == Some(id))
+            {
+                state.has_call |= e.role == Role::ToolCall;
+                state.has_result |= e.role == Role::ToolResult;
+            }
+            Ok(state)
+        })?;
+        let mut applied = Applied::default();
+        if batch.clear {
+            applied.cleared = w.sessions.remove(session).map_or(0, |v| v.len());
+        }
+        let key: Arc<str> = Arc::from(session);
+        for entry in batch.entries {
+            w.next_seq += 1;
+            let stored = Entry {
+                seq: w.next_seq,
+                session: key.clone(),
+                role: entry.role,
+                call_id: entry.call_id.map(|c| Arc::from(c.as_str())),
+                content: Content::from(entry.content),
+                at_ms: now,
+            };
+            w.sessions
+                .entry(key.clone())
+                .or_default()
+                .push(stored.clone());
+            applied.entries.push(stored);
+        }
+        if let Some(mut op) = batch.operation {
+            op.at_ms = now;
+            let ops = w.operations.entry(key).or_default();
+            ops.retain(|_, o| operation_live(o.at_ms, now));
+            ops.insert(op.key.clone(), op);
+        }
+        Ok(applied)
+    }
+
+    fn operation(&self, session: &str, key: &str) -> Result<Option<Operation>> {
+        check_operation_key(key)?;
+        let now = self.options.now_ms();
+        Ok(lock(&self.working)
+            .operations
+            .get(session)
+            .and_then(|ops| ops.get(key))
+            .filter(|o| operation_live(o.at_ms, now))
+            .cloned())
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
@@ -173,13 +222,6 @@ impl WorkingMemory for InMemoryStore {
             .iter()
             .rposition(|e| e.role == Role::User)
             .map_or_else(Vec::new, |i| all[i..].to_vec()))
-    }
-
-    fn clear(&self, session: &str) -> Result<usize> {
-        Ok(lock(&self.working)
-            .sessions
-            .remove(session)
-            .map_or(0, |v| v.len()))
     }
 }
 

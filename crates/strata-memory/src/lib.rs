@@ -80,4 +80,7 @@ pub use sqlite::{SqliteStore, VectorCacheStats};
 pub use state::{
     record_session_file, session_files, FileAction, SessionFile, SessionState, StateDoc,
 };
-pub use working::{select_recent, Entry, NewEntry, WorkingMemory};
+pub use working::{
+    check_operation_key, select_recent, Applied, Batch, Entry, NewEntry, Operation, Tail,
+    WorkingMemory, OPERATION_TTL_MS,
+};

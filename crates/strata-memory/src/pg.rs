@@ -37,10 +37,13 @@ use crate::options::StoreOptions;
 use crate::quant::{top_positions, CodeCache};
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
-use crate::working::{check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory};
+use crate::working::{
+    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
+    Batch, CallState, Entry, Operation, WorkingMemory, OPERATION_TTL_MS,
+};
 
 /// The schema version this build writes.
-pub const PG_SCHEMA_VERSION: i64 = 3;
+pub const PG_SCHEMA_VERSION: i64 = 4;
 
 /// The default PostgreSQL schema (namespace) holding the tables.
 pub const DEFAULT_PG_SCHEMA: &str = "strata";
@@ -128,6 +131,21 @@ CREATE TABLE {s}.session_state (
     updated_ms bigint NOT NULL,
     PRIMARY KEY (session, name)
 );
+",
+    ),
+    // Version 4 (ADR-0031): records of retry-safe operations, kept with their session.
+    (
+        4,
+        r"
+CREATE TABLE {s}.wm_operations (
+    session     text NOT NULL,
+    key         text NOT NULL,
+    fingerprint text NOT NULL,
+    answer      text NOT NULL,
+    at_ms       bigint NOT NULL,
+    PRIMARY KEY (session, key)
+);
+CREATE INDEX wm_operations_at ON {s}.wm_operations (at_ms);
 ",
     ),
 ];
@@ -595,19 +613,54 @@ impl WorkingMemory for PgStore {
         &self.name
     }
 
-    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry> {
-        check_new_entry(&self.options, session, &entry)?;
+    fn apply(&self, session: &str, batch: Batch) -> Result<Applied> {
+        check_batch(&self.options, session, &batch)?;
         let s = self.s();
-        let at_ms = self.options.now_ms();
+        let now = self.options.now_ms();
         self.with_client(|c| {
             let mut tx = c.transaction().map_err(|e| self.err(e))?;
-            if let Some(id) = entry.call_id.as_deref() {
-                let mut state = CallState::default();
-                for row in tx
-                    .query(
-                        &format!("SELECT role FROM {s}.wm_entries WHERE session = $1 AND call_id = $2"),
-                        &[&session, &id],
+            // Writers of one session take turns, so the tail read below stays the tail until
+            // this transaction ends (ADR-0031); other sessions are not held up.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('strata-session:' || $1 || ':' || $2))",
+                &[&self.schema, &session],
+            )
+            .map_err(|e| self.err(e))?;
+            let last: Option<i64> = tx
+                .query_one(
+                    &format!("SELECT max(seq) FROM {s}.wm_entries WHERE session = $1"),
+                    &[&session],
+                )
+                .map_err(|e| self.err(e))?
+                .get(0);
+            check_tail(session, batch.tail, last.map(|l| u64::try_from(l).unwrap_or(0)))?;
+            if let Some(op) = &batch.operation {
+                let found: Option<i64> = tx
+                    .query_opt(
+                        &format!(
+                            "SELECT at_ms FROM {s}.wm_operations WHERE session = $1 AND key = $2"
+                        ),
+                        &[&session, &op.key],
                     )
+                    .map_err(|e| self.err(e))?
+                    .map(|r| r.get(0));
+                if found.is_some_and(|at| operation_live(at, now)) {
+                    return Err(MemoryError::OperationExists {
+                        session: session.to_owned(),
+                        key: op.key.clone(),
+                    });
+                }
+            }
+            let links = format!(
+                "SELECT role FROM {s}.wm_entries WHERE session = $1 AND call_id = $2"
+            );
+            check_batch_links(session, &batch.entries, |id| {
+                let mut state = CallState::default();
+                if batch.clear {
+                    return Ok(state);
+                }
+                for row in tx
+                    .query(&links, &[&session, &id])
                     .map_err(|e| self.err(e))?
                 {
                     match row.get::<_, &str>(0) {
@@ -616,27 +669,98 @@ impl WorkingMemory for PgStore {
                         _ => {}
                     }
                 }
-                check_call_link(session, &entry, state)?;
+                Ok(state)
+            })?;
+            let mut applied = Applied::default();
+            if batch.clear {
+                let n = tx
+                    .execute(
+                        &format!("DELETE FROM {s}.wm_entries WHERE session = $1"),
+                        &[&session],
+                    )
+                    .map_err(|e| self.err(e))?;
+                applied.cleared = usize::try_from(n).unwrap_or(usize::MAX);
             }
-            let seq: i64 = tx
-                .query_one(
-                    &format!(
-                        "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms) VALUES ($1, $2, $3, $4, $5) RETURNING seq"
-                    ),
-                    &[&session, &entry.role.name(), &entry.call_id, &entry.content, &at_ms],
+            let insert = format!(
+                "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms) VALUES ($1, $2, $3, $4, $5) RETURNING seq"
+            );
+            let key: Arc<str> = Arc::from(session);
+            for entry in batch.entries {
+                let seq: i64 = tx
+                    .query_one(
+                        &insert,
+                        &[&session, &entry.role.name(), &entry.call_id, &entry.content, &now],
+                    )
+                    .map_err(|e| self.err(e))?
+                    .get(0);
+                applied.entries.push(Entry {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    session: key.clone(),
+                    role: entry.role,
+                    call_id: entry.call_id.as_deref().map(Arc::from),
+                    content: Content::from(entry.content),
+                    at_ms: now,
+                });
+            }
+            if let Some(op) = &batch.operation {
+                tx.execute(
+                    &format!("DELETE FROM {s}.wm_operations WHERE at_ms <= $1"),
+                    &[&now.saturating_sub(OPERATION_TTL_MS)],
                 )
-                .map_err(|e| self.err(e))?
-                .get(0);
+                .map_err(|e| self.err(e))?;
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {s}.wm_operations (session, key, fingerprint, answer, at_ms) \
+                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session, key) DO UPDATE SET \
+                         fingerprint = excluded.fingerprint, answer = excluded.answer, at_ms = excluded.at_ms"
+                    ),
+                    &[&session, &op.key, &op.fingerprint, &op.answer, &now],
+                )
+                .map_err(|e| self.err(e))?;
+            }
             tx.commit().map_err(|e| self.err(e))?;
-            Ok(seq)
+            Ok(applied)
         })
-        .map(|seq| Entry {
-            seq: u64::try_from(seq).unwrap_or(0),
-            session: Arc::from(session),
-            role: entry.role,
-            call_id: entry.call_id.as_deref().map(Arc::from),
-            content: Content::from(entry.content.as_str()),
-            at_ms,
+    }
+
+    fn operation(&self, session: &str, key: &str) -> Result<Option<Operation>> {
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
+        check_operation_key(key)?;
+        let s = self.s();
+        let now = self.options.now_ms();
+        self.with_client(|c| {
+            c.query_opt(
+                &format!(
+                    "SELECT fingerprint, answer, at_ms FROM {s}.wm_operations WHERE session = $1 AND key = $2"
+                ),
+                &[&session, &key],
+            )
+            .map_err(|e| self.err(e))
+        })
+        .map(|row| {
+            row.map(|r| Operation {
+                key: key.to_owned(),
+                fingerprint: r.get(0),
+                answer: r.get(1),
+                at_ms: r.get(2),
+            })
+            .filter(|o| operation_live(o.at_ms, now))
+        })
+    }
+
+    fn last_seq(&self, session: &str) -> Result<Option<u64>> {
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
+        let s = self.s();
+        self.with_client(|c| {
+            c.query_one(
+                &format!("SELECT max(seq) FROM {s}.wm_entries WHERE session = $1"),
+                &[&session],
+            )
+            .map_err(|e| self.err(e))
+        })
+        .map(|row| {
+            row.get::<_, Option<i64>>(0)
+                .map(|l| u64::try_from(l).unwrap_or(0))
         })
     }
 
@@ -725,19 +849,6 @@ impl WorkingMemory for PgStore {
             )?;
             tx.into_inner().commit().map_err(|e| self.err(e))?;
             Ok(chosen)
-        })
-    }
-
-    fn clear(&self, session: &str) -> Result<usize> {
-        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
-        let s = self.s();
-        self.with_client(|c| {
-            c.execute(
-                &format!("DELETE FROM {s}.wm_entries WHERE session = $1"),
-                &[&session],
-            )
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-            .map_err(|e| self.err(e))
         })
     }
 }

@@ -98,19 +98,123 @@ impl Entry {
     }
 }
 
+/// How long a store keeps the record of an operation (ADR-0031): a day, in milliseconds. A
+/// repeat after that is a new operation.
+pub const OPERATION_TTL_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// The longest operation key accepted, in bytes (printable ASCII).
+pub const MAX_OPERATION_KEY_BYTES: usize = 255;
+
+/// The longest operation fingerprint accepted, in bytes.
+pub const MAX_FINGERPRINT_BYTES: usize = 128;
+
+/// What a [`Batch`] expects the session's newest entry to be when it is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tail {
+    /// Whatever it is.
+    #[default]
+    Any,
+    /// The entry with this sequence number; `None`: the session has no entry. Otherwise the
+    /// batch is refused with [`MemoryError::SessionChanged`].
+    At(Option<u64>),
+}
+
+/// The record of one retry-safe operation on a session (ADR-0031): the caller's key, a digest of
+/// what was asked, and the first answer, kept with the session for [`OPERATION_TTL_MS`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    /// The caller's key (1 to 255 bytes of printable ASCII).
+    pub key: String,
+    /// A digest of what was asked, to tell a repeat from another operation under the same key.
+    pub fingerprint: String,
+    /// The first answer, as the caller gives it to a repeat.
+    pub answer: String,
+    /// When it was recorded, Unix milliseconds (set by the store).
+    pub at_ms: i64,
+}
+
+impl Operation {
+    /// An operation record; the store sets its time.
+    pub fn new(
+        key: impl Into<String>,
+        fingerprint: impl Into<String>,
+        answer: impl Into<String>,
+    ) -> Operation {
+        Operation {
+            key: key.into(),
+            fingerprint: fingerprint.into(),
+            answer: answer.into(),
+            at_ms: 0,
+        }
+    }
+}
+
+/// One change of a session log, applied whole or not at all (ADR-0031): optionally clear the
+/// session, then append the entries in order, and keep the operation record, in one store
+/// transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// What the session's newest entry must be.
+    pub tail: Tail,
+    /// Remove every entry of the session first (operation records stay).
+    pub clear: bool,
+    /// Entries to append, in order.
+    pub entries: Vec<NewEntry>,
+    /// The operation this batch completes.
+    pub operation: Option<Operation>,
+}
+
+/// What applying a [`Batch`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Entries removed by `clear`.
+    pub cleared: usize,
+    /// The entries appended, as stored.
+    pub entries: Vec<Entry>,
+}
+
 /// A session log (layer 5). Appends are acknowledged only once stored; entries are never
 /// edited, only appended or cleared per session.
 pub trait WorkingMemory: Send + Sync {
     /// The store's name, used as the provenance name of sections built from it.
     fn store_name(&self) -> &str;
 
-    /// Append one entry to `session` and return it as stored.
+    /// Apply `batch` to `session` in one transaction: every entry is appended and the operation
+    /// recorded, or nothing is changed (ADR-0031).
     ///
-    /// Refused with [`MemoryError::Invalid`]: an empty or over-long session id; a tool call or
-    /// result without a call id, or a user or assistant entry with one; a second call with the
-    /// same id in the session; a result whose call is not in the session, or a second result
-    /// for the same call. Refused with [`MemoryError::EntryTooLarge`] over the size limit.
-    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry>;
+    /// Refused, with nothing changed: [`MemoryError::SessionChanged`] when the session's newest
+    /// entry is not the batch's `tail`; [`MemoryError::OperationExists`] when the session holds
+    /// a live record under the operation's key; [`MemoryError::Invalid`] for an empty or
+    /// over-long session id, a bad operation key, a tool call or result without a call id or a
+    /// user or assistant entry with one, a second call with the same id in the session (or the
+    /// batch), a result whose call is in neither, or a second result for a call;
+    /// [`MemoryError::EntryTooLarge`] over the size limit.
+    fn apply(&self, session: &str, batch: Batch) -> Result<Applied>;
+
+    /// The live record of operation `key` on `session`, if any (older than
+    /// [`OPERATION_TTL_MS`] is not live).
+    fn operation(&self, session: &str, key: &str) -> Result<Option<Operation>>;
+
+    /// The sequence number of the session's newest entry, `None` for an empty session.
+    /// SQLite and PostgreSQL read one index entry (the default reads the session).
+    fn last_seq(&self, session: &str) -> Result<Option<u64>> {
+        Ok(self.entries(session)?.last().map(|e| e.seq))
+    }
+
+    /// Append one entry to `session` and return it as stored: [`WorkingMemory::apply`] with
+    /// one entry, refused for the same reasons.
+    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry> {
+        let applied = self.apply(
+            session,
+            Batch {
+                entries: vec![entry],
+                ..Batch::default()
+            },
+        )?;
+        applied.entries.into_iter().next().ok_or_else(|| {
+            MemoryError::invalid("working-memory entry", "the store appended nothing")
+        })
+    }
 
     /// Every entry of `session`, oldest first.
     fn entries(&self, session: &str) -> Result<Vec<Entry>>;
@@ -146,8 +250,18 @@ pub trait WorkingMemory: Send + Sync {
     }
 
     /// Remove every entry of `session`; returns how many were removed. Sequence numbers are
-    /// not reused afterwards.
-    fn clear(&self, session: &str) -> Result<usize>;
+    /// not reused afterwards. Operation records stay until they expire.
+    fn clear(&self, session: &str) -> Result<usize> {
+        Ok(self
+            .apply(
+                session,
+                Batch {
+                    clear: true,
+                    ..Batch::default()
+                },
+            )?
+            .cleared)
+    }
 }
 
 /// Choose the newest entries that fit `token_budget` (content tokens by `tokenizer`), keeping
@@ -370,6 +484,83 @@ pub(crate) fn check_new_entry(opts: &StoreOptions, session: &str, entry: &NewEnt
         )),
         (Role::User | Role::Assistant, None) => Ok(()),
     }
+}
+
+/// Check a batch before a store opens its transaction: the session id, every entry on its own,
+/// and the operation key and fingerprint.
+pub(crate) fn check_batch(opts: &StoreOptions, session: &str, batch: &Batch) -> Result<()> {
+    check_label("session id", session, MAX_LABEL_BYTES)?;
+    for e in &batch.entries {
+        check_new_entry(opts, session, e)?;
+    }
+    if let Some(op) = &batch.operation {
+        check_operation_key(&op.key)?;
+        if op.fingerprint.is_empty() || op.fingerprint.len() > MAX_FINGERPRINT_BYTES {
+            return Err(MemoryError::invalid(
+                "operation fingerprint",
+                format!("it must hold 1 to {MAX_FINGERPRINT_BYTES} bytes"),
+            ));
+        }
+        opts.check_size("operation answer", &op.answer)?;
+    }
+    Ok(())
+}
+
+/// Check an operation key: 1 to [`MAX_OPERATION_KEY_BYTES`] bytes of printable ASCII.
+pub fn check_operation_key(key: &str) -> Result<()> {
+    if key.is_empty()
+        || key.len() > MAX_OPERATION_KEY_BYTES
+        || !key.bytes().all(|b| (0x20..0x7f).contains(&b))
+    {
+        return Err(MemoryError::invalid(
+            "operation key",
+            format!("it must hold 1 to {MAX_OPERATION_KEY_BYTES} bytes of printable ASCII"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check the entries of a batch against the session's call ids, in order: `state_of` answers
+/// for a call id what the session held before the batch; the batch's own calls and results
+/// count for the entries after them.
+pub(crate) fn check_batch_links(
+    session: &str,
+    entries: &[NewEntry],
+    mut state_of: impl FnMut(&str) -> Result<CallState>,
+) -> Result<()> {
+    let mut seen: std::collections::HashMap<&str, CallState> = std::collections::HashMap::new();
+    for e in entries {
+        let Some(id) = e.call_id.as_deref() else {
+            continue;
+        };
+        let state = match seen.get(id) {
+            Some(s) => *s,
+            None => state_of(id)?,
+        };
+        check_call_link(session, e, state)?;
+        let mut next = state;
+        next.has_call |= e.role == Role::ToolCall;
+        next.has_result |= e.role == Role::ToolResult;
+        seen.insert(id, next);
+    }
+    Ok(())
+}
+
+/// Refuse a batch whose tail is not the session's.
+pub(crate) fn check_tail(session: &str, tail: Tail, last: Option<u64>) -> Result<()> {
+    match tail {
+        Tail::At(expected) if expected != last => Err(MemoryError::SessionChanged {
+            session: session.to_owned(),
+            expected,
+            found: last,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether an operation recorded at `at_ms` is still live at `now_ms`.
+pub(crate) fn operation_live(at_ms: i64, now_ms: i64) -> bool {
+    at_ms > now_ms.saturating_sub(OPERATION_TTL_MS)
 }
 
 /// What a session already holds for one call id.

@@ -27,6 +27,24 @@ fn working_memory_conforms() {
     conformance::working_memory(&open(&dir, &clock), &clock);
 }
 
+/// Verifies ADR-0031: file-log batches are all or nothing, each one record; the records are
+/// replayed when the log is opened again.
+#[test]
+fn batches_conform() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    let log = open(&dir, &clock);
+    conformance::batches(&log, &clock);
+    let held = log.entries("b1").unwrap();
+    drop(log);
+    let reopened = open(&dir, &clock);
+    assert_eq!(reopened.entries("b1").unwrap(), held);
+    assert_eq!(
+        reopened.operation("b1", "key-1").unwrap().unwrap().answer,
+        "second life"
+    );
+}
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -147,11 +165,32 @@ fn foreign_file_and_other_version_are_refused() {
     match FileLog::open(&path) {
         Err(MemoryError::SchemaVersionMismatch {
             found: 9,
-            expected: 1,
+            expected: 2,
             ..
         }) => {}
         other => panic!("expected SchemaVersionMismatch, got {other:?}"),
     }
+}
+
+/// Verifies ADR-0031: a log of format version 1 opens, and its header is raised to the current
+/// version, so that a build without batch records refuses it afterwards.
+#[test]
+fn a_version_1_log_is_raised_to_the_current_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.log");
+    drop(FileLog::open(&path).unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let log = FileLog::open(&path).unwrap();
+    log.append("s", NewEntry::user("hello")).unwrap();
+    drop(log);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(
+        bytes[8..12],
+        strata_memory::filelog::FILE_LOG_VERSION.to_le_bytes()
+    );
+    assert_eq!(FileLog::open(&path).unwrap().entries("s").unwrap().len(), 1);
 }
 
 /// Verifies ADR-0012: clearing a session is durable.

@@ -24,6 +24,13 @@ fn working_memory_conforms() {
     conformance::working_memory(&store(&clock), &clock);
 }
 
+/// Verifies ADR-0031: in-memory batches are all or nothing, with their operation records.
+#[test]
+fn batches_conform() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::batches(&store(&clock), &clock);
+}
+
 /// Verifies ADR-0012: in-memory long-term memory conforms.
 #[test]
 fn long_term_memory_conforms() {

@@ -31,6 +31,13 @@ fn working_memory_conforms() {
     conformance::working_memory(&store("wm", &clock), &clock);
 }
 
+/// Verifies ADR-0031: PostgreSQL batches are all or nothing, with their operation records.
+#[test]
+fn batches_conform() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::batches(&store("batches", &clock), &clock);
+}
+
 /// Verifies ADR-0016: PostgreSQL session state conforms.
 #[test]
 fn session_state_conforms() {
@@ -264,7 +271,8 @@ fn codes_are_filled_by_migration_and_rank_like_exact_search() {
     drop(store);
     let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
     c.batch_execute(&format!(
-        "DROP TABLE \"{schema}\".session_state;
+        "DROP TABLE \"{schema}\".wm_operations;
+         DROP TABLE \"{schema}\".session_state;
          DROP TRIGGER memories_deleted ON \"{schema}\".memories;
          DROP FUNCTION \"{schema}\".note_memory_deletion();
          DROP TABLE \"{schema}\".memory_deletions;

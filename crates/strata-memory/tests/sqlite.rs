@@ -27,6 +27,21 @@ fn working_memory_conforms() {
     conformance::working_memory(&open(&dir, &clock), &clock);
 }
 
+/// Verifies ADR-0031: SQLite batches are all or nothing, with their operation records, and
+/// the records survive reopening the file and pass the integrity check.
+#[test]
+fn batches_conform() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::batches(&open(&dir, &clock), &clock);
+    let reopened = open(&dir, &clock);
+    assert_eq!(
+        reopened.operation("b1", "key-1").unwrap().unwrap().answer,
+        "second life"
+    );
+    reopened.check_integrity().unwrap();
+}
+
 /// Verifies ADR-0012: SQLite long-term memory conforms.
 #[test]
 fn long_term_memory_conforms() {

@@ -125,6 +125,23 @@ pub(super) fn fact_sum(scope: &[u8], key: &[u8], value: &[u8], updated: i64) -> 
         .finish()
 }
 
+/// The checksum of a `wm_operations` row (ADR-0031).
+pub(super) fn operation_sum(
+    session: &[u8],
+    key: &[u8],
+    fingerprint: &[u8],
+    answer: &[u8],
+    at_ms: i64,
+) -> [u8; 16] {
+    RowSum::new("wm_operations")
+        .bytes(session)
+        .bytes(key)
+        .bytes(fingerprint)
+        .bytes(answer)
+        .int(at_ms)
+        .finish()
+}
+
 pub(super) fn state_sum(
     session: &[u8],
     name: &[u8],
@@ -271,6 +288,23 @@ impl SqliteStore {
             })
             .collect::<Result<Vec<_>>>()?;
         self.facts(&scopes)?;
+        // Every operation record against its checksum (ADR-0031).
+        let inner = self.lock();
+        let ops: Vec<(String, String)> = {
+            let mut stmt = inner
+                .conn
+                .prepare("SELECT session, key FROM wm_operations")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(|e| self.err(e))?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.err(e))?;
+            rows
+        };
+        for (session, key) in ops {
+            self.operation_in(&inner.conn, &session, &key)?;
+        }
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use crate::embed::Embedder;
 use crate::error::{MemoryError, Result};
 
 /// The schema version this build writes.
-pub const SQLITE_SCHEMA_VERSION: i64 = 3;
+pub const SQLITE_SCHEMA_VERSION: i64 = 4;
 
 /// Forward migrations: `(version reached, SQL)`, applied in order.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -130,6 +130,23 @@ CREATE TABLE session_state (
     checksum   BLOB NOT NULL,
     PRIMARY KEY (session, name)
 ) WITHOUT ROWID;
+",
+    ),
+    // Version 4 (ADR-0031): records of retry-safe operations, kept with their session and
+    // written in the transaction of the entries they appended; checksummed (ADR-0019).
+    (
+        4,
+        r"
+CREATE TABLE wm_operations (
+    session     TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    answer      TEXT NOT NULL,
+    at_ms       INTEGER NOT NULL,
+    checksum    BLOB NOT NULL,
+    PRIMARY KEY (session, key)
+) WITHOUT ROWID;
+CREATE INDEX wm_operations_at ON wm_operations (at_ms);
 ",
     ),
 ];

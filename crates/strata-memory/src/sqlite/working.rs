@@ -1,17 +1,20 @@
 //! Working memory (layer 5) in a SQLite store: the `wm_entries` table, one checksummed row
-//! per entry in sequence order, with the tool-call pairing checked on append.
+//! per entry in sequence order, with the tool-call pairing checked on append, and the
+//! `wm_operations` table of retry-safe operations, written in the same transaction as the
+//! entries they appended (ADR-0031).
 
 use std::sync::Arc;
 
 use rusqlite::params;
 use strata_core::{Content, Role};
 
-use super::integrity::{entry_sum, raw, raw_opt, utf8, verify_sum};
+use super::integrity::{entry_sum, operation_sum, raw, raw_opt, utf8, verify_sum};
 use super::SqliteStore;
 use crate::error::{MemoryError, Result};
 use crate::options::check_label;
 use crate::working::{
-    check_call_link, check_new_entry, CallState, Entry, NewEntry, WorkingMemory, MAX_LABEL_BYTES,
+    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
+    Batch, CallState, Entry, Operation, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
 };
 
 fn role_from(location: &str, s: &str) -> Result<Role> {
@@ -39,6 +42,49 @@ impl SqliteStore {
         check_label("session id", session, MAX_LABEL_BYTES)?;
         let inner = self.lock();
         self.entries_on(&inner.conn, session, sql, more)
+    }
+
+    /// The record of operation `key` of `session`, live or not, checked against its checksum.
+    pub(super) fn operation_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        key: &str,
+    ) -> Result<Option<Operation>> {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT fingerprint, answer, at_ms, checksum FROM wm_operations WHERE session = ?1 AND key = ?2",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([session, key]).map_err(|e| self.err(e))?;
+        let Some(r) = rows.next().map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        let loc = self.location.as_str();
+        let fingerprint = raw(r, 0).map_err(|e| self.err(e))?;
+        let answer = raw(r, 1).map_err(|e| self.err(e))?;
+        let at_ms: i64 = r.get(2).map_err(|e| self.err(e))?;
+        let stored = raw_opt(r, 3).map_err(|e| self.err(e))?;
+        let name = || format!("operation `{key}` of session `{session}`");
+        verify_sum(
+            loc,
+            "wm_operations",
+            &name,
+            stored,
+            &operation_sum(
+                session.as_bytes(),
+                key.as_bytes(),
+                fingerprint,
+                answer,
+                at_ms,
+            ),
+        )?;
+        Ok(Some(Operation {
+            key: key.to_owned(),
+            fingerprint: utf8(loc, "wm_operations", &name, fingerprint)?,
+            answer: utf8(loc, "wm_operations", &name, answer)?,
+            at_ms,
+        }))
     }
 
     /// [`Self::entries_where`] on a connection the caller holds (inside its transaction).
@@ -99,16 +145,42 @@ impl WorkingMemory for SqliteStore {
         &self.name
     }
 
-    fn append(&self, session: &str, entry: NewEntry) -> Result<Entry> {
-        check_new_entry(&self.options, session, &entry)?;
+    fn apply(&self, session: &str, batch: Batch) -> Result<Applied> {
+        check_batch(&self.options, session, &batch)?;
         self.writable()?;
+        let now = self.options.now_ms();
         let mut inner = self.lock();
+        // One immediate transaction: the tail, the key and the pairing are checked against
+        // what no other writer can change before the commit (ADR-0031).
         let tx = inner
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
-        if let Some(id) = entry.call_id.as_deref() {
+        let last: Option<i64> = tx
+            .prepare_cached("SELECT max(seq) FROM wm_entries WHERE session = ?1")
+            .and_then(|mut st| st.query_row([session], |r| r.get(0)))
+            .map_err(|e| self.err(e))?;
+        check_tail(
+            session,
+            batch.tail,
+            last.map(|l| u64::try_from(l).unwrap_or(0)),
+        )?;
+        if let Some(op) = &batch.operation {
+            if self
+                .operation_in(&tx, session, &op.key)?
+                .is_some_and(|o| operation_live(o.at_ms, now))
+            {
+                return Err(MemoryError::OperationExists {
+                    session: session.to_owned(),
+                    key: op.key.clone(),
+                });
+            }
+        }
+        check_batch_links(session, &batch.entries, |id| {
             let mut state = CallState::default();
+            if batch.clear {
+                return Ok(state);
+            }
             let mut stmt = tx
                 .prepare_cached("SELECT role FROM wm_entries WHERE session = ?1 AND call_id = ?2")
                 .map_err(|e| self.err(e))?;
@@ -122,44 +194,99 @@ impl WorkingMemory for SqliteStore {
                     _ => {}
                 }
             }
-            drop(stmt);
-            check_call_link(session, &entry, state)?;
+            Ok(state)
+        })?;
+        let mut applied = Applied::default();
+        if batch.clear {
+            applied.cleared = tx
+                .execute("DELETE FROM wm_entries WHERE session = ?1", [session])
+                .map_err(|e| self.err(e))?;
         }
-        let at_ms = self.options.now_ms();
-        // The sequence number is chosen here (as AUTOINCREMENT would: above every number ever
-        // used) so that the row's checksum can cover it.
-        let seq: i64 = tx
+        // Sequence numbers are chosen here (as AUTOINCREMENT would: above every number ever
+        // used) so that each row's checksum can cover its own.
+        let mut seq: i64 = tx
             .query_row(
                 "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wm_entries'), 0), \
-                 coalesce((SELECT max(seq) FROM wm_entries), 0)) + 1",
+                 coalesce((SELECT max(seq) FROM wm_entries), 0))",
                 [],
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))?;
-        let sum = entry_sum(
-            seq,
-            session.as_bytes(),
-            entry.role.name().as_bytes(),
-            entry.call_id.as_deref().map(str::as_bytes),
-            entry.content.as_bytes(),
-            at_ms,
-        );
-        tx.prepare_cached(
-            "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, at_ms, &sum[..]])
-        })
-        .map_err(|e| self.err(e))?;
-        self.commit(tx)?;
-        Ok(Entry {
-            seq: u64::try_from(seq).unwrap_or(0),
-            session: Arc::from(session),
-            role: entry.role,
-            call_id: entry.call_id.as_deref().map(Arc::from),
-            content: Content::from(entry.content),
-            at_ms,
-        })
+        let key: Arc<str> = Arc::from(session);
+        for entry in batch.entries {
+            seq += 1;
+            let sum = entry_sum(
+                seq,
+                session.as_bytes(),
+                entry.role.name().as_bytes(),
+                entry.call_id.as_deref().map(str::as_bytes),
+                entry.content.as_bytes(),
+                now,
+            );
+            tx.prepare_cached(
+                "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, now, &sum[..]])
+            })
+            .map_err(|e| self.err(e))?;
+            applied.entries.push(Entry {
+                seq: u64::try_from(seq).unwrap_or(0),
+                session: key.clone(),
+                role: entry.role,
+                call_id: entry.call_id.as_deref().map(Arc::from),
+                content: Content::from(entry.content),
+                at_ms: now,
+            });
+        }
+        if let Some(op) = &batch.operation {
+            tx.prepare_cached("DELETE FROM wm_operations WHERE at_ms <= ?1")
+                .and_then(|mut st| st.execute([now.saturating_sub(OPERATION_TTL_MS)]))
+                .map_err(|e| self.err(e))?;
+            let sum = operation_sum(
+                session.as_bytes(),
+                op.key.as_bytes(),
+                op.fingerprint.as_bytes(),
+                op.answer.as_bytes(),
+                now,
+            );
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO wm_operations (session, key, fingerprint, answer, at_ms, checksum) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![session, op.key, op.fingerprint, op.answer, now, &sum[..]])
+            })
+            .map_err(|e| self.err(e))?;
+        }
+        if applied.cleared == 0 && applied.entries.is_empty() && batch.operation.is_none() {
+            // Nothing written: end the transaction without touching the file.
+            tx.rollback().map_err(|e| self.err(e))?;
+        } else {
+            self.commit(tx)?;
+        }
+        Ok(applied)
+    }
+
+    fn operation(&self, session: &str, key: &str) -> Result<Option<Operation>> {
+        check_label("session id", session, MAX_LABEL_BYTES)?;
+        check_operation_key(key)?;
+        let now = self.options.now_ms();
+        let inner = self.lock();
+        Ok(self
+            .operation_in(&inner.conn, session, key)?
+            .filter(|o| operation_live(o.at_ms, now)))
+    }
+
+    fn last_seq(&self, session: &str) -> Result<Option<u64>> {
+        check_label("session id", session, MAX_LABEL_BYTES)?;
+        let inner = self.lock();
+        let last: Option<i64> = inner
+            .conn
+            .prepare_cached("SELECT max(seq) FROM wm_entries WHERE session = ?1")
+            .and_then(|mut st| st.query_row([session], |r| r.get(0)))
+            .map_err(|e| self.err(e))?;
+        Ok(last.map(|l| u64::try_from(l).unwrap_or(0)))
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
@@ -235,24 +362,5 @@ impl WorkingMemory for SqliteStore {
         )?;
         tx.finish().map_err(|e| self.err(e))?;
         Ok(chosen)
-    }
-
-    fn clear(&self, session: &str) -> Result<usize> {
-        check_label("session id", session, MAX_LABEL_BYTES)?;
-        self.writable()?;
-        let mut inner = self.lock();
-        let tx = inner
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| self.err(e))?;
-        let n = tx
-            .execute("DELETE FROM wm_entries WHERE session = ?1", [session])
-            .map_err(|e| self.err(e))?;
-        if n == 0 {
-            tx.rollback().map_err(|e| self.err(e))?;
-        } else {
-            self.commit(tx)?;
-        }
-        Ok(n)
     }
 }

@@ -9,9 +9,9 @@ use std::collections::HashSet;
 
 use strata_core::{Role, TiktokenTokenizer, Tokenizer};
 use strata_memory::{
-    Entry, ListOptions, LongTermMemory, ManualClock, MemoryError, MemoryId, NewEntry, NewMemory,
-    Scope, SearchMode, SearchOptions, SharedContext, SharedContextReader, SharedContextWriter,
-    WorkingMemory, DEFAULT_MAX_ENTRY_BYTES,
+    Batch, Entry, ListOptions, LongTermMemory, ManualClock, MemoryError, MemoryId, NewEntry,
+    NewMemory, Operation, Scope, SearchMode, SearchOptions, SharedContext, SharedContextReader,
+    SharedContextWriter, Tail, WorkingMemory, DEFAULT_MAX_ENTRY_BYTES, OPERATION_TTL_MS,
 };
 
 /// The clock every conformance store starts from.
@@ -710,4 +710,169 @@ pub fn session_state(st: &dyn strata_memory::SessionState, clock: &ManualClock) 
     );
     assert!(session_files(st, "s4").unwrap().is_empty());
     invalid(record_session_file(st, "s3", "  ", FileAction::Read, T0));
+}
+
+fn batch(tail: Tail, entries: Vec<NewEntry>, operation: Option<Operation>) -> Batch {
+    Batch {
+        tail,
+        clear: false,
+        entries,
+        operation,
+    }
+}
+
+/// Batches (ADR-0031): every entry of a batch and its operation record are stored together or
+/// not at all; a stale tail, a live key, a bad entry anywhere in the batch each refuse the
+/// whole batch and change nothing; records outlive a clear and expire after a day.
+pub fn batches(wm: &dyn WorkingMemory, clock: &ManualClock) {
+    clock.set(T0);
+    assert_eq!(wm.last_seq("b1").unwrap(), None);
+    let first = wm
+        .apply(
+            "b1",
+            batch(
+                Tail::At(None),
+                vec![
+                    NewEntry::user("read the log"),
+                    NewEntry::tool_call("c1", r#"{"path":"a.log"}"#),
+                    NewEntry::tool_result("c1", "ok"),
+                ],
+                Some(Operation::new("key-1", "fp-1", "first answer")),
+            ),
+        )
+        .unwrap();
+    assert_eq!(first.entries.len(), 3);
+    assert!(first.entries.windows(2).all(|w| w[0].seq < w[1].seq));
+    let held = wm.entries("b1").unwrap();
+    assert_eq!(held, first.entries);
+    let last = held.last().map(|e| e.seq);
+    assert_eq!(wm.last_seq("b1").unwrap(), last);
+    let op = wm.operation("b1", "key-1").unwrap().unwrap();
+    assert_eq!(
+        (op.fingerprint.as_str(), op.answer.as_str(), op.at_ms),
+        ("fp-1", "first answer", T0)
+    );
+    assert_eq!(wm.operation("b2", "key-1").unwrap(), None);
+
+    // Each refusal changes nothing.
+    let refusals: Vec<(Batch, &str)> = vec![
+        (
+            batch(Tail::At(None), vec![NewEntry::user("stale")], None),
+            "changed",
+        ),
+        (
+            batch(
+                Tail::At(last),
+                vec![NewEntry::user("again")],
+                Some(Operation::new("key-1", "fp-2", "x")),
+            ),
+            "exists",
+        ),
+        (
+            batch(
+                Tail::At(last),
+                vec![
+                    NewEntry::assistant("calling"),
+                    NewEntry::tool_call("c2", "{}"),
+                    NewEntry::tool_result("c9", "no such call"),
+                ],
+                None,
+            ),
+            "invalid",
+        ),
+        (
+            batch(
+                Tail::Any,
+                vec![
+                    NewEntry::tool_call("c3", "{}"),
+                    NewEntry::tool_call("c3", "{}"),
+                ],
+                None,
+            ),
+            "invalid",
+        ),
+        (
+            batch(Tail::Any, vec![NewEntry::tool_call("c1", "{}")], None),
+            "invalid",
+        ),
+        (
+            batch(
+                Tail::Any,
+                vec![NewEntry::user("ok"), NewEntry::user("")],
+                Some(Operation::new("bad\u{7}key", "fp", "x")),
+            ),
+            "invalid",
+        ),
+        (
+            batch(
+                Tail::Any,
+                vec![NewEntry::user("x".repeat(DEFAULT_MAX_ENTRY_BYTES + 1))],
+                None,
+            ),
+            "large",
+        ),
+    ];
+    for (b, why) in refusals {
+        let r = wm.apply("b1", b);
+        let ok = match (why, &r) {
+            ("changed", Err(MemoryError::SessionChanged { found, .. })) => *found == last,
+            ("exists", Err(MemoryError::OperationExists { key, .. })) => key == "key-1",
+            ("invalid", Err(MemoryError::Invalid { .. })) => true,
+            ("large", Err(MemoryError::EntryTooLarge { .. })) => true,
+            _ => false,
+        };
+        assert!(ok, "{why}: {r:?}");
+        assert_eq!(wm.entries("b1").unwrap(), held, "{why} changed the session");
+        assert_eq!(
+            wm.operation("b1", "key-1").unwrap().unwrap().answer,
+            "first answer"
+        );
+    }
+    for key in ["", &"k".repeat(256), "tab\tkey", "ünï"] {
+        invalid(wm.operation("b1", key));
+    }
+
+    // A clear with an operation: the entries go, the records stay.
+    clock.advance(10);
+    let cleared = wm
+        .apply(
+            "b1",
+            Batch {
+                clear: true,
+                operation: Some(Operation::new("reset-1", "fp-r", "removed 3")),
+                ..Batch::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(cleared.cleared, 3);
+    assert!(wm.entries("b1").unwrap().is_empty());
+    assert_eq!(wm.last_seq("b1").unwrap(), None);
+    assert!(wm.operation("b1", "key-1").unwrap().is_some());
+    assert_eq!(
+        wm.operation("b1", "reset-1").unwrap().unwrap().at_ms,
+        T0 + 10
+    );
+    // A call id of the cleared history may be used again.
+    wm.apply(
+        "b1",
+        batch(Tail::At(None), vec![NewEntry::tool_call("c1", "{}")], None),
+    )
+    .unwrap();
+
+    // A day later the records are gone and the key may be used again.
+    clock.advance(OPERATION_TTL_MS);
+    assert_eq!(wm.operation("b1", "key-1").unwrap(), None);
+    wm.apply(
+        "b1",
+        batch(
+            Tail::Any,
+            vec![NewEntry::tool_result("c1", "late")],
+            Some(Operation::new("key-1", "fp-3", "second life")),
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        wm.operation("b1", "key-1").unwrap().unwrap().answer,
+        "second life"
+    );
 }
