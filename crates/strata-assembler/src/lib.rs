@@ -52,8 +52,8 @@ pub use receipt_signer::{ReceiptSigner, ReceiptSink, SignerError};
 pub use report::{Report, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{
-    PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError, StoreSpec, ToolCall,
-    TurnOptions,
+    OperationId, Outcome, PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError,
+    StoreSpec, ToolCall, TurnOptions,
 };
 pub use strata_memory::{
     FileAction, LongTermMemory, MemoryId, NewMemory, SearchOptions, SessionFile, SqliteStore,

@@ -16,6 +16,11 @@
 //!
 //! Working memory lives in the store, so a session survives a restart of the process.
 //!
+//! Every operation is atomic (ADR-0031): what it would write is held back until everything that
+//! can refuse it has run (a turn is assembled with its message pending), then written in one
+//! store transaction. A refused operation leaves the session as it was. The `_once` forms take
+//! an [`OperationId`]: a repeat gets the first answer and writes nothing.
+//!
 //! Architecture invariant: the session does I/O (the store, contributors); assembly itself
 //! stays the pure function of [`crate::Assembler`].
 
@@ -30,10 +35,11 @@ use strata_core::{
     Section, Tier, Tokenizer, ToolName, ToolPolicy, Turn,
 };
 use strata_memory::{
-    EpisodicContributor, FileAction, LongTermMemory, LongTermMemoryContributor,
-    MemoryIndexContributor, NewEntry, NewMemory, SearchOptions, SessionFilesContributor,
-    SessionState, SharedContext, SharedContextReader, SharedFactsContributor, SqliteStore,
-    StoredGoals, WorkingMemory, WorkingMemoryContributor,
+    Applied, Batch, Entry, EpisodicContributor, FileAction, LongTermMemory,
+    LongTermMemoryContributor, MemoryError, MemoryIndexContributor, NewEntry, NewMemory, Operation,
+    SearchOptions, SessionFilesContributor, SessionState, SharedContext, SharedContextReader,
+    SharedFactsContributor, SqliteStore, StoredGoals, Tail, WorkingMemory,
+    WorkingMemoryContributor,
 };
 use strata_registry::{
     builtins::WorkspaceHints, AssistantOutput, Builtins, Config, ContributionContext, Contributor,
@@ -76,6 +82,12 @@ pub enum SessionError {
     /// A caller's input is invalid.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// An operation key was used before for a different request (ADR-0031).
+    #[error("operation key `{key}` was already used for a different request on this session; use a new key for a new request")]
+    KeyReused {
+        /// The key.
+        key: String,
+    },
     /// A signed operational-mode template is longer than its tier's prompt budget (the seeds'
     /// 200, 500, 1,000 and 1,500 tokens).
     #[error("the `{mode}` template for tier {tier} of the agent definition holds {tokens} tokens, over the tier's prompt budget of {budget}; shorten it and sign the definition again")]
@@ -299,7 +311,8 @@ impl RuntimeBuilder {
         let history =
             WorkingMemoryContributor::new(store.working(), tokenizer.clone(), self.history_tokens);
         let history_meta = seeded(history.meta(), StandardSection::ConversationHistory);
-        reg(registry.register(Arc::new(history.with_meta(history_meta))))?;
+        let history = Arc::new(history.with_meta(history_meta));
+        reg(registry.register(history.clone()))?;
         let memories =
             LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
         let memories_meta = seeded(memories.meta(), StandardSection::Memory);
@@ -337,6 +350,7 @@ impl RuntimeBuilder {
             store: store.name(),
         })))?;
         Ok(Runtime {
+            history,
             agent: Arc::new(self.agent),
             assembler: Assembler::new(tokenizer.clone()),
             tokenizer,
@@ -460,6 +474,9 @@ pub struct Runtime {
     /// last prepared, to tell subscribers when it changes.
     prompts: std::sync::Mutex<std::collections::HashMap<Arc<str>, ContentHash>>,
     receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
+    /// The conversation-history contributor, which also renders the entries a turn holds back
+    /// until it is stored (ADR-0031).
+    history: Arc<WorkingMemoryContributor>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -598,6 +615,55 @@ impl Reply {
     }
 }
 
+/// A retry-safe operation (ADR-0031): the caller's key and a fingerprint of what was asked.
+/// A repeat of the operation (same key, same request) gets the first answer and writes
+/// nothing; the same key with another request is refused with [`SessionError::KeyReused`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationId {
+    key: String,
+    fingerprint: String,
+}
+
+impl OperationId {
+    /// An operation keyed `key` (1 to 255 bytes of printable ASCII) for the request whose
+    /// bytes are `request` (what the caller considers the request: for a service, the method,
+    /// path and body).
+    pub fn new(key: impl Into<String>, request: &[u8]) -> Result<OperationId, SessionError> {
+        let key = key.into();
+        strata_memory::check_operation_key(&key)?;
+        Ok(OperationId {
+            key,
+            fingerprint: ContentHash::of_bytes(request).to_hex(),
+        })
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// What an operation given an [`OperationId`] did.
+#[derive(Debug, Clone)]
+pub enum Outcome<T> {
+    /// It ran now, and this is its result.
+    Done(T),
+    /// It had run before: this is the answer recorded then. Nothing was written now.
+    Repeated(String),
+}
+
+/// An operation id with the function making a repeat's answer from the result.
+type Keyed<'a, T> = (
+    &'a OperationId,
+    &'a dyn Fn(&T) -> Result<String, SessionError>,
+);
+
+/// What applying a session's batch came to.
+enum Committed {
+    Applied(Applied),
+    Repeated(String),
+}
+
 /// A prepared turn: what to send, and what was decided.
 #[derive(Debug, Clone)]
 pub struct PreparedTurn {
@@ -636,26 +702,90 @@ impl Session<'_> {
         &self.id
     }
 
-    /// Record the user's message and prepare the request for it.
+    /// Prepare the request for the user's message and record the message with it: the message
+    /// is stored only if the turn could be prepared (ADR-0031).
     pub fn prepare(
         &self,
         user_message: &str,
         opts: &TurnOptions,
     ) -> Result<PreparedTurn, SessionError> {
+        match self.prepare_with(user_message, opts, None)? {
+            Outcome::Done(turn) => Ok(turn),
+            Outcome::Repeated(_) => Err(SessionError::Invalid(
+                "a turn prepared without an operation key was reported as a repeat".into(),
+            )),
+        }
+    }
+
+    /// [`Session::prepare`] as a retry-safe operation: `answer` makes the answer a repeat will
+    /// get from the prepared turn (a service's response body); it is stored with the message.
+    pub fn prepare_once(
+        &self,
+        op: &OperationId,
+        user_message: &str,
+        opts: &TurnOptions,
+        answer: &dyn Fn(&PreparedTurn) -> Result<String, SessionError>,
+    ) -> Result<Outcome<PreparedTurn>, SessionError> {
+        self.prepare_with(user_message, opts, Some((op, answer)))
+    }
+
+    fn prepare_with(
+        &self,
+        user_message: &str,
+        opts: &TurnOptions,
+        op: Option<Keyed<'_, PreparedTurn>>,
+    ) -> Result<Outcome<PreparedTurn>, SessionError> {
         if user_message.trim().is_empty() {
             return Err(SessionError::Invalid(
-                "the user message is empty; use continue_turn to prepare a request without one"
+                "the user message is empty; to prepare a request without a new message, continue the turn instead"
                     .into(),
             ));
         }
-        self.rt
-            .store
-            .working()
-            .append(&self.id, NewEntry::user(user_message))?;
-        self.assemble(Some(user_message), opts)
+        if let Some(answer) = self.repeated(op.map(|o| o.0))? {
+            return Ok(Outcome::Repeated(answer));
+        }
+        let wm = self.rt.store.working();
+        // Another writer may append to this session between the read of its tail and the
+        // write: the turn is then assembled again from what the session holds now.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = wm.last_seq(&self.id)?;
+            let pending = Entry {
+                seq: last.map_or(1, |l| l + 1),
+                session: self.id.clone(),
+                role: Role::User,
+                call_id: None,
+                content: user_message.into(),
+                at_ms: opts.now_ms.unwrap_or_else(now_ms),
+            };
+            let turn = self.assemble(Some(user_message), opts, std::slice::from_ref(&pending))?;
+            let operation = match op {
+                Some((id, answer)) => Some((id, answer(&turn)?)),
+                None => None,
+            };
+            let batch = Batch {
+                tail: Tail::At(last),
+                entries: vec![NewEntry::user(user_message)],
+                ..Batch::default()
+            };
+            match self.commit(batch, operation) {
+                Ok(Committed::Applied(_)) => return Ok(Outcome::Done(turn)),
+                Ok(Committed::Repeated(answer)) => return Ok(Outcome::Repeated(answer)),
+                Err(SessionError::Store(MemoryError::SessionChanged { .. })) if attempt < 3 => {
+                    tracing::debug!(
+                        session = &*self.id,
+                        attempt,
+                        "session changed meanwhile; preparing again"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
-    /// Prepare the next request without a new user message (after tool results).
+    /// Prepare the next request without a new user message (after tool results). Nothing is
+    /// written.
     pub fn continue_turn(&self, opts: &TurnOptions) -> Result<PreparedTurn, SessionError> {
         // The exchange in progress starts with the newest user entry.
         let query = self
@@ -666,15 +796,48 @@ impl Session<'_> {
             .into_iter()
             .next()
             .map(|e| e.content);
-        self.assemble(query.as_ref().map(|c| c.as_str()), opts)
+        self.assemble(query.as_ref().map(|c| c.as_str()), opts, &[])
     }
 
-    /// Record the model's reply: its text, then its tool calls; goal markers in the text are
-    /// applied (the goal manager decides what the model's own words may change).
+    /// Record the model's reply: its text, then its tool calls, all or nothing; goal markers in
+    /// the text are applied once every check of the reply has passed (the goal manager decides
+    /// what the model's own words may change).
     pub fn record_reply(&self, reply: &Reply) -> Result<MarkerReport, SessionError> {
-        let wm = self.rt.store.working();
+        match self.record_reply_with(reply, None)? {
+            Outcome::Done(report) => Ok(report),
+            Outcome::Repeated(_) => Err(SessionError::Invalid(
+                "a reply recorded without an operation key was reported as a repeat".into(),
+            )),
+        }
+    }
+
+    /// [`Session::record_reply`] as a retry-safe operation; `answer` makes a repeat's answer
+    /// from the marker report.
+    pub fn record_reply_once(
+        &self,
+        op: &OperationId,
+        reply: &Reply,
+        answer: &dyn Fn(&MarkerReport) -> Result<String, SessionError>,
+    ) -> Result<Outcome<MarkerReport>, SessionError> {
+        self.record_reply_with(reply, Some((op, answer)))
+    }
+
+    fn record_reply_with(
+        &self,
+        reply: &Reply,
+        op: Option<Keyed<'_, MarkerReport>>,
+    ) -> Result<Outcome<MarkerReport>, SessionError> {
+        if reply.text.trim().is_empty() && reply.tool_calls.is_empty() {
+            return Err(SessionError::Invalid(
+                "a reply has text, tool calls, or both; this one has neither".into(),
+            ));
+        }
+        if let Some(answer) = self.repeated(op.map(|o| o.0))? {
+            return Ok(Outcome::Repeated(answer));
+        }
+        let mut entries = Vec::with_capacity(reply.tool_calls.len() + 1);
         if !reply.text.trim().is_empty() {
-            wm.append(&self.id, NewEntry::assistant(reply.text.clone()))?;
+            entries.push(NewEntry::assistant(reply.text.clone()));
         }
         for c in &reply.tool_calls {
             if !c.arguments.is_object() {
@@ -685,14 +848,28 @@ impl Session<'_> {
             }
             // Working memory keeps the tool's name with its arguments (ADR-0016).
             let stored = serde_json::json!({ "name": c.name, "arguments": c.arguments });
-            wm.append(
-                &self.id,
-                NewEntry::tool_call(c.id.clone(), stored.to_string()),
-            )?;
+            entries.push(NewEntry::tool_call(c.id.clone(), stored.to_string()));
         }
-        Ok(self
+        // Every check the store would make, before the goal markers change anything.
+        if !reply.tool_calls.is_empty() {
+            let held = self.rt.store.working().entries(&self.id)?;
+            strata_memory::check_links(&self.id, &held, &entries)?;
+        }
+        let report = self
             .goals()?
-            .apply(&AssistantOutput::new(reply.text.as_str()))?)
+            .apply(&AssistantOutput::new(reply.text.as_str()))?;
+        let operation = match op {
+            Some((id, answer)) => Some((id, answer(&report)?)),
+            None => None,
+        };
+        let batch = Batch {
+            entries,
+            ..Batch::default()
+        };
+        Ok(match self.commit(batch, operation)? {
+            Committed::Applied(_) => Outcome::Done(report),
+            Committed::Repeated(answer) => Outcome::Repeated(answer),
+        })
     }
 
     /// This session's goals, kept in the runtime's store: a restarted process, or another
@@ -736,18 +913,85 @@ impl Session<'_> {
 
     /// Record a tool's output for the call `call_id`.
     pub fn record_tool_result(&self, call_id: &str, output: &str) -> Result<(), SessionError> {
-        self.rt
-            .store
-            .working()
-            .append(&self.id, NewEntry::tool_result(call_id, output))?;
-        Ok(())
+        self.record_tool_result_with(call_id, output, None)
+            .map(|_| ())
+    }
+
+    /// [`Session::record_tool_result`] as a retry-safe operation; `answer` is what a repeat
+    /// gets.
+    pub fn record_tool_result_once(
+        &self,
+        op: &OperationId,
+        call_id: &str,
+        output: &str,
+        answer: &str,
+    ) -> Result<Outcome<()>, SessionError> {
+        self.record_tool_result_with(call_id, output, Some((op, answer)))
+    }
+
+    fn record_tool_result_with(
+        &self,
+        call_id: &str,
+        output: &str,
+        op: Option<(&OperationId, &str)>,
+    ) -> Result<Outcome<()>, SessionError> {
+        if let Some(answer) = self.repeated(op.map(|o| o.0))? {
+            return Ok(Outcome::Repeated(answer));
+        }
+        let batch = Batch {
+            entries: vec![NewEntry::tool_result(call_id, output)],
+            ..Batch::default()
+        };
+        Ok(
+            match self.commit(batch, op.map(|(id, a)| (id, a.to_owned())))? {
+                Committed::Applied(_) => Outcome::Done(()),
+                Committed::Repeated(answer) => Outcome::Repeated(answer),
+            },
+        )
     }
 
     /// Forget this session's conversation and the files it touched; returns the conversation
     /// entries removed. The session's goals stay (the seeds never drop a goal; complete or
     /// pause it instead). The registry's section cache is cleared and subscribers are told.
     pub fn reset(&self) -> Result<usize, SessionError> {
-        let n = self.rt.store.working().clear(&self.id)?;
+        match self.reset_with(None)? {
+            Outcome::Done(n) => Ok(n),
+            Outcome::Repeated(_) => Err(SessionError::Invalid(
+                "a reset without an operation key was reported as a repeat".into(),
+            )),
+        }
+    }
+
+    /// [`Session::reset`] as a retry-safe operation; `answer` makes a repeat's answer from the
+    /// number of entries removed.
+    pub fn reset_once(
+        &self,
+        op: &OperationId,
+        answer: &dyn Fn(&usize) -> Result<String, SessionError>,
+    ) -> Result<Outcome<usize>, SessionError> {
+        self.reset_with(Some((op, answer)))
+    }
+
+    fn reset_with(&self, op: Option<Keyed<'_, usize>>) -> Result<Outcome<usize>, SessionError> {
+        if let Some(answer) = self.repeated(op.map(|o| o.0))? {
+            return Ok(Outcome::Repeated(answer));
+        }
+        // The count the answer names is the count the batch removes: the batch expects the
+        // session's tail as read here.
+        let held = self.rt.store.working().entries(&self.id)?;
+        let operation = match op {
+            Some((id, answer)) => Some((id, answer(&held.len())?)),
+            None => None,
+        };
+        let batch = Batch {
+            tail: Tail::At(held.last().map(|e| e.seq)),
+            clear: true,
+            ..Batch::default()
+        };
+        let n = match self.commit(batch, operation)? {
+            Committed::Applied(a) => a.cleared,
+            Committed::Repeated(answer) => return Ok(Outcome::Repeated(answer)),
+        };
         self.rt
             .store
             .state()
@@ -758,13 +1002,53 @@ impl Session<'_> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&self.id);
-        Ok(n)
+        Ok(Outcome::Done(n))
     }
 
+    /// The answer recorded for `op` on this session, if it ran before; refused when its key
+    /// was used for another request.
+    fn repeated(&self, op: Option<&OperationId>) -> Result<Option<String>, SessionError> {
+        let Some(op) = op else {
+            return Ok(None);
+        };
+        match self.rt.store.working().operation(&self.id, &op.key)? {
+            None => Ok(None),
+            Some(rec) if rec.fingerprint == op.fingerprint => Ok(Some(rec.answer)),
+            Some(_) => Err(SessionError::KeyReused {
+                key: op.key.clone(),
+            }),
+        }
+    }
+
+    /// Apply `batch` with the record of `operation`, if any. A concurrent run of the same
+    /// operation that got there first makes this one a repeat.
+    fn commit(
+        &self,
+        mut batch: Batch,
+        operation: Option<(&OperationId, String)>,
+    ) -> Result<Committed, SessionError> {
+        let id = operation.as_ref().map(|(id, _)| *id);
+        batch.operation = operation
+            .map(|(id, answer)| Operation::new(id.key.clone(), id.fingerprint.clone(), answer));
+        match self.rt.store.working().apply(&self.id, batch) {
+            Ok(applied) => Ok(Committed::Applied(applied)),
+            Err(MemoryError::OperationExists { .. }) => match self.repeated(id)? {
+                Some(answer) => Ok(Committed::Repeated(answer)),
+                None => Err(SessionError::Invalid(
+                    "the operation's record vanished while it was written; retry".into(),
+                )),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gather and assemble a turn; `pending` are entries the turn will store once it is
+    /// prepared, shown as the store will show them (ADR-0031).
     fn assemble(
         &self,
         query: Option<&str>,
         opts: &TurnOptions,
+        pending: &[Entry],
     ) -> Result<PreparedTurn, SessionError> {
         let rt = self.rt;
         let agent = &rt.agent;
@@ -827,7 +1111,15 @@ impl Session<'_> {
         // message and what followed it (ADR-0016).
         let history = StandardSection::ConversationHistory;
         if !history.in_mode(mode) || !history.on_path(path) {
-            sections.extend(self.current_exchange()?);
+            sections.extend(self.current_exchange(pending)?);
+        } else {
+            for e in pending {
+                let s = rt
+                    .history
+                    .section_of(e)
+                    .map_err(|err| SessionError::Registry(err.to_string()))?;
+                sections.push(native_tool_call(s)?);
+            }
         }
         sections.extend(opts.sections.iter().cloned());
         sections.extend(resolved_context);
@@ -1045,9 +1337,15 @@ impl Runtime {
 }
 
 impl Session<'_> {
-    /// The newest user entry and every entry after it, as sticky working-memory sections.
-    fn current_exchange(&self) -> Result<Vec<Section>, SessionError> {
-        let entries = self.rt.store.working().current_exchange(&self.id)?;
+    /// The newest user entry and every entry after it, as sticky working-memory sections;
+    /// with `pending` entries after them (a pending user entry starts a new exchange).
+    fn current_exchange(&self, pending: &[Entry]) -> Result<Vec<Section>, SessionError> {
+        let mut entries = if pending.iter().any(|e| e.role == Role::User) {
+            Vec::new()
+        } else {
+            self.rt.store.working().current_exchange(&self.id)?
+        };
+        entries.extend(pending.iter().cloned());
         let mut out = Vec::new();
         for e in &entries {
             let s = Section::builder(

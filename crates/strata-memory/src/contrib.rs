@@ -20,7 +20,7 @@ use crate::error::MemoryError;
 use crate::long_term::{LongTermMemory, MemoryId, SearchOptions};
 use crate::markdown::{IndexLimits, MemoryIndex, NoteGraph, WalkOptions};
 use crate::shared::{Scope, SharedContext, SharedContextReader};
-use crate::working::WorkingMemory;
+use crate::working::{Entry, WorkingMemory};
 
 fn source_err(e: MemoryError) -> ContributorError {
     ContributorError::Source(e.to_string())
@@ -235,6 +235,25 @@ impl WorkingMemoryContributor {
         self.id = id.into();
         self
     }
+
+    /// The section this contributor gives for entry `e`: what a session shows for an entry it
+    /// has not stored yet, exactly as it will show it once stored (ADR-0031).
+    pub fn section_of(&self, e: &Entry) -> Result<Section, ContributorError> {
+        let record = e.seq.to_string();
+        Ok(self
+            .meta
+            .section(
+                &self.id,
+                RuntimeLayer::WorkingMemory,
+                format!("turn/{}", e.seq),
+                e.content.clone(),
+            )
+            .map_err(core_err)?
+            .turn(e.turn())
+            .source(SourceKind::Store, self.store.store_name())
+            .record(Some(&record), Some(e.at_ms), None)
+            .build())
+    }
 }
 
 impl Contributor for WorkingMemoryContributor {
@@ -255,25 +274,7 @@ impl Contributor for WorkingMemoryContributor {
             .store
             .recent_within(&ctx.session_id, self.token_budget, self.tokenizer.as_ref())
             .map_err(source_err)?;
-        entries
-            .into_iter()
-            .map(|e| {
-                let record = e.seq.to_string();
-                Ok(self
-                    .meta
-                    .section(
-                        &self.id,
-                        RuntimeLayer::WorkingMemory,
-                        format!("turn/{}", e.seq),
-                        e.content.clone(),
-                    )
-                    .map_err(core_err)?
-                    .turn(e.turn())
-                    .source(SourceKind::Store, self.store.store_name())
-                    .record(Some(&record), Some(e.at_ms), None)
-                    .build())
-            })
-            .collect()
+        entries.iter().map(|e| self.section_of(e)).collect()
     }
 }
 

@@ -546,6 +546,19 @@ pub(crate) fn check_batch_links(
     Ok(())
 }
 
+/// Check that `new` entries may follow `held`, the entries a session holds: the pairing rules
+/// of [`WorkingMemory::apply`], for a caller that must know before it writes anything else.
+pub fn check_links(session: &str, held: &[Entry], new: &[NewEntry]) -> Result<()> {
+    check_batch_links(session, new, |id| {
+        let mut state = CallState::default();
+        for e in held.iter().filter(|e| e.call_id.as_deref() == Some(id)) {
+            state.has_call |= e.role == Role::ToolCall;
+            state.has_result |= e.role == Role::ToolResult;
+        }
+        Ok(state)
+    })
+}
+
 /// Refuse a batch whose tail is not the session's.
 pub(crate) fn check_tail(session: &str, tail: Tail, last: Option<u64>) -> Result<()> {
     match tail {
