@@ -1005,8 +1005,15 @@ impl Session<'_> {
         Ok(Outcome::Done(n))
     }
 
-    /// The answer recorded for `op` on this session, if it ran before; refused when its key
-    /// was used for another request.
+    /// The answer recorded for `op` on this session if it ran before (and its record has not
+    /// expired); [`SessionError::KeyReused`] when its key was used for another request. A
+    /// service asks this first, so that a repeat is answered before any check of the session's
+    /// state (a reset session no longer exists, yet its reset repeats).
+    pub fn repeated_answer(&self, op: &OperationId) -> Result<Option<String>, SessionError> {
+        self.repeated(Some(op))
+    }
+
+    /// [`Session::repeated_answer`] for an optional operation.
     fn repeated(&self, op: Option<&OperationId>) -> Result<Option<String>, SessionError> {
         let Some(op) = op else {
             return Ok(None);

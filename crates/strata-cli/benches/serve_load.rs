@@ -132,6 +132,7 @@ fn start_server(dir: &Path, db: &Path, extra: &[PathBuf]) -> (Child, String, Dur
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg("serve")
+        .args(["--model", "bench-model"])
         .args(extra)
         .arg("--agent")
         .arg(demo.join("agent.signed.json"))

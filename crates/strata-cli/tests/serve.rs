@@ -577,6 +577,7 @@ fn a_unix_socket_serves_the_same_api_owner_only() {
         .arg(&token_file)
         .arg("--store")
         .arg(dir.path().join("m.db"))
+        .args(["--model", "test-model"])
         .args(["--unix", &sock_arg])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -28,6 +28,17 @@ pub enum ErrorCode {
     BodyTooLarge,
     /// 422: the signed identity and sticky sections do not fit the budget.
     Budget,
+    /// 422: the user's message cannot be sent even cut to its head and tail; nothing was
+    /// recorded.
+    MessageTooLarge,
+    /// 422: the `Idempotency-Key` was used before for a different request on this session.
+    IdempotencyKeyReused,
+    /// 409: the session changed while the request was prepared, again and again; retry.
+    SessionConflict,
+    /// 503: the memory store cannot be reached; retry after `Retry-After` seconds.
+    StoreUnavailable,
+    /// 408: the request body did not arrive within the read timeout.
+    RequestTimeout,
     /// 503: the concurrency limit is reached; retry after `Retry-After` seconds.
     Overloaded,
     /// 503: the request took longer than the configured timeout.
@@ -47,10 +58,15 @@ impl ErrorCode {
             ErrorCode::UnknownSession | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::Budget => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::Overloaded | ErrorCode::Timeout | ErrorCode::AgentUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
+            ErrorCode::Budget | ErrorCode::MessageTooLarge | ErrorCode::IdempotencyKeyReused => {
+                StatusCode::UNPROCESSABLE_ENTITY
             }
+            ErrorCode::SessionConflict => StatusCode::CONFLICT,
+            ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::Overloaded
+            | ErrorCode::Timeout
+            | ErrorCode::AgentUnavailable
+            | ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -65,6 +81,11 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::BodyTooLarge => "body_too_large",
             ErrorCode::Budget => "budget",
+            ErrorCode::MessageTooLarge => "message_too_large",
+            ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
+            ErrorCode::SessionConflict => "session_conflict",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Timeout => "timeout",
             ErrorCode::AgentUnavailable => "agent_unavailable",
@@ -155,13 +176,19 @@ impl From<SessionError> for ApiError {
         let message = e.to_string();
         let code = match &e {
             SessionError::Invalid(_) | SessionError::Goals(_) => ErrorCode::InvalidRequest,
+            SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
             SessionError::Store(m) => match m {
                 MemoryError::Invalid { .. } => ErrorCode::InvalidRequest,
                 MemoryError::EntryTooLarge { .. } => ErrorCode::BodyTooLarge,
+                MemoryError::SessionChanged { .. } => ErrorCode::SessionConflict,
+                MemoryError::ConnectionLost { .. } | MemoryError::Locked { .. } => {
+                    ErrorCode::StoreUnavailable
+                }
                 _ => ErrorCode::Internal,
             },
             SessionError::Assemble(a) => match a {
                 AssembleError::AgentNotValid(_) => ErrorCode::AgentUnavailable,
+                AssembleError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
                 AssembleError::IdentityExceedsBudget { .. }
                 | AssembleError::StickyExceedsBudget { .. }
                 | AssembleError::CharsExceeded { .. }
@@ -173,7 +200,16 @@ impl From<SessionError> for ApiError {
         if code == ErrorCode::Internal {
             tracing::error!(error = %message, "session step failed");
         }
-        ApiError::new(code, message)
+        let mut err = ApiError::new(code, message);
+        // Passing conditions carry Retry-After (ADR-0033).
+        if code == ErrorCode::StoreUnavailable {
+            tracing::warn!(error = %err.message, "the memory store is unavailable");
+            err.retry_after = Some(1);
+        }
+        if code == ErrorCode::SessionConflict {
+            err.retry_after = Some(1);
+        }
+        err
     }
 }
 

@@ -76,9 +76,9 @@ pub struct ServeArgs {
     /// Provider the requests are written for: anthropic, openai-chat or openai-responses.
     #[arg(long, default_value = "anthropic")]
     pub provider: Provider,
-    /// Model named in the requests.
-    #[arg(long, default_value = "claude-sonnet-5-5")]
-    pub model: String,
+    /// Model named in the requests (required: the operator chooses it; or set STRATA_MODEL).
+    #[arg(long, value_name = "NAME", env = "STRATA_MODEL")]
+    pub model: Option<String>,
     /// Maximum output tokens written into the requests.
     #[arg(long, default_value_t = 1024)]
     pub max_tokens: u32,
@@ -125,6 +125,10 @@ pub struct ServeArgs {
     /// Seconds shutdown waits for in-flight requests.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace_secs: u64,
+    /// Seconds a client may take to send a request's headers, and again its body; a request
+    /// takes a concurrency slot only once its body has arrived.
+    #[arg(long, default_value_t = 10)]
+    pub read_timeout_secs: u64,
     /// Check the definition and trust store files this often (seconds) and reload on change;
     /// 0 turns the watcher off (SIGHUP still reloads).
     #[arg(long, default_value_t = 2)]
@@ -145,6 +149,11 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
     let (Some(agent), Some(trust)) = (&args.agent, &args.trust) else {
         return Err(CliError::Usage(
             "--agent and --trust are required to serve".into(),
+        ));
+    };
+    let Some(model) = args.model.as_deref().filter(|m| !m.trim().is_empty()) else {
+        return Err(CliError::Usage(
+            "--model is required to serve: name the model the requests are written for (e.g. `--model claude-sonnet-4-5`), or set STRATA_MODEL".into(),
         ));
     };
     super::require_file(agent, "signed agent definition")?;
@@ -204,7 +213,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             store,
             config: args.config.clone(),
             provider: args.provider,
-            model: args.model.clone(),
+            model: model.to_owned(),
             max_tokens: args.max_tokens,
             receipt_key: args.receipt_key.clone(),
         },
@@ -226,6 +235,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             request_timeout: Duration::from_secs(args.timeout_secs.max(1)),
             concurrency: args.concurrency.max(1),
             shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+            read_timeout: Duration::from_secs(args.read_timeout_secs.max(1)),
         },
         log_content: args.log_content,
         watch: (args.watch_secs > 0).then(|| Duration::from_secs(args.watch_secs)),

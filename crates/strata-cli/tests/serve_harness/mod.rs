@@ -112,6 +112,10 @@ pub struct Resp {
     pub retry_after: Option<String>,
     /// `WWW-Authenticate`.
     pub www_authenticate: Option<String>,
+    /// `Idempotent-Replayed: true` was sent: the answer is a repeat's.
+    pub replayed: bool,
+    /// The body as sent.
+    pub text: String,
 }
 
 impl Resp {
@@ -169,6 +173,9 @@ impl Server {
             .arg("--token-file")
             .arg(&token_file)
             .args(["--listen", "127.0.0.1:0"]);
+        if !extra.contains(&"--model") {
+            cmd.args(["--model", "test-model"]);
+        }
         if !extra.contains(&"--watch-secs") {
             cmd.args(["--watch-secs", "0"]);
         }
@@ -220,6 +227,23 @@ impl Server {
         body: Option<&Value>,
         token: Option<&str>,
     ) -> Resp {
+        self.call_with(method, path, body, token, &[])
+    }
+
+    /// A request with the token and an `Idempotency-Key`.
+    pub fn keyed(&self, method: &str, path: &str, body: Option<&Value>, key: &str) -> Resp {
+        self.call_with(method, path, body, Some(TOKEN), &[("Idempotency-Key", key)])
+    }
+
+    /// A request with the harness token (or `token`) and more headers.
+    pub fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
         let url = format!("{}{path}", self.url);
         let auth = token.map(|t| format!("Bearer {t}"));
         let resp = match (method, body) {
@@ -232,12 +256,18 @@ impl Server {
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }
+                for (k, v) in headers {
+                    r = r.header(*k, *v);
+                }
                 r.call()
             }
             (_, b) => {
                 let mut r = self.agent.post(&url);
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
+                }
+                for (k, v) in headers {
+                    r = r.header(*k, *v);
                 }
                 match b {
                     Some(v) => r
@@ -258,13 +288,16 @@ impl Server {
         };
         let retry_after = header("retry-after");
         let www_authenticate = header("www-authenticate");
+        let replayed = header("idempotent-replayed").as_deref() == Some("true");
         let text = resp.body_mut().read_to_string().unwrap_or_default();
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        let body = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone()));
         Resp {
             status,
             body,
             retry_after,
             www_authenticate,
+            replayed,
+            text,
         }
     }
 

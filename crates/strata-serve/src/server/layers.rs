@@ -1,5 +1,6 @@
-//! The layers around the routes: [`guard`] (the concurrency limit, the request timeout, the
-//! body limit, metrics and the access log) around every matched route, and [`require_token`]
+//! The layers around the routes: [`guard`] (the body read within its timeout, then the
+//! concurrency limit, the request timeout, the body limit, metrics and the access log) around
+//! every matched route, and [`require_token`]
 //! (the bearer token) around every route beyond health, readiness and this document.
 
 use std::sync::Arc;
@@ -22,6 +23,20 @@ pub(super) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: N
     let method = req.method().clone();
     let started = Instant::now();
     let exempt = matches!(route.as_str(), "/healthz" | "/readyz");
+    // The body is read before a concurrency slot is taken, within the read timeout, so that
+    // clients sending slowly hold a connection but no slot (ADR-0033).
+    let req = match read_body(&st, req).await {
+        Ok(req) => req,
+        Err(resp) => {
+            st.metrics.request(
+                &route,
+                method.as_str(),
+                resp.status().as_u16(),
+                started.elapsed().as_secs_f64(),
+            );
+            return *resp;
+        }
+    };
     let permit = if exempt {
         None
     } else {
@@ -112,6 +127,50 @@ pub(super) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: N
         "request"
     );
     resp
+}
+
+/// `req` with its body read into memory, within the read timeout and the body limit; a body
+/// declared or found larger than the limit is `413 body_too_large`, one not sent in time is
+/// `408 request_timeout`.
+async fn read_body(st: &AppState, req: Request) -> Result<Request, Box<Response>> {
+    let limit = st.limits.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|l| l > limit) {
+        // Left to the check below, which reads a bounded part of it first.
+        return Ok(req);
+    }
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(st.limits.read_timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, axum::body::Body::from(bytes))),
+        Ok(Err(_)) => Err(Box::new(
+            ApiError::new(
+                ErrorCode::BodyTooLarge,
+                format!(
+                    "the request body is over the server's limit of {limit} bytes (--max-body-bytes); send less, or raise the limit"
+                ),
+            )
+            .into_response(),
+        )),
+        Err(_) => {
+            let mut resp = ApiError::new(
+                ErrorCode::RequestTimeout,
+                format!(
+                    "the request body did not arrive within {} s; send it at once, and retry",
+                    st.limits.read_timeout.as_secs_f64()
+                ),
+            )
+            .into_response();
+            resp.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            Err(Box::new(resp))
+        }
+    }
 }
 
 /// Every protected route needs `Authorization: Bearer <token>` with an accepted token.

@@ -73,6 +73,11 @@ pub struct Limits {
     pub concurrency: usize,
     /// How long shutdown waits for in-flight requests (default 30 s).
     pub shutdown_grace: Duration,
+    /// Longest a client may take to send a request's headers, and again its body; past it the
+    /// connection is closed (headers) or `408 request_timeout` is answered (body). A request
+    /// takes a concurrency slot only once its body is read, so slow senders cannot hold the
+    /// slots (default 10 s).
+    pub read_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -83,6 +88,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(30),
             concurrency: 64,
             shutdown_grace: Duration::from_secs(30),
+            read_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -232,6 +238,7 @@ pub async fn serve(
         receipt_log,
     } = opts;
     let grace = limits.shutdown_grace;
+    let read_timeout = limits.read_timeout;
     let state = {
         let source = source;
         tokio::task::spawn_blocking(move || {
@@ -290,18 +297,25 @@ pub async fn serve(
             let make = app.into_make_service();
             on_ready(&Bound::Tcp(format!("{scheme}://{local}")));
             match tls_config {
-                Some(cfg) => axum_server::tls_rustls::from_tcp_rustls(listener, cfg)
-                    .map_err(io("TLS listener"))?
-                    .handle(handle)
-                    .serve(make)
-                    .await
-                    .map_err(io("serving"))?,
-                None => axum_server::from_tcp(listener)
-                    .map_err(io("listener"))?
-                    .handle(handle)
-                    .serve(make)
-                    .await
-                    .map_err(io("serving"))?,
+                Some(cfg) => {
+                    let mut server = axum_server::tls_rustls::from_tcp_rustls(listener, cfg)
+                        .map_err(io("TLS listener"))?;
+                    header_timeout(server.http_builder(), read_timeout);
+                    server
+                        .handle(handle)
+                        .serve(make)
+                        .await
+                        .map_err(io("serving"))?;
+                }
+                None => {
+                    let mut server = axum_server::from_tcp(listener).map_err(io("listener"))?;
+                    header_timeout(server.http_builder(), read_timeout);
+                    server
+                        .handle(handle)
+                        .serve(make)
+                        .await
+                        .map_err(io("serving"))?;
+                }
             }
         }
         Listen::Unix(path) => {
@@ -322,18 +336,15 @@ pub async fn serve(
             on_ready(&Bound::Unix(path.clone()));
             let served = match tls_config {
                 Some(cfg) => {
-                    axum_server::tls_rustls::from_unix_rustls(listener, cfg)
-                        .map_err(io("TLS listener"))?
-                        .handle(handle)
-                        .serve(make)
-                        .await
+                    let mut server = axum_server::tls_rustls::from_unix_rustls(listener, cfg)
+                        .map_err(io("TLS listener"))?;
+                    header_timeout(server.http_builder(), read_timeout);
+                    server.handle(handle).serve(make).await
                 }
                 None => {
-                    axum_server::from_unix(listener)
-                        .map_err(io("listener"))?
-                        .handle(handle)
-                        .serve(make)
-                        .await
+                    let mut server = axum_server::from_unix(listener).map_err(io("listener"))?;
+                    header_timeout(server.http_builder(), read_timeout);
+                    server.handle(handle).serve(make).await
                 }
             };
             let _ = std::fs::remove_file(&path);
@@ -342,6 +353,14 @@ pub async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Close a connection whose client takes longer than `t` to send a request's headers.
+fn header_timeout(
+    builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    t: Duration,
+) {
+    builder.http1().header_read_timeout(t);
 }
 
 fn remove_stale_socket(path: &std::path::Path) -> Result<(), ServeError> {

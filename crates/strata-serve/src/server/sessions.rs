@@ -4,19 +4,57 @@
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 use serde_json::{json, Value};
 use strata_assembler::{
-    AnnouncedTool, AssemblyPath, PromptMode, Reply, SectionSpec, ToolCall, ToolName, TurnOptions,
+    AnnouncedTool, AssemblyPath, OperationId, Outcome, PreparedTurn, PromptMode, Reply,
+    SectionSpec, Session, SessionError, ToolCall, ToolName, TurnOptions,
 };
 
-use super::extract::{blocking, ApiJson, SessionId};
+use super::extract::{blocking, Keyed, KeyedJson, SessionId};
 use super::AppState;
 use crate::api::{
     Recorded, Removed, ReplyRequest, ReplyResponse, SessionView, ToolResultRequest, TurnEntry,
     TurnRequest, TurnResponse,
 };
 use crate::error::{ApiError, ErrorCode};
+
+/// The header a repeated operation's answer carries.
+const REPLAYED: &str = "idempotent-replayed";
+
+/// A 200 answer with a JSON body written once: the same bytes for the first answer and for
+/// every repeat (ADR-0031).
+fn answer(body: String, replayed: bool) -> Response {
+    let mut resp = (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    if replayed {
+        resp.headers_mut()
+            .insert(REPLAYED, HeaderValue::from_static("true"));
+    }
+    resp
+}
+
+/// `value` as the JSON of an answer.
+fn to_json<T: Serialize>(value: &T) -> Result<String, SessionError> {
+    serde_json::to_string(value).map_err(|e| SessionError::Invalid(format!("response: {e}")))
+}
+
+/// The recorded answer of `op` on `session`, if the operation ran before.
+fn replay(session: &Session<'_>, op: Option<&OperationId>) -> Result<Option<Response>, ApiError> {
+    match op {
+        Some(op) => Ok(session.repeated_answer(op)?.map(|a| answer(a, true))),
+        None => Ok(None),
+    }
+}
 
 fn turn_options(
     st: &AppState,
@@ -69,7 +107,8 @@ fn turn_options(
 /// Prepare a turn: record the user's message (if any) and return the provider request.
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/turns", operation_id = "prepare_turn",
     tag = "sessions", security(("bearer" = [])),
-    params(("session_id" = String, Path, description = "1-128 characters of [A-Za-z0-9._:-]")),
+    params(("session_id" = String, Path, description = "1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit, without `..`"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing")),
     request_body = TurnRequest,
     responses(
         (status = 200, description = "The request to send", body = TurnResponse),
@@ -77,13 +116,14 @@ fn turn_options(
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
         (status = 404, description = "Continuing a session with no turns", body = crate::error::ErrorBody),
         (status = 413, description = "Body or section over the limit", body = crate::error::ErrorBody),
-        (status = 422, description = "The identity and sticky sections do not fit", body = crate::error::ErrorBody),
-        (status = 503, description = "Overloaded, timed out or agent not valid", body = crate::error::ErrorBody)))]
+        (status = 409, description = "The session kept changing while the turn was prepared; retry", body = crate::error::ErrorBody),
+        (status = 422, description = "The identity and sticky sections do not fit, the message cannot fit even cut, or the Idempotency-Key was used for another request", body = crate::error::ErrorBody),
+        (status = 503, description = "Overloaded, timed out, agent not valid or store unavailable", body = crate::error::ErrorBody)))]
 pub(super) async fn prepare_turn(
     State(st): State<Arc<AppState>>,
     SessionId(id): SessionId,
-    ApiJson(req): ApiJson<TurnRequest>,
-) -> Result<Json<TurnResponse>, ApiError> {
+    KeyedJson { body: req, op }: KeyedJson<TurnRequest>,
+) -> Result<Response, ApiError> {
     let loaded = st.current_valid()?;
     let (message, opts) = turn_options(&st, req)?;
     if st.log_content {
@@ -93,69 +133,107 @@ pub(super) async fn prepare_turn(
     blocking(move || {
         let rt = loaded.rt();
         let session = rt.session(id.as_str());
-        let prepared = match &message {
-            Some(m) => session.prepare(m, &opts)?,
-            None => {
+        if let Some(done) = replay(&session, op.as_ref())? {
+            return Ok(done);
+        }
+        // The response is written before the turn is stored, so a repeat gets these bytes.
+        let made = std::cell::RefCell::new(None::<String>);
+        let respond = |prepared: &PreparedTurn| -> Result<String, SessionError> {
+            let response =
+                turn_response(&st2, &id, prepared).map_err(|e| SessionError::Invalid(e.message))?;
+            let body = to_json(&response)?;
+            *made.borrow_mut() = Some(body.clone());
+            Ok(body)
+        };
+        let (prepared, body) = match (&message, &op) {
+            (Some(m), Some(op)) => match session.prepare_once(op, m, &opts, &respond)? {
+                Outcome::Done(p) => {
+                    let body = made.take().ok_or_else(|| {
+                        ApiError::new(ErrorCode::Internal, "the turn's response was not written")
+                    })?;
+                    (p, body)
+                }
+                Outcome::Repeated(a) => return Ok(answer(a, true)),
+            },
+            (Some(m), None) => {
+                let p = session.prepare(m, &opts)?;
+                let body = respond(&p)?;
+                (p, body)
+            }
+            (None, _) => {
                 if !session.exists()? {
                     return Err(ApiError::unknown_session(&id));
                 }
-                session.continue_turn(&opts)?
+                let p = session.continue_turn(&opts)?;
+                let body = respond(&p)?;
+                (p, body)
             }
         };
         st2.metrics.turn(prepared.report());
-        let report = serde_json::to_value(prepared.report())
-            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("report: {e}")))?;
-        let receipt = match &prepared.receipt {
-            Some(r) => {
-                let envelope = r.to_json();
-                if let Some(log) = &st2.receipt_log {
-                    // The receipt is on disk before the turn is acknowledged.
-                    log.lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .append(envelope.as_bytes())
-                        .map_err(|e| {
-                            tracing::error!(error = %e, "appending a receipt");
-                            ApiError::new(
-                                ErrorCode::Internal,
-                                format!("the receipt could not be logged: {e}"),
-                            )
-                        })?;
-                }
-                Some(
-                    serde_json::from_str::<Value>(&envelope)
-                        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("receipt: {e}")))?,
-                )
-            }
-            None => None,
-        };
-        Ok(Json(TurnResponse {
-            session_id: id,
-            provider: st2.settings.provider.name().to_owned(),
-            identity_digest: prepared.identity_digest().to_string(),
-            request: prepared.body,
-            report,
-            receipt,
-        }))
+        Ok(answer(body, false))
     })
     .await
+}
+
+/// The response to a prepared turn; its receipt, when the runtime signs one, is appended to
+/// the receipt log first.
+fn turn_response(
+    st: &AppState,
+    id: &str,
+    prepared: &PreparedTurn,
+) -> Result<TurnResponse, ApiError> {
+    let report = serde_json::to_value(prepared.report())
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("report: {e}")))?;
+    let receipt = match &prepared.receipt {
+        Some(r) => {
+            let envelope = r.to_json();
+            if let Some(log) = &st.receipt_log {
+                // The receipt is on disk before the turn is acknowledged.
+                log.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .append(envelope.as_bytes())
+                    .map_err(|e| {
+                        tracing::error!(error = %e, "appending a receipt");
+                        ApiError::new(
+                            ErrorCode::Internal,
+                            format!("the receipt could not be logged: {e}"),
+                        )
+                    })?;
+            }
+            Some(
+                serde_json::from_str::<Value>(&envelope)
+                    .map_err(|e| ApiError::new(ErrorCode::Internal, format!("receipt: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    Ok(TurnResponse {
+        session_id: id.to_owned(),
+        provider: st.settings.provider.name().to_owned(),
+        identity_digest: prepared.identity_digest().to_string(),
+        request: prepared.body.clone(),
+        report,
+        receipt,
+    })
 }
 
 /// Record the model's reply (text and tool calls).
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/replies", operation_id = "record_reply",
     tag = "sessions", security(("bearer" = [])),
-    params(("session_id" = String, Path, description = "The session")),
+    params(("session_id" = String, Path, description = "The session"), ("Idempotency-Key" = Option<String>, Header, description = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing")),
     request_body = ReplyRequest,
     responses(
         (status = 200, description = "Recorded", body = ReplyResponse),
         (status = 400, description = "Invalid request", body = crate::error::ErrorBody),
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
         (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
-        (status = 503, description = "Overloaded, timed out or agent not valid", body = crate::error::ErrorBody)))]
+        (status = 422, description = "The Idempotency-Key was used for another request", body = crate::error::ErrorBody),
+        (status = 503, description = "Overloaded, timed out, agent not valid or store unavailable", body = crate::error::ErrorBody)))]
 pub(super) async fn record_reply(
     State(st): State<Arc<AppState>>,
     SessionId(id): SessionId,
-    ApiJson(req): ApiJson<ReplyRequest>,
-) -> Result<Json<ReplyResponse>, ApiError> {
+    KeyedJson { body: req, op }: KeyedJson<ReplyRequest>,
+) -> Result<Response, ApiError> {
     let loaded = st.current_valid()?;
     let mut reply = Reply::text(req.text);
     for c in req.tool_calls {
@@ -177,21 +255,32 @@ pub(super) async fn record_reply(
     }
     blocking(move || {
         let session = loaded.rt().session(id.as_str());
+        if let Some(done) = replay(&session, op.as_ref())? {
+            return Ok(done);
+        }
         if !session.exists()? {
             return Err(ApiError::unknown_session(&id));
         }
-        let report = session.record_reply(&reply)?;
-        let refused: Vec<Value> = report
-            .refused()
-            .map(|(m, why)| json!({ "marker": format!("{m:?}"), "reason": why }))
-            .collect();
-        Ok(Json(ReplyResponse {
-            goals: json!({
-                "markers": report.outcomes.len(),
-                "refused": refused,
-                "malformed": report.malformed.len(),
-            }),
-        }))
+        let respond = |report: &strata_assembler::MarkerReport| -> Result<String, SessionError> {
+            let refused: Vec<Value> = report
+                .refused()
+                .map(|(m, why)| json!({ "marker": format!("{m:?}"), "reason": why }))
+                .collect();
+            to_json(&ReplyResponse {
+                goals: json!({
+                    "markers": report.outcomes.len(),
+                    "refused": refused,
+                    "malformed": report.malformed.len(),
+                }),
+            })
+        };
+        Ok(match &op {
+            Some(op) => match session.record_reply_once(op, &reply, &respond)? {
+                Outcome::Done(report) => answer(respond(&report)?, false),
+                Outcome::Repeated(a) => answer(a, true),
+            },
+            None => answer(respond(&session.record_reply(&reply)?)?, false),
+        })
     })
     .await
 }
@@ -199,7 +288,7 @@ pub(super) async fn record_reply(
 /// Record a tool's output.
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/tool-results",
     operation_id = "record_tool_result", tag = "sessions", security(("bearer" = [])),
-    params(("session_id" = String, Path, description = "The session")),
+    params(("session_id" = String, Path, description = "The session"), ("Idempotency-Key" = Option<String>, Header, description = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing")),
     request_body = ToolResultRequest,
     responses(
         (status = 200, description = "Recorded", body = Recorded),
@@ -207,12 +296,13 @@ pub(super) async fn record_reply(
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
         (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
         (status = 413, description = "Output over the section limit", body = crate::error::ErrorBody),
-        (status = 503, description = "Overloaded, timed out or agent not valid", body = crate::error::ErrorBody)))]
+        (status = 422, description = "The Idempotency-Key was used for another request", body = crate::error::ErrorBody),
+        (status = 503, description = "Overloaded, timed out, agent not valid or store unavailable", body = crate::error::ErrorBody)))]
 pub(super) async fn record_tool_result(
     State(st): State<Arc<AppState>>,
     SessionId(id): SessionId,
-    ApiJson(req): ApiJson<ToolResultRequest>,
-) -> Result<Json<Recorded>, ApiError> {
+    KeyedJson { body: req, op }: KeyedJson<ToolResultRequest>,
+) -> Result<Response, ApiError> {
     let loaded = st.current_valid()?;
     st.limits
         .check_section("the tool output", req.output.len())?;
@@ -221,11 +311,25 @@ pub(super) async fn record_tool_result(
     }
     blocking(move || {
         let session = loaded.rt().session(id.as_str());
+        if let Some(done) = replay(&session, op.as_ref())? {
+            return Ok(done);
+        }
         if !session.exists()? {
             return Err(ApiError::unknown_session(&id));
         }
-        session.record_tool_result(&req.call_id, &req.output)?;
-        Ok(Json(Recorded { recorded: true }))
+        let body = to_json(&Recorded { recorded: true })?;
+        Ok(match &op {
+            Some(op) => {
+                match session.record_tool_result_once(op, &req.call_id, &req.output, &body)? {
+                    Outcome::Done(()) => answer(body, false),
+                    Outcome::Repeated(a) => answer(a, true),
+                }
+            }
+            None => {
+                session.record_tool_result(&req.call_id, &req.output)?;
+                answer(body, false)
+            }
+        })
     })
     .await
 }
@@ -265,16 +369,28 @@ pub(super) async fn get_session(
     .await
 }
 
-async fn remove(st: Arc<AppState>, id: String) -> Result<Json<Removed>, ApiError> {
+async fn remove(
+    st: Arc<AppState>,
+    id: String,
+    op: Option<OperationId>,
+) -> Result<Response, ApiError> {
     let loaded = st.loaded();
     blocking(move || {
         let session = loaded.rt().session(id.as_str());
+        if let Some(done) = replay(&session, op.as_ref())? {
+            return Ok(done);
+        }
         if !session.exists()? {
             return Err(ApiError::unknown_session(&id));
         }
-        Ok(Json(Removed {
-            removed: session.reset()?,
-        }))
+        let respond = |n: &usize| to_json(&Removed { removed: *n });
+        Ok(match &op {
+            Some(op) => match session.reset_once(op, &respond)? {
+                Outcome::Done(n) => answer(respond(&n)?, false),
+                Outcome::Repeated(a) => answer(a, true),
+            },
+            None => answer(respond(&session.reset()?)?, false),
+        })
     })
     .await
 }
@@ -282,7 +398,7 @@ async fn remove(st: Arc<AppState>, id: String) -> Result<Json<Removed>, ApiError
 /// Forget a session's conversation.
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/reset", operation_id = "reset_session",
     tag = "sessions", security(("bearer" = [])),
-    params(("session_id" = String, Path, description = "The session")),
+    params(("session_id" = String, Path, description = "The session"), ("Idempotency-Key" = Option<String>, Header, description = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing")),
     responses(
         (status = 200, description = "Entries removed", body = Removed),
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
@@ -290,14 +406,15 @@ async fn remove(st: Arc<AppState>, id: String) -> Result<Json<Removed>, ApiError
 pub(super) async fn reset_session(
     State(st): State<Arc<AppState>>,
     SessionId(id): SessionId,
-) -> Result<Json<Removed>, ApiError> {
-    remove(st, id).await
+    Keyed(op): Keyed,
+) -> Result<Response, ApiError> {
+    remove(st, id, op).await
 }
 
 /// Delete a session (its conversation and per-session state).
 #[utoipa::path(delete, path = "/v1/sessions/{session_id}", operation_id = "delete_session",
     tag = "sessions", security(("bearer" = [])),
-    params(("session_id" = String, Path, description = "The session")),
+    params(("session_id" = String, Path, description = "The session"), ("Idempotency-Key" = Option<String>, Header, description = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing")),
     responses(
         (status = 200, description = "Entries removed", body = Removed),
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
@@ -305,6 +422,7 @@ pub(super) async fn reset_session(
 pub(super) async fn delete_session(
     State(st): State<Arc<AppState>>,
     SessionId(id): SessionId,
-) -> Result<Json<Removed>, ApiError> {
-    remove(st, id).await
+    Keyed(op): Keyed,
+) -> Result<Response, ApiError> {
+    remove(st, id, op).await
 }
