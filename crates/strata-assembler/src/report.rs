@@ -139,6 +139,28 @@ pub struct ToolsReport {
     pub refused: Vec<(String, String)>,
 }
 
+impl ToolsReport {
+    /// The refused tools as named records.
+    pub fn refused_tools(&self) -> Vec<RefusedTool> {
+        self.refused
+            .iter()
+            .map(|(name, reason)| RefusedTool {
+                name: name.clone(),
+                reason: reason.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A tool the request does not offer, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedTool {
+    /// The tool's name as announced.
+    pub name: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
 /// A cache breakpoint for providers that cache prompt prefixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Breakpoint {

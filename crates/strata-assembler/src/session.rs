@@ -658,6 +658,19 @@ type Keyed<'a, T> = (
     &'a dyn Fn(&T) -> Result<String, SessionError>,
 );
 
+/// The name of the document holding a session's tools.
+const TOOLS_DOC: &str = "tools";
+
+/// A session's tools between turns (ADR-0031): those the last turn that named tools offered,
+/// and the definition of every tool a call of the session named.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct SessionTools {
+    #[serde(default)]
+    offered: Option<Vec<AnnouncedTool>>,
+    #[serde(default)]
+    called: std::collections::BTreeMap<String, AnnouncedTool>,
+}
+
 /// What applying a session's batch came to.
 enum Committed {
     Applied(Applied),
@@ -686,6 +699,12 @@ impl PreparedTurn {
     /// The identity digest the request was built from.
     pub fn identity_digest(&self) -> ContentHash {
         self.context.inner.identity_digest
+    }
+
+    /// The tools announced for this turn that the request does not offer, with the reason of
+    /// each (not in the signed allowlist, definition changed, restricted by the caller...).
+    pub fn refused_tools(&self) -> Vec<crate::report::RefusedTool> {
+        self.context.inner.report.tools.refused_tools()
     }
 }
 
@@ -770,7 +789,10 @@ impl Session<'_> {
                 ..Batch::default()
             };
             match self.commit(batch, operation) {
-                Ok(Committed::Applied(_)) => return Ok(Outcome::Done(turn)),
+                Ok(Committed::Applied(_)) => {
+                    self.keep_offered(opts)?;
+                    return Ok(Outcome::Done(turn));
+                }
                 Ok(Committed::Repeated(answer)) => return Ok(Outcome::Repeated(answer)),
                 Err(SessionError::Store(MemoryError::SessionChanged { .. })) if attempt < 3 => {
                     tracing::debug!(
@@ -796,7 +818,9 @@ impl Session<'_> {
             .into_iter()
             .next()
             .map(|e| e.content);
-        self.assemble(query.as_ref().map(|c| c.as_str()), opts, &[])
+        let turn = self.assemble(query.as_ref().map(|c| c.as_str()), opts, &[])?;
+        self.keep_offered(opts)?;
+        Ok(turn)
     }
 
     /// Record the model's reply: its text, then its tool calls, all or nothing; goal markers in
@@ -867,8 +891,90 @@ impl Session<'_> {
             ..Batch::default()
         };
         Ok(match self.commit(batch, operation)? {
-            Committed::Applied(_) => Outcome::Done(report),
+            Committed::Applied(_) => {
+                self.keep_called(reply)?;
+                Outcome::Done(report)
+            }
             Committed::Repeated(answer) => Outcome::Repeated(answer),
+        })
+    }
+
+    /// The tools this session keeps between turns.
+    fn session_tools(&self) -> Result<SessionTools, SessionError> {
+        match self.rt.store.state().state(&self.id, TOOLS_DOC)? {
+            None => Ok(SessionTools::default()),
+            Some(doc) => serde_json::from_str(&doc.value).map_err(|e| {
+                SessionError::Invalid(format!(
+                    "the stored tools of session `{}` are not valid ({e}); reset the session",
+                    self.id
+                ))
+            }),
+        }
+    }
+
+    /// Change this session's kept tools with `f` (read, change, write if unchanged meanwhile).
+    fn update_tools(&self, f: impl Fn(&mut SessionTools) -> bool) -> Result<(), SessionError> {
+        let state = self.rt.store.state();
+        for _ in 0..16 {
+            let doc = state.state(&self.id, TOOLS_DOC)?;
+            let mut tools: SessionTools = match &doc {
+                Some(d) => serde_json::from_str(&d.value).unwrap_or_default(),
+                None => SessionTools::default(),
+            };
+            if !f(&mut tools) {
+                return Ok(());
+            }
+            let json = serde_json::to_string(&tools)
+                .map_err(|e| SessionError::Invalid(format!("session tools: {e}")))?;
+            if state
+                .put_state(&self.id, TOOLS_DOC, &json, doc.map(|d| d.version))?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+        Err(SessionError::Invalid(
+            "the session's tools kept changing while they were written; retry".into(),
+        ))
+    }
+
+    /// Keep the tools a turn named as the session's, until a turn names others.
+    fn keep_offered(&self, opts: &TurnOptions) -> Result<(), SessionError> {
+        let Some(tools) = &opts.tools else {
+            return Ok(());
+        };
+        self.update_tools(|kept| {
+            let changed = kept.offered.as_ref() != Some(tools);
+            kept.offered = Some(tools.clone());
+            changed
+        })
+    }
+
+    /// Remember the definitions of the tools a reply called, as they were offered.
+    fn keep_called(&self, reply: &Reply) -> Result<(), SessionError> {
+        if reply.tool_calls.is_empty() {
+            return Ok(());
+        }
+        let kept = self.session_tools()?;
+        let offered = kept.offered.unwrap_or_else(|| self.rt.tools.clone());
+        let new: Vec<AnnouncedTool> = reply
+            .tool_calls
+            .iter()
+            .filter(|c| !kept.called.contains_key(c.name.as_str()))
+            .filter_map(|c| offered.iter().find(|t| t.name == c.name).cloned())
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.update_tools(|k| {
+            let mut changed = false;
+            for t in &new {
+                changed |= k
+                    .called
+                    .insert(t.name.as_str().to_owned(), t.clone())
+                    .is_none();
+            }
+            changed
         })
     }
 
@@ -992,10 +1098,9 @@ impl Session<'_> {
             Committed::Applied(a) => a.cleared,
             Committed::Repeated(answer) => return Ok(Outcome::Repeated(answer)),
         };
-        self.rt
-            .store
-            .state()
-            .remove_state(&self.id, strata_memory::state::FILES_DOC)?;
+        let state = self.rt.store.state();
+        state.remove_state(&self.id, strata_memory::state::FILES_DOC)?;
+        state.remove_state(&self.id, TOOLS_DOC)?;
         self.rt.registry.session_reset(&self.id);
         self.rt
             .prompts
@@ -1092,7 +1197,20 @@ impl Session<'_> {
             AssemblyPath::Context => opts.resolved_context.clone(),
             _ => Vec::new(),
         };
-        let offered = opts.tools.clone().unwrap_or_else(|| rt.tools.clone());
+        // The turn's tools, else the session's (kept from the last turn that named some), else
+        // the runtime's; and every tool a call of the session named, so that a body holding a
+        // call always defines its tool (ADR-0031).
+        let kept = self.session_tools()?;
+        let mut offered = opts
+            .tools
+            .clone()
+            .or_else(|| kept.offered.clone())
+            .unwrap_or_else(|| rt.tools.clone());
+        for t in kept.called.values() {
+            if !offered.iter().any(|o| o.name == t.name) {
+                offered.push(t.clone());
+            }
+        }
         // The hydration path announces the tools retrieved for this turn, not the whole set.
         let announced = match path {
             AssemblyPath::Hydration => match &opts.retrieved_tools {

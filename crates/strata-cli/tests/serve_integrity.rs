@@ -303,3 +303,92 @@ fn a_postgres_restart_is_503_with_retry_after() {
         .collect();
     assert_eq!(held, vec!["first", "third"]);
 }
+
+/// Check `bodies` (provider, body) with the official SDKs' request types, item by item
+/// (`tests/sdk/check_requests.py`).
+fn sdk_check(bodies: &[(&str, &Value)]) {
+    if std::env::var_os("STRATA_SKIP_SDK_TESTS").is_some() {
+        eprintln!("SDK check skipped: STRATA_SKIP_SDK_TESTS is set");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("bodies.jsonl");
+    let mut lines = String::new();
+    for (p, body) in bodies {
+        let wire = serde_json::to_string(body).unwrap();
+        lines.push_str(&json!({"provider": p, "body": body, "wire": wire}).to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&corpus, lines).unwrap();
+    let python = std::env::var("STRATA_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg(serve_harness::root().join("crates/strata-cli/tests/sdk/check_requests.py"))
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n(install the pinned SDKs: pip install -r crates/strata-cli/tests/sdk/requirements.txt, or set STRATA_SDK_PYTHON)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Verifies ADR-0031: the tools a turn offers stay the session's until a turn names others;
+/// continuing after a tool result without repeating `tools` gives an Anthropic body that defines
+/// the tool its tool_use block names (checked with the Anthropic SDK's types); refused tools come
+/// back typed in every turn response.
+#[test]
+fn tools_persist_and_a_body_defines_the_tools_it_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), &["--provider", "anthropic"]);
+    let tools = json!([{"name": "file_read"}, {"name": "file_raed", "description": "typo"}]);
+    let t1 = srv.post(
+        "/v1/sessions/t/turns",
+        &json!({"message": "read notes.txt", "tools": tools}),
+    );
+    assert_eq!(t1.status, 200, "{:?}", t1.body);
+    assert_eq!(t1.body["request"]["tools"][0]["name"], "file_read");
+    let refused = t1.body["refused_tools"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["name"], "file_raed");
+    assert!(refused[0]["reason"].as_str().unwrap().contains("allowlist"));
+    assert_eq!(srv.post("/v1/sessions/t/replies", &read_call()).status, 200);
+    let r = srv.post(
+        "/v1/sessions/t/tool-results",
+        &json!({"call_id": "call_1", "output": "the notes"}),
+    );
+    assert_eq!(r.status, 200);
+    // Continue without `tools`: the body holds tool_use and tool_result, and defines file_read.
+    let t2 = srv.post("/v1/sessions/t/turns", &json!({}));
+    assert_eq!(t2.status, 200, "{:?}", t2.body);
+    let body = &t2.body["request"];
+    let text = body.to_string();
+    assert!(
+        text.contains("\"tool_use\"") && text.contains("\"tool_result\""),
+        "{text}"
+    );
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["file_read"]);
+    // A later turn that names no tools keeps them; one that names none of them still defines
+    // the tool the history calls.
+    let t3 = srv.post("/v1/sessions/t/turns", &json!({"message": "thanks"}));
+    assert_eq!(t3.status, 200, "{:?}", t3.body);
+    assert_eq!(t3.body["request"]["tools"][0]["name"], "file_read");
+    let t4 = srv.post(
+        "/v1/sessions/t/turns",
+        &json!({"message": "no tools now", "tools": []}),
+    );
+    assert_eq!(t4.status, 200, "{:?}", t4.body);
+    assert_eq!(t4.body["request"]["tools"][0]["name"], "file_read");
+    sdk_check(&[
+        ("anthropic", &t2.body["request"]),
+        ("anthropic", &t3.body["request"]),
+        ("anthropic", &t4.body["request"]),
+    ]);
+}

@@ -110,6 +110,18 @@ pub struct TurnResponse {
     /// The signed receipt of this turn, when the server signs receipts.
     #[schema(value_type = Option<Object>)]
     pub receipt: Option<Value>,
+    /// The tools announced for this turn that the request does not offer, with the reason of
+    /// each (not in the signed allowlist, definition changed, restricted by the caller...).
+    pub refused_tools: Vec<RefusedToolView>,
+}
+
+/// A tool the request does not offer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RefusedToolView {
+    /// The tool's name as announced.
+    pub name: String,
+    /// Why it was refused.
+    pub reason: String,
 }
 
 /// A tool call in the model's reply.

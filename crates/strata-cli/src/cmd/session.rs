@@ -6,9 +6,7 @@ use std::io::Read as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use strata_assembler::{
-    AnnouncedTool, Provider, Reply, Runtime, RuntimeInput, ToolCall, ToolName, TurnOptions,
-};
+use strata_assembler::{Provider, Reply, Runtime, RuntimeInput, ToolCall, ToolName, TurnOptions};
 
 use crate::cmd::assemble::load_agent;
 use crate::error::CliError;
@@ -171,14 +169,16 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                 context_window: *context_window,
                 ..TurnOptions::default()
             };
-            let mut tools: Vec<AnnouncedTool> = Vec::new();
             if let Some(path) = input {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| CliError::io(path, e, "give a runtime input JSON file"))?;
                 let input = RuntimeInput::from_json(&text).map_err(|e| {
                     CliError::Other(format!("{}: not valid runtime input: {e}", path.display()))
                 })?;
-                tools = input.tools.clone();
+                // Tools in the input are this turn's and, from now on, the session's.
+                if !input.tools.is_empty() {
+                    opts.tools = Some(input.tools.clone());
+                }
                 for s in input.sections {
                     opts.sections.push(
                         s.into_section()
@@ -189,7 +189,6 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
             let rt = builder
                 .provider(*format, model.clone())
                 .max_tokens(*max_tokens)
-                .tools(tools)
                 .build()
                 .map_err(fail)?;
             let session = rt.session(args.id.as_str());
@@ -203,6 +202,12 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                 }
             }
             .map_err(fail)?;
+            for t in turn.refused_tools() {
+                out.status(&format!(
+                    "warning: tool `{}` is not offered: {}",
+                    t.name, t.reason
+                ));
+            }
             let body = serde_json::to_string_pretty(&turn.body)
                 .map_err(|e| CliError::Other(e.to_string()))?;
             out.result(&(body + "\n"))

@@ -17,8 +17,8 @@ use strata_assembler::{
 use super::extract::{blocking, Keyed, KeyedJson, SessionId};
 use super::AppState;
 use crate::api::{
-    Recorded, Removed, ReplyRequest, ReplyResponse, SessionView, ToolResultRequest, TurnEntry,
-    TurnRequest, TurnResponse,
+    Recorded, RefusedToolView, Removed, ReplyRequest, ReplyResponse, SessionView,
+    ToolResultRequest, TurnEntry, TurnRequest, TurnResponse,
 };
 use crate::error::{ApiError, ErrorCode};
 
@@ -214,6 +214,14 @@ fn turn_response(
         request: prepared.body.clone(),
         report,
         receipt,
+        refused_tools: prepared
+            .refused_tools()
+            .into_iter()
+            .map(|t| RefusedToolView {
+                name: t.name,
+                reason: t.reason,
+            })
+            .collect(),
     })
 }
 
