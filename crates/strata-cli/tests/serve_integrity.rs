@@ -7,6 +7,10 @@
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
 )]
+#![allow(
+    clippy::print_stderr,
+    reason = "a skipped SDK check says so in the test output"
+)]
 
 mod serve_harness;
 
