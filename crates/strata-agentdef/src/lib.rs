@@ -38,7 +38,7 @@ pub use loader::{now_unix, Expiry, Loader};
 pub use rollback::RollbackGuard;
 #[cfg(feature = "schema")]
 pub use trust::trust_store_schema;
-pub use trust::{trust_store_digest, TrustStore};
+pub use trust::{parse_pin, trust_store_digest, TrustStore};
 pub use verified::{render_identity, VerifiedAgent};
 
 use std::io::Read as _;

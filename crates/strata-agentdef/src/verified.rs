@@ -16,6 +16,7 @@ use crate::error::AgentDefError;
 use crate::keys::KeyId;
 use crate::loader::{check_window, now_unix, Expiry};
 use crate::time::format_rfc3339;
+use crate::trust::TrustStore;
 
 /// What the loader knew about time when it sealed an agent: the policy, and the validity
 /// windows of the keys that signed it (ADR-0017).
@@ -184,6 +185,36 @@ impl VerifiedAgent {
             })
             .unwrap_or_default();
         Err(AgentDefError::KeyNotValid { keyid, window })
+    }
+
+    /// Check the agent's signers against `trust` as it is now (ADR-0034): at least `trust`'s
+    /// threshold of the keys that signed the agent must still be trusted, not revoked and within
+    /// their windows at `unix_secs`. A running service calls this whenever its trust store
+    /// changes, so that revoking a key stops the agents it signed. Errors: `revoked_key` when a
+    /// signer was revoked and too few remain, else `threshold_not_met`.
+    pub fn check_signers(&self, trust: &TrustStore, unix_secs: i64) -> Result<(), AgentDefError> {
+        let mut valid = 0;
+        let mut revoked = None;
+        for id in &self.inner.signers {
+            if let Some(reason) = trust.revoked(id.as_str()) {
+                revoked.get_or_insert((id.to_string(), reason.to_owned()));
+                continue;
+            }
+            if trust
+                .key(id.as_str())
+                .is_some_and(|k| k.valid_at(unix_secs))
+            {
+                valid += 1;
+            }
+        }
+        let threshold = trust.threshold().max(1);
+        if valid >= threshold {
+            return Ok(());
+        }
+        Err(match revoked {
+            Some((keyid, reason)) => AgentDefError::RevokedKey { keyid, reason },
+            None => AgentDefError::ThresholdNotMet { valid, threshold },
+        })
     }
 
     /// Check the agent against the clock under the policy it was loaded with, as every use of

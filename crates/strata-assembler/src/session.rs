@@ -350,6 +350,7 @@ impl RuntimeBuilder {
             store: store.name(),
         })))?;
         Ok(Runtime {
+            refused: std::sync::Mutex::new(None),
             history,
             agent: Arc::new(self.agent),
             assembler: Assembler::new(tokenizer.clone()),
@@ -477,6 +478,8 @@ pub struct Runtime {
     /// The conversation-history contributor, which also renders the entries a turn holds back
     /// until it is stored (ADR-0031).
     history: Arc<WorkingMemoryContributor>,
+    /// Why the agent is refused since the last [`Runtime::recheck`] failed (ADR-0034).
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -513,6 +516,41 @@ impl Runtime {
     /// The verified agent.
     pub fn agent(&self) -> &VerifiedAgent {
         &self.agent
+    }
+
+    /// Check the agent's signers against `trust` as it is now (ADR-0034): a runtime that keeps
+    /// running while its trust store changes calls this whenever it does (and on a bounded
+    /// interval). When the signers no longer verify (a key revoked, too few valid), every turn
+    /// of this runtime is refused with [`AssembleError::AgentNotValid`] until a later call
+    /// succeeds.
+    pub fn recheck(&self, trust: &strata_agentdef::TrustStore) -> Result<(), SessionError> {
+        let verdict = self.agent.check_signers(trust, strata_agentdef::now_unix());
+        let mut refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match verdict {
+            Ok(()) => {
+                *refused = None;
+                Ok(())
+            }
+            Err(e) => {
+                *refused = Some(e.to_string());
+                Err(AssembleError::AgentNotValid(e.to_string()).into())
+            }
+        }
+    }
+
+    /// The refusal of the last failed [`Runtime::recheck`], if it still stands.
+    fn check_refused(&self) -> Result<(), SessionError> {
+        match &*self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Some(why) => Err(AssembleError::AgentNotValid(why.clone()).into()),
+            None => Ok(()),
+        }
     }
 
     /// The tokenizer every count of this runtime uses.
@@ -1163,6 +1201,7 @@ impl Session<'_> {
         pending: &[Entry],
     ) -> Result<PreparedTurn, SessionError> {
         let rt = self.rt;
+        rt.check_refused()?;
         let agent = &rt.agent;
         // Default mode: strata.toml's when one was given, else the signed definition's.
         let mode = opts.mode.unwrap_or(if rt.configured {

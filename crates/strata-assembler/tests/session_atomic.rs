@@ -436,3 +436,34 @@ fn a_refused_reply_stores_nothing() {
     ));
     assert_eq!(s.turns().unwrap(), held);
 }
+
+/// Verifies ADR-0034: a runtime told its agent's key is revoked refuses its turns until a
+/// re-check against a store that trusts the key again succeeds.
+#[test]
+fn a_runtime_rechecked_against_a_revoking_store_refuses_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(&Store::Sqlite(dir.path().join("m.db")));
+    let trust_text = std::fs::read_to_string(demo().join("trust.toml")).unwrap();
+    let trust = TrustStore::from_toml(&trust_text).unwrap();
+    rt.recheck(&trust).unwrap();
+    let s = rt.session("r");
+    s.prepare("hello", &opts(true)).unwrap();
+    let signer = rt.agent().signers()[0].to_string();
+    // Another trusted key keeps the store valid once the signer is revoked.
+    let other = strata_agentdef::KeyPair::generate();
+    let other_entry = TrustStore::toml_for(&[("other", &other.public())]);
+    let other_keys = &other_entry[other_entry.find("[[keys]]").unwrap()..];
+    let revoking = TrustStore::from_toml(&format!(
+        "{trust_text}\n{other_keys}\n[[revoked]]\nid = \"{signer}\"\nreason = \"lost\"\n"
+    ))
+    .unwrap();
+    assert!(rt.recheck(&revoking).is_err());
+    let held = s.turns().unwrap();
+    assert!(matches!(
+        s.prepare("still there?", &opts(true)),
+        Err(SessionError::Assemble(AssembleError::AgentNotValid(_)))
+    ));
+    assert_eq!(s.turns().unwrap(), held);
+    rt.recheck(&trust).unwrap();
+    s.prepare("back", &opts(true)).unwrap();
+}

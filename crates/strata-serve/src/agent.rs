@@ -5,12 +5,21 @@
 //! it is now and the same rollback guard, and swaps the runtime atomically only if that
 //! succeeds; a refused reload keeps the running agent and is reported (log, metrics,
 //! `GET /v1/agent`). Validity is re-checked on every request, so an agent that expires while
-//! the service runs is refused from that moment.
+//! the service runs is refused from that moment. The running agent's signers are re-checked
+//! against the trust store whenever it changes and on every watcher tick (ADR-0034), a reload
+//! may not change the agent's id, and the trust store may be pinned by its SHA-256.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use strata_agentdef::{AgentDefError, Expiry, Loader, RollbackGuard, TrustStore, VerifiedAgent};
+
+/// Seconds since the Unix epoch, now.
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
 
 /// Where the rollback guard keeps its state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +58,7 @@ pub enum LoadError {
 pub struct AgentSource {
     agent: PathBuf,
     trust: PathBuf,
+    trust_pin: Option<String>,
     guard: RollbackGuard,
     expiry: Expiry,
 }
@@ -77,9 +87,32 @@ impl AgentSource {
         Ok(AgentSource {
             agent: agent.into(),
             trust: trust.into(),
+            trust_pin: None,
             guard,
             expiry: Expiry::Enforce,
         })
+    }
+
+    /// Refuse the trust store, at start and on every reload and re-check, unless the SHA-256
+    /// of its exact bytes is `pin` (`sha256:<hex>` or bare hex): a truncated or edited store is
+    /// then detected, not parsed (ADR-0034).
+    pub fn trust_pin(mut self, pin: &str) -> Result<AgentSource, LoadError> {
+        self.trust_pin = Some(strata_agentdef::parse_pin(pin)?);
+        Ok(self)
+    }
+
+    /// The trust store as it is now (checked against the pin, if any).
+    pub fn trust(&self) -> Result<TrustStore, LoadError> {
+        Ok(match &self.trust_pin {
+            Some(pin) => TrustStore::read_pinned(&self.trust, pin)?,
+            None => TrustStore::read(&self.trust)?,
+        })
+    }
+
+    /// Check the running `agent`'s signers against the trust store as it is now (ADR-0034).
+    pub fn recheck(&self, agent: &VerifiedAgent) -> Result<(), LoadError> {
+        let trust = self.trust()?;
+        Ok(agent.check_signers(&trust, now_secs())?)
     }
 
     /// The expiry policy (default: enforce).
@@ -96,7 +129,7 @@ impl AgentSource {
 
     /// Read the trust store and verify the definition, now.
     pub fn load(&self) -> Result<VerifiedAgent, LoadError> {
-        let trust = TrustStore::read(&self.trust)?;
+        let trust = self.trust()?;
         if !self.agent.is_file() {
             return Err(LoadError::Io {
                 path: self.agent.clone(),

@@ -48,6 +48,7 @@ pub struct Metrics {
     reloads: Family<OutcomeLabels, Counter>,
     shed: Counter,
     in_flight: Gauge,
+    agent_unavailable: Gauge,
     last_cache: Mutex<(u64, u64)>,
 }
 
@@ -145,7 +146,14 @@ impl Metrics {
             "Requests being served",
             in_flight.clone(),
         );
+        let agent_unavailable = Gauge::default();
+        registry.register(
+            "agent_unavailable",
+            "1 while the running agent is refused (a signing key revoked, or the trust store unreadable or not as pinned), else 0",
+            agent_unavailable.clone(),
+        );
         Metrics {
+            agent_unavailable,
             registry,
             requests,
             latency,
@@ -209,6 +217,11 @@ impl Metrics {
     /// Count a request refused at the concurrency limit.
     pub fn shed(&self) {
         self.shed.inc();
+    }
+
+    /// Whether the running agent is refused.
+    pub fn agent_unavailable(&self, unavailable: bool) {
+        self.agent_unavailable.set(i64::from(unavailable));
     }
 
     /// One more (or one fewer) request in flight.

@@ -117,6 +117,10 @@ pub struct AssembleArgs {
     /// The trust store.
     #[arg(long, value_name = "FILE")]
     pub trust: PathBuf,
+    /// Refuse the trust store unless the SHA-256 of its exact bytes is this (`sha256:<hex>`,
+    /// as `strata verify` prints it): pinning makes an edited or truncated store detectable.
+    #[arg(long, value_name = "SHA256", env = "STRATA_TRUST_SHA256")]
+    pub trust_sha256: Option<String>,
     /// Rollback state file; it must exist (create it once with `strata verify
     /// --init-rollback-state`). Without it, rollback is checked in memory only.
     #[arg(long, value_name = "FILE")]
@@ -214,11 +218,12 @@ pub fn parse_section_flag(flag: &str) -> Result<Section, CliError> {
 pub fn load_agent(
     agent: &Path,
     trust: &Path,
+    trust_pin: Option<&str>,
     rollback: Option<&Path>,
     ignore_expiry: bool,
 ) -> Result<VerifiedAgent, CliError> {
     super::require_file(agent, "signed agent definition")?;
-    let trust = super::read_trust(trust)?;
+    let trust = super::verify::read_trust_pinned(trust, trust_pin)?;
     let guard = match rollback {
         Some(p) => RollbackGuard::open(p).map_err(|e| {
             CliError::agentdef(format!("opening rollback state {}", p.display()), e)
@@ -408,6 +413,7 @@ pub fn run(args: &AssembleArgs, out: &Output) -> Result<(), CliError> {
     let agent = load_agent(
         &args.agent,
         &args.trust,
+        args.trust_sha256.as_deref(),
         args.rollback_state.as_deref(),
         args.ignore_expiry_dangerously,
     )?;

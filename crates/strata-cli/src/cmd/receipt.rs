@@ -155,6 +155,7 @@ fn make(args: &MakeArgs, out: &Output) -> Result<(), CliError> {
     let agent = load_agent(
         &a.agent,
         &a.trust,
+        a.trust_sha256.as_deref(),
         a.rollback_state.as_deref(),
         a.ignore_expiry_dangerously,
     )?;

@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// The trust store.
     #[arg(long, value_name = "FILE", required_unless_present = "openapi")]
     pub trust: Option<PathBuf>,
+    /// Refuse the trust store, at start and on every reload and re-check, unless the SHA-256
+    /// of its exact bytes is this (`sha256:<hex>`, as `strata verify` prints it): pinning makes
+    /// an edited or truncated store detectable.
+    #[arg(long, value_name = "SHA256", env = "STRATA_TRUST_SHA256")]
+    pub trust_sha256: Option<String>,
     /// Rollback state file (create it once with `strata verify --init-rollback-state`). With
     /// --postgres and no file, the rollback state lives in PostgreSQL. Otherwise rollback is
     /// checked in memory only.
@@ -184,10 +189,14 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         }
         (None, None) => RollbackSpec::InMemory,
     };
-    let source = AgentSource::new(agent, trust, &rollback).map_err(|e| match e {
+    let refused = |e| match e {
         strata_serve::LoadError::Refused(e) => CliError::Refused(e),
         other => CliError::Other(other.to_string()),
-    })?;
+    };
+    let mut source = AgentSource::new(agent, trust, &rollback).map_err(refused)?;
+    if let Some(pin) = &args.trust_sha256 {
+        source = source.trust_pin(pin).map_err(refused)?;
+    }
     let token_path = args
         .token_file
         .clone()

@@ -33,6 +33,10 @@ pub struct SessionArgs {
     /// The trust store.
     #[arg(long, value_name = "FILE")]
     pub trust: PathBuf,
+    /// Refuse the trust store unless the SHA-256 of its exact bytes is this (`sha256:<hex>`,
+    /// as `strata verify` prints it): pinning makes an edited or truncated store detectable.
+    #[arg(long, value_name = "SHA256", env = "STRATA_TRUST_SHA256")]
+    pub trust_sha256: Option<String>,
     /// Rollback state file; without it, rollback is checked in memory only.
     #[arg(long, value_name = "FILE")]
     pub rollback_state: Option<PathBuf>,
@@ -139,6 +143,7 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
     let agent = load_agent(
         &args.agent,
         &args.trust,
+        args.trust_sha256.as_deref(),
         args.rollback_state.as_deref(),
         false,
     )?;

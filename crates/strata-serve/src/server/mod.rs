@@ -433,13 +433,31 @@ fn spawn_reloaders(state: Arc<AppState>, watch: Option<Duration>) {
             let _ = tokio::task::spawn_blocking(move || st.reload()).await;
         }
     });
-    if let Some(every) = watch {
+    let Some(every) = watch else {
+        // No watcher: the running agent's signers are still re-checked, every minute
+        // (ADR-0034).
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let st = state.clone();
+                let _ = tokio::task::spawn_blocking(move || st.recheck()).await;
+            }
+        });
+        return;
+    };
+    {
         tokio::spawn(async move {
             let mut seen: Fingerprint = state.source.fingerprint();
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                // Every tick re-checks the running agent's signers (ADR-0034), changed files or
+                // not: a revocation is seen within one interval.
+                let st = state.clone();
+                let _ = tokio::task::spawn_blocking(move || st.recheck()).await;
                 let now = state.source.fingerprint();
                 if now != seen {
                     seen = now;

@@ -105,6 +105,9 @@ pub struct AppState {
     pub(super) permits: Arc<Semaphore>,
     pub(super) reload_lock: Mutex<Option<ReloadInfo>>,
     pub(super) receipt_log: Option<Mutex<ReceiptSink>>,
+    /// Why the running agent is refused, while it is (ADR-0034): a signer revoked or below the
+    /// threshold, or a trust store that cannot be read or is not as pinned.
+    unavailable: Mutex<Option<String>>,
 }
 
 /// Where a server appends the receipts it signs (ADR-0021).
@@ -181,6 +184,7 @@ impl AppState {
             metrics: Metrics::new(),
             reload_lock: Mutex::new(None),
             receipt_log: None,
+            unavailable: Mutex::new(None),
         })
     }
 
@@ -226,21 +230,73 @@ impl AppState {
         Ok(self)
     }
 
-    /// Verify the files again and swap the runtime in if they verify; otherwise keep the
-    /// running agent. Blocking (store connections, file reads).
+    /// Check the running agent's signers against the trust store as it is now; refuse it
+    /// (every turn `503 agent_unavailable`, `readyz` 503) while they do not verify, serve it
+    /// again once they do (ADR-0034). Blocking (a file read).
+    pub fn recheck(&self) {
+        let loaded = self.loaded();
+        let verdict = self.source.recheck(loaded.rt().agent());
+        let mut unavailable = self
+            .unavailable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match verdict {
+            Ok(()) => {
+                if unavailable.take().is_some() {
+                    tracing::info!(
+                        agent = loaded.rt().agent().agent_id(),
+                        "the running agent's signers verify against the trust store again; serving"
+                    );
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                if unavailable.as_deref() != Some(why.as_str()) {
+                    tracing::error!(
+                        agent = loaded.rt().agent().agent_id(),
+                        error = %why,
+                        "the running agent no longer verifies against the trust store; refusing turns until a valid definition is loaded"
+                    );
+                }
+                *unavailable = Some(why);
+            }
+        }
+        self.metrics.agent_unavailable(unavailable.is_some());
+    }
+
+    /// Verify the files again and swap the runtime in if they verify and name the same agent;
+    /// otherwise keep the running agent. Either way, the running agent is re-checked against
+    /// the trust store first (ADR-0034). Blocking (store connections, file reads).
     pub fn reload(&self) -> Result<(), String> {
         let mut last = self
             .reload_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.recheck();
+        let running = self.loaded().rt().agent().agent_id().to_owned();
         let outcome = self
             .source
             .load()
             .map_err(|e| e.to_string())
+            .and_then(|agent| {
+                if agent.agent_id() == running {
+                    Ok(agent)
+                } else {
+                    Err(format!(
+                        "the definition names agent `{}` but this service runs `{running}`; a reload never changes who the agent is: restart the service with the new definition",
+                        agent.agent_id()
+                    ))
+                }
+            })
             .and_then(|agent| self.settings.build(agent).map_err(|e| e.to_string()));
         let at_ms = now_ms();
         match outcome {
             Ok(runtime) => {
+                *self
+                    .unavailable
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                self.metrics.agent_unavailable(false);
                 tracing::info!(
                     agent = runtime.agent().agent_id(),
                     version = runtime.agent().version(),
@@ -273,8 +329,22 @@ impl AppState {
         self.current.load_full()
     }
 
-    /// The loaded agent, checked against the clock (validity is re-checked on every request).
+    /// The loaded agent, checked against the clock (validity is re-checked on every request)
+    /// and not refused by the last re-check of its signers (ADR-0034).
     pub(super) fn current_valid(&self) -> Result<Arc<Loaded>, ApiError> {
+        if let Some(why) = self
+            .unavailable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            return Err(ApiError::new(
+                ErrorCode::AgentUnavailable,
+                format!(
+                    "the running agent is refused: {why}; load a definition signed by trusted keys (SIGHUP, or replace the file), or restore the trust store"
+                ),
+            ));
+        }
         let loaded = self.loaded();
         loaded.rt().agent().check_current().map_err(|e| {
             ApiError::new(
