@@ -270,6 +270,21 @@ pub struct AgentDefinition {
     /// Operational-mode templates.
     #[serde(default)]
     pub templates: TemplatesDef,
+    /// The referenced files, by path, embedded by `strata sign` so that the signed payload is
+    /// all a runtime needs; the loader never reads a referenced file from disk.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub embedded: BTreeMap<String, EmbeddedFile>,
+}
+
+/// A referenced file's text, embedded in the signed definition.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddedFile {
+    /// Lower-case hex SHA-256 of the text's bytes (the reference's pin).
+    pub sha256: String,
+    /// The file's text.
+    pub text: String,
 }
 
 /// The operational-mode templates of a verified definition (read-only).
@@ -368,10 +383,39 @@ fn safe_relative(p: &str) -> Option<PathBuf> {
     .then(|| path.to_path_buf())
 }
 
-fn resolve_text(t: &Text, base: Option<&Path>, what: &str) -> Result<String, AgentDefError> {
+/// Where referenced files come from: the definition's embedded texts, and, only when a signer
+/// checks a definition before embedding them, the directory next to it.
+#[derive(Clone, Copy)]
+struct Files<'a> {
+    embedded: &'a BTreeMap<String, EmbeddedFile>,
+    base: Option<&'a Path>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn resolve_text(t: &Text, files: Files<'_>, what: &str) -> Result<String, AgentDefError> {
     match t {
         Text::Inline(s) => Ok(s.clone()),
         Text::File(f) => {
+            if let Some(e) = files.embedded.get(&f.file) {
+                // The embedded text must be the one the reference pins.
+                let found = sha256_hex(e.text.as_bytes());
+                let pinned = f.sha256.to_ascii_lowercase();
+                if found != pinned || e.sha256.to_ascii_lowercase() != pinned {
+                    return Err(AgentDefError::DigestMismatch {
+                        path: PathBuf::from(&f.file),
+                        expected: f.sha256.clone(),
+                        found,
+                    });
+                }
+                return Ok(e.text.clone());
+            }
+            let base = files.base;
             let rel = safe_relative(&f.file).ok_or_else(|| {
                 invalid(format!(
                     "{what}: file `{}` must be a relative path without `..`",
@@ -380,16 +424,13 @@ fn resolve_text(t: &Text, base: Option<&Path>, what: &str) -> Result<String, Age
             })?;
             let base = base.ok_or_else(|| {
                 invalid(format!(
-                    "{what}: references file `{}` but no base directory was given",
+                    "{what}: references file `{}`, which the signed definition does not embed; sign it again with `strata sign` (which embeds referenced files), so that the envelope and the trust store are all a runtime needs",
                     f.file
                 ))
             })?;
             let path = base.join(rel);
             let bytes = crate::read_limited(&path, MAX_REFERENCED_FILE_BYTES, "referenced file")?;
-            let found: String = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let found = sha256_hex(&bytes);
             if found != f.sha256.to_ascii_lowercase() {
                 return Err(AgentDefError::DigestMismatch {
                     path,
@@ -414,6 +455,18 @@ fn bullets(items: &[String]) -> String {
 pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parsed, AgentDefError> {
     let text = std::str::from_utf8(payload).map_err(|_| invalid("payload is not UTF-8"))?;
     let def: AgentDefinition = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+    for (path, e) in &def.embedded {
+        if safe_relative(path).is_none() {
+            return Err(invalid(format!(
+                "embedded file `{path}` must be a relative path without `..`"
+            )));
+        }
+        if e.text.len() as u64 > MAX_REFERENCED_FILE_BYTES {
+            return Err(invalid(format!(
+                "embedded file `{path}` is over {MAX_REFERENCED_FILE_BYTES} bytes"
+            )));
+        }
+    }
     if def.id.is_empty()
         || def.id.len() > 64
         || !def.id.bytes().all(|b| {
@@ -464,8 +517,12 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
         Ok::<(), AgentDefError>(())
     };
     use IdentityLayer::{Characteristics as L2, Core as L1};
+    let files = Files {
+        embedded: &def.embedded,
+        base,
+    };
     let c = &def.core;
-    let identity = resolve_text(&c.identity, base, "core.identity")?;
+    let identity = resolve_text(&c.identity, files, "core.identity")?;
     if identity.trim().is_empty() {
         return Err(invalid(
             "core.identity must not be empty: it says who the agent is",
@@ -478,7 +535,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             "core.role",
             "role",
             Phase::Constraint,
-            resolve_text(r, base, "core.role")?,
+            resolve_text(r, files, "core.role")?,
         )?;
     }
     // Named role blocks, in the order written, each its own layer-1 section (ADR-0025).
@@ -502,7 +559,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             )));
         }
         let what = format!("core.role_blocks.{}", b.name);
-        let text = resolve_text(&b.text, base, &what)?;
+        let text = resolve_text(&b.text, files, &what)?;
         if text.trim().is_empty() {
             return Err(invalid(format!(
                 "{what} is empty: give it a text or remove it"
@@ -567,7 +624,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
         push(L1, "core.tools", "tools", Phase::Tools, text)?;
     }
     if let Some(r) = &c.response_format {
-        let t = resolve_text(r, base, "core.response_format")?;
+        let t = resolve_text(r, files, "core.response_format")?;
         push(
             L1,
             "core.response_format",
@@ -587,7 +644,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
     }
     let ch = &def.characteristics;
     if let Some(p) = &ch.personality {
-        let t = resolve_text(p, base, "characteristics.personality")?;
+        let t = resolve_text(p, files, "characteristics.personality")?;
         push(
             L2,
             "characteristics.personality",
@@ -597,7 +654,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
         )?;
     }
     if let Some(s) = &ch.style {
-        let t = resolve_text(s, base, "characteristics.style")?;
+        let t = resolve_text(s, files, "characteristics.style")?;
         push(L2, "characteristics.style", "style", Phase::Constraint, t)?;
     }
     push(
@@ -608,7 +665,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
         bullets(&ch.guidelines),
     )?;
     if let Some(r) = &ch.citation_rules {
-        let t = resolve_text(r, base, "characteristics.citation_rules")?;
+        let t = resolve_text(r, files, "characteristics.citation_rules")?;
         push(
             L2,
             "characteristics.citation_rules",
@@ -661,6 +718,71 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
 /// an invalid definition). Referenced files are resolved against `base`.
 pub fn check_definition(text: &str, base: Option<&Path>) -> Result<AgentDefinition, AgentDefError> {
     parse_payload(text.as_bytes(), base).map(|p| p.def)
+}
+
+/// Every file `def` references, in the order written (each once).
+fn referenced_files(def: &AgentDefinition) -> Vec<&FileRef> {
+    let mut texts: Vec<&Text> = vec![&def.core.identity];
+    texts.extend(def.core.role.iter());
+    texts.extend(def.core.role_blocks.iter().map(|b| &b.text));
+    texts.extend(def.core.response_format.iter());
+    texts.extend(def.characteristics.personality.iter());
+    texts.extend(def.characteristics.style.iter());
+    texts.extend(def.characteristics.citation_rules.iter());
+    let mut out: Vec<&FileRef> = Vec::new();
+    for t in texts {
+        if let Text::File(f) = t {
+            if !out.iter().any(|o| o.file == f.file) {
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+/// The definition `text` with every file it references, read from `base` and checked against
+/// its pin, embedded at its end (an `[embedded."<path>"]` table each), so that the signed payload
+/// is all a runtime needs (ADR-0035). Files already embedded are left as they are; a definition
+/// that references none is returned unchanged.
+pub fn embed_files(text: &str, base: &Path) -> Result<String, AgentDefError> {
+    let def = check_definition(text, Some(base))?;
+    let missing: Vec<&FileRef> = referenced_files(&def)
+        .into_iter()
+        .filter(|f| !def.embedded.contains_key(&f.file))
+        .collect();
+    if missing.is_empty() {
+        return Ok(text.to_owned());
+    }
+    let files = Files {
+        embedded: &def.embedded,
+        base: Some(base),
+    };
+    let mut embedded = BTreeMap::new();
+    for f in missing {
+        let body = resolve_text(&Text::File(f.clone()), files, &f.file)?;
+        embedded.insert(
+            f.file.clone(),
+            EmbeddedFile {
+                sha256: f.sha256.to_ascii_lowercase(),
+                text: body,
+            },
+        );
+    }
+    #[derive(Serialize)]
+    struct Tables {
+        embedded: BTreeMap<String, EmbeddedFile>,
+    }
+    let tables = toml::to_string(&Tables { embedded })
+        .map_err(|e| invalid(format!("embedding the referenced files: {e}")))?;
+    let mut out = text.to_owned();
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str("\n# The files referenced above, embedded by `strata sign`: the signed envelope is\n# all a runtime needs.\n");
+    out.push_str(&tables);
+    // What was embedded must read back as the same definition, now self-contained.
+    check_definition(&out, None)?;
+    Ok(out)
 }
 
 /// Templates grouped by mode, for display.

@@ -30,7 +30,9 @@ pub mod time;
 pub mod trust;
 pub mod verified;
 
-pub use definition::{check_definition, AgentDefinition, ModeTemplates, ResolvedTemplate};
+pub use definition::{
+    check_definition, embed_files, AgentDefinition, EmbeddedFile, ModeTemplates, ResolvedTemplate,
+};
 pub use envelope::{Envelope, PAYLOAD_TYPE};
 pub use error::AgentDefError;
 pub use keys::{format_public_key, parse_public_key, KeyId, KeyPair};
@@ -72,8 +74,12 @@ pub fn sign_definition(
     base: Option<&Path>,
     keys: &[&KeyPair],
 ) -> Result<Envelope, AgentDefError> {
-    check_definition(text, base)?;
-    let mut env = Envelope::new(text.as_bytes().to_vec());
+    let text = match base {
+        Some(base) => embed_files(text, base)?,
+        None => text.to_owned(),
+    };
+    check_definition(&text, None)?;
+    let mut env = Envelope::new(text.into_bytes());
     for k in keys {
         env.sign(k);
     }

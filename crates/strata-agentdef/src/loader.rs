@@ -107,19 +107,22 @@ impl<'a> Loader<'a> {
         self
     }
 
-    /// Load a signed definition file; referenced files resolve next to it.
+    /// Load a signed definition file. Referenced files come from the signed payload, which
+    /// embeds them (ADR-0035); nothing next to the file is read.
     pub fn load_file(&self, path: &Path) -> Result<VerifiedAgent, AgentDefError> {
         let bytes = crate::read_limited(path, MAX_ENVELOPE_BYTES as u64, "envelope")?;
-        self.load_bytes(&bytes, path.parent())
+        self.load_bytes(&bytes, None)
     }
 
-    /// Load a signed definition from bytes; `base` is where referenced files are looked up.
+    /// Load a signed definition from bytes. `_base` is ignored: referenced files come from the
+    /// signed payload only, never from disk (ADR-0035); a payload that references a file it does
+    /// not embed is refused.
     pub fn load_bytes(
         &self,
         bytes: &[u8],
-        base: Option<&Path>,
+        _base: Option<&Path>,
     ) -> Result<VerifiedAgent, AgentDefError> {
-        let result = self.load_inner(bytes, base);
+        let result = self.load_inner(bytes, None);
         match &result {
             Ok(a) => {
                 tracing::info!(agent = a.agent_id(), version = a.version(), digest = %a.identity_digest(), "agent definition verified")

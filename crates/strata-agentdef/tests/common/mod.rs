@@ -99,8 +99,13 @@ tier3 = "Answer fully, with sources."
 
 [templates.developer]
 tier3 = "Focus on code."
+
+[embedded."SOUL.md"]
+sha256 = "{soul}"
+text = {soul_text}
 "#,
-        soul = sha256_hex(SOUL.as_bytes())
+        soul = sha256_hex(SOUL.as_bytes()),
+        soul_text = toml::Value::String(SOUL.to_owned())
     )
 }
 
@@ -261,10 +266,22 @@ pub fn fixtures() -> BTreeMap<&'static str, Fixture> {
     big.extend_from_slice(b"}\n");
     out.insert("oversized", fixture(big, trust(1, ""), "too_large"));
 
-    let mut f = fixture(good.to_json().into_bytes(), trust(1, ""), "digest_mismatch");
-    f.files
-        .insert("SOUL.md", SOUL.replace("never", "always").into_bytes());
-    out.insert("digest_mismatch", f);
+    // A payload whose embedded file is not the text its reference pins, signed as it is: the
+    // signature holds, the pin does not (the file beside the envelope plays no part).
+    let swapped = valid_definition().replacen(
+        &toml::Value::String(SOUL.to_owned()).to_string(),
+        &toml::Value::String(SOUL.replace("never", "always")).to_string(),
+        1,
+    );
+    assert_ne!(swapped, valid_definition());
+    out.insert(
+        "digest_mismatch",
+        fixture(
+            signed(&swapped, &[&signer()]).to_json().into_bytes(),
+            trust(1, ""),
+            "digest_mismatch",
+        ),
+    );
 
     let expired_key = format!(
         "threshold = 1\n\n[[keys]]\nid = \"{}\"\nname = \"old\"\npublic_key = \"{}\"\nnot_after = \"2026-01-01T00:00:00Z\"\n",

@@ -11,7 +11,6 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use strata_agentdef::definition::Text;
 use strata_agentdef::envelope::{MAX_ENVELOPE_BYTES, MAX_PAYLOAD_BYTES, MAX_SIGNATURES};
 use strata_agentdef::{check_definition, sign_definition, AgentDefinition, Envelope, KeyPair};
 
@@ -49,9 +48,13 @@ pub struct SignArgs {
     out: Option<PathBuf>,
 
     /// Add the signatures to this existing envelope instead of starting a new one; its payload
-    /// must be byte-identical to DEFINITION.toml.
+    /// must be byte-identical to DEFINITION.toml with its referenced files embedded.
     #[arg(long, value_name = "ENVELOPE")]
     append: Option<PathBuf>,
+
+    /// Sign a definition whose validity window has already ended (for tests of expiry only).
+    #[arg(long)]
+    allow_expired: bool,
 }
 
 fn read_limited(path: &Path, limit: usize, what: &str) -> Result<Vec<u8>, CliError> {
@@ -84,24 +87,6 @@ fn default_out(definition: &Path) -> PathBuf {
         .file_stem()
         .map_or_else(|| "agent".into(), |s| s.to_string_lossy().into_owned());
     definition.with_file_name(format!("{stem}.signed.json"))
-}
-
-/// Whether the definition pins any file by path (which the loader resolves next to the envelope).
-fn references_files(def: &AgentDefinition) -> bool {
-    let is_file = |t: &Option<Text>| matches!(t, Some(Text::File(_)));
-    matches!(def.core.identity, Text::File(_))
-        || is_file(&def.core.role)
-        || is_file(&def.core.response_format)
-        || is_file(&def.characteristics.personality)
-        || is_file(&def.characteristics.style)
-        || is_file(&def.characteristics.citation_rules)
-}
-
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    }
 }
 
 /// Add `keys`' signatures to the envelope at `path` after checking that it signs `text`.
@@ -216,6 +201,17 @@ pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
         ))
     })?;
     let base = dir_of(&args.definition);
+    // The payload embeds every referenced file: the envelope and a trust store are all a
+    // runtime needs (ADR-0035).
+    let text = strata_agentdef::embed_files(&text, &base).map_err(|e| {
+        CliError::agentdef(
+            format!(
+                "embedding the files {} references",
+                args.definition.display()
+            ),
+            e,
+        )
+    })?;
 
     let mut keys = Vec::with_capacity(args.keys.len());
     let mut ids = BTreeSet::new();
@@ -235,6 +231,25 @@ pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
     let def =
         check_definition(&text, Some(&base)).map_err(|e| CliError::agentdef(checking(), e))?;
     lint(&def).map_err(|e| CliError::Other(format!("{}: {e}", checking())))?;
+    if let Some(end) = def.not_after.as_deref() {
+        let end = strata_agentdef::time::parse_rfc3339(end)
+            .map_err(|e| CliError::Other(format!("{}: not_after: {e}", checking())))?;
+        let now = strata_agentdef::now_unix();
+        if end < now && !args.allow_expired {
+            return Err(CliError::Usage(format!(
+                "{}: its validity ended at {} (not_after), before now; move not_after forward and sign again (--allow-expired signs it anyway, for tests of expiry)",
+                args.definition.display(),
+                def.not_after.as_deref().unwrap_or_default()
+            )));
+        }
+        if (now..now + 86_400).contains(&end) {
+            out.status(&format!(
+                "warning: {} stops being valid in less than a day ({}); runtimes refuse it from then on",
+                args.definition.display(),
+                def.not_after.as_deref().unwrap_or_default()
+            ));
+        }
+    }
     let env = match &args.append {
         Some(path) => append_to(path, &text, &keys)?,
         None => {
@@ -257,14 +272,6 @@ pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
         return Ok(());
     }
     super::require_parent_dir(&target, "the envelope")?;
-    if references_files(&def) && !same_dir(&dir_of(&target), &base) {
-        tracing::warn!(
-            "{} references files by path; the loader looks for them next to the envelope, so \
-             copy them next to {} (or write the envelope next to the definition)",
-            args.definition.display(),
-            target.display()
-        );
-    }
     super::write_atomically(&target, json.as_bytes())?;
     out.status(&format!(
         "signed agent {} version {} -> {} ({} signature(s) in the envelope)",
