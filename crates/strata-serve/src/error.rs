@@ -163,6 +163,7 @@ impl From<SessionError> for ApiError {
             SessionError::Assemble(a) => match a {
                 AssembleError::AgentNotValid(_) => ErrorCode::AgentUnavailable,
                 AssembleError::IdentityExceedsBudget { .. }
+                | AssembleError::ToolsExceedBudget { .. }
                 | AssembleError::StickyExceedsBudget { .. }
                 | AssembleError::CharsExceeded { .. }
                 | AssembleError::Budget(_) => ErrorCode::Budget,

@@ -27,6 +27,7 @@ use strata_core::{
 mod fit;
 mod measure;
 mod place;
+mod schema;
 mod select;
 mod whole;
 
@@ -1364,14 +1365,24 @@ impl Assembler {
         } else {
             0
         };
-        let base_tokens = id_tokens + system_frame + tool_tokens + context_frames;
-        if base_tokens > fit_budget {
+        let framed_identity = id_tokens + system_frame + context_frames;
+        if framed_identity > fit_budget {
             return Err(AssembleError::IdentityExceedsBudget {
                 agent: agent.agent_id().to_owned(),
-                needed: base_tokens,
+                needed: framed_identity,
                 budget: fit_budget,
             });
         }
+        // Tool definitions that do not fit are the tools' failure, named as such (ADR-0032).
+        if framed_identity + tool_tokens > fit_budget {
+            return Err(AssembleError::ToolsExceedBudget {
+                tools: request_tools.iter().map(|t| t.name.clone()).collect(),
+                needed: tool_tokens,
+                available: fit_budget - framed_identity,
+                budget: fit_budget,
+            });
+        }
+        let base_tokens = framed_identity + tool_tokens;
 
         // The stages, each with a typed hand-off (see ARCHITECTURE.md).
         let Selected {
