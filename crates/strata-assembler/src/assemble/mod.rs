@@ -26,6 +26,7 @@ use strata_core::{
 
 mod fit;
 mod measure;
+mod native;
 mod place;
 mod schema;
 mod select;
@@ -107,9 +108,13 @@ struct CutAt {
 const WALK_KEPT_PAST: usize = 128;
 
 /// What stands in a native user message where a cut left text out: plain words on their own
-/// line, no strata syntax (a native message is the user's channel, not a fenced element).
+/// line, no strata syntax (a native message is the user's channel, not a fenced element;
+/// ADR-0030). Written by the wire format's module, whose neutralising of native text knows it
+/// (ADR-0032).
 fn native_elision(bytes: u64) -> String {
-    format!("\n[... {bytes} bytes of this message left out here to fit the context budget ...]\n")
+    let mut note = String::new();
+    format::write_native_elision(&mut note, bytes);
+    note
 }
 
 /// Bytes the cache counts for a kept walk.
@@ -568,28 +573,29 @@ impl Assembler {
             .filter(|_| s.layer() == RuntimeLayer::WorkingMemory);
         let role = turn.map(|t| t.role);
         match (native, turn) {
-            // Native turns carry their own words in their own messages (ADR-0014).
+            // Native turns carry their own words in their own messages (ADR-0014), with every
+            // form of the wire format in them neutralised (ADR-0032); this text is what is
+            // counted and sent.
             // The newest user turn cut to fit: its head, a plain note of what was left out,
             // its tail (ADR-0030).
             (true, Some(t)) if t.role == Role::User => match cut {
-                Some(c) => (
-                    format!(
-                        "{}{}{}",
-                        &body[..c.at],
-                        native_elision(c.elided),
-                        &body[c.at..]
-                    ),
-                    self.frame_msg("user"),
-                ),
-                None => (body.to_owned(), self.frame_msg("user")),
+                Some(c) => {
+                    let mut text = String::with_capacity(body.len() + 96);
+                    text.push_str(&native::words(&body[..c.at]));
+                    text.push_str(&native_elision(c.elided));
+                    text.push_str(&native::words(&body[c.at..]));
+                    (text, self.frame_msg("user"))
+                }
+                None => (native::words(body).into_owned(), self.frame_msg("user")),
             },
-            (true, Some(t)) if t.role == Role::Assistant => {
-                (body.to_owned(), self.frame_msg("assistant"))
-            }
+            (true, Some(t)) if t.role == Role::Assistant => (
+                native::words(body).into_owned(),
+                self.frame_msg("assistant"),
+            ),
             (true, Some(t)) if t.role == Role::ToolCall => {
                 let name = t.name.as_ref().map_or("", |n| n.as_str());
                 (
-                    body.to_owned(),
+                    native::arguments(body).into_owned(),
                     3 + self.text_cost(name).0 + self.frame_msg("assistant"),
                 )
             }
