@@ -45,8 +45,11 @@ use crate::request::{AssemblyRequest, BudgetSpec};
 
 /// The tools of `announced` that an assembly of `agent` under `policy` keeps: in layer 1's
 /// allowlist, permitted by the delegated policy, announced once, with a schema and description
-/// that match a pinned signed entry (I4, ADR-0007). The same narrowing as assembly itself, for
-/// callers that must hand contributors only what the model may see.
+/// that match a pinned signed entry (I4, ADR-0007), and with only identifiers for names in a
+/// schema that is not pinned (under the default description policy; ADR-0032). The same
+/// narrowing as assembly itself, for callers that must hand contributors only what the model
+/// may see. The tools are returned as announced: contributors write what they take from them
+/// into sections, which are fenced as data.
 pub fn narrowed_tools(
     agent: &VerifiedAgent,
     announced: &[strata_core::AnnouncedTool],
