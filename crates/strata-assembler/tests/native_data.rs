@@ -500,10 +500,10 @@ fn looks_like(c: char, protos: &[&str]) -> bool {
 const INVISIBLE: &[char] = &['\u{200B}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{00AD}'];
 
 /// Every form in `text` a reader would take for one of strata's tags or for the note of a cut
-/// message (a bracket, dots, a number and the note's words), found by this test's own folding: lookalikes of angles, colons and brackets to
-/// their ASCII prototype (a lookalike letter inside a word of another non-ASCII letter is
-/// left a letter, as the fences leave it), blanks and invisible characters dropped, letters in
-/// lower case, line breaks kept.
+/// message (a bracket, dots, a number and the note's words), found by this test's own folding:
+/// lookalikes of angles, colons and brackets to their ASCII prototype (a lookalike letter
+/// inside a word of another non-ASCII letter is left a letter, as the fences leave it), blanks
+/// and invisible characters dropped, letters in lower case, line breaks kept.
 fn forms_in(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let in_word = |j: Option<usize>| {
@@ -696,7 +696,7 @@ fn turn_text() -> impl Strategy<Value = (String, bool)> {
 enum NativeStep {
     User(String, bool),
     Assistant(String, bool),
-    /// Arguments as raw JSON, whether they are ordinary, and the result.
+    /// Arguments as raw JSON, and whether they are ordinary (a result follows each call).
     Call(String, bool),
 }
 
