@@ -88,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let ctx = match assembler().assemble(agent(), &req) {
             Ok(ctx) => ctx,
-            Err(AssembleError::History { .. } | AssembleError::EmptyConversation | AssembleError::StickyExceedsBudget { .. } | AssembleError::IdentityExceedsBudget { .. }) => continue,
+            Err(AssembleError::History { .. } | AssembleError::EmptyConversation | AssembleError::StickyExceedsBudget { .. } | AssembleError::IdentityExceedsBudget { .. } | AssembleError::ToolsExceedBudget { .. }) => continue,
             Err(e) => panic!("unexpected error: {e}"),
         };
         let r = ctx.report().request.as_ref().expect("a request report");

@@ -1,6 +1,6 @@
 //! Errors of assembly. Budget failures are typed, never silent (I2, ADR-0008).
 
-use strata_core::CoreError;
+use strata_core::{CoreError, ToolName};
 
 /// Why an assembly failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,6 +17,19 @@ pub enum AssembleError {
         /// Identity tokens.
         needed: u64,
         /// Prompt budget (total less reserve).
+        budget: u64,
+    },
+    /// The definitions of the tools offered do not fit in what layers 1-2 and the request's
+    /// framing leave of the prompt budget (ADR-0032). Their count is an estimate (ADR-0015).
+    #[error("the definitions of the offered tools {} need about {needed} tokens, but layers 1-2 and the request's framing leave {available} of the prompt budget's {budget}; offer fewer tools (narrow the tool policy or announce fewer), shorten their schemas, or raise the budget", names(.tools))]
+    ToolsExceedBudget {
+        /// The tools offered, by name.
+        tools: Vec<ToolName>,
+        /// Estimated tokens of their definitions.
+        needed: u64,
+        /// Tokens left for them.
+        available: u64,
+        /// Prompt budget.
         budget: u64,
     },
     /// Layers 1-2 plus the sticky sections exceed the prompt budget.
@@ -65,4 +78,13 @@ pub enum AssembleError {
         /// The limit.
         limit: u64,
     },
+}
+
+/// Tool names as a message lists them: `a`, `b`, `c`.
+fn names(tools: &[ToolName]) -> String {
+    tools
+        .iter()
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -49,7 +49,7 @@ pub use receipt_log::{Audit, LogError, ReceiptLog};
 #[cfg(feature = "postgres")]
 pub use receipt_log_pg::PgReceiptLog;
 pub use receipt_signer::{ReceiptSigner, ReceiptSink, SignerError};
-pub use report::{RefusedTool, Report, SectionReport, SectionStatus};
+pub use report::{RefusedTool, Report, SchemaTextRemoved, SectionReport, SectionStatus};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{
     OperationId, Outcome, PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError,

@@ -1,9 +1,14 @@
-//! The assembled context and its provider formats (ADR-0013).
+//! The assembled context and the request body placed for a provider (ADR-0013, ADR-0015).
+//!
+//! API boundary: nothing here returns a system-role message or block built from the plain-text
+//! assembly, whose text holds layers 3-6; the only provider format is
+//! [`AssembledContext::request_body`], whose system channel is the signed text alone (I8,
+//! ADR-0032).
 
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use strata_core::{ContentHash, ToolName};
 
 use crate::provider::{Conversation, Provider, RequestError, RequestParams};
@@ -55,7 +60,9 @@ impl AssembledContext {
     }
 
     /// The plain text: rendered layers 1-2, byte for byte, then fenced layers 3-6. For a
-    /// provider request, the system channel alone (the signed text).
+    /// provider request, the system channel alone (the signed text). The plain text is not a
+    /// system prompt: it holds runtime content, which a provider request places in
+    /// user-position messages (ADR-0032).
     pub fn text(&self) -> &str {
         &self.inner.text
     }
@@ -102,40 +109,5 @@ impl AssembledContext {
                 asked: provider.name().into(),
             }),
         }
-    }
-
-    /// OpenAI chat messages: one system message holding the whole plain-text context. For
-    /// native turns and tools, assemble with a provider and use [`Self::request_body`].
-    pub fn openai_messages(&self) -> Value {
-        json!([{ "role": "system", "content": self.inner.text }])
-    }
-
-    /// Anthropic `system` blocks split at the breakpoints, each prefix block marked with
-    /// `cache_control` (at most 4, as the API allows).
-    pub fn anthropic_system(&self) -> Value {
-        let mut blocks = Vec::new();
-        let mut start = 0;
-        for bp in &self.inner.report.breakpoints {
-            let Some(text) = self
-                .inner
-                .text
-                .get(start..bp.byte)
-                .filter(|t| !t.is_empty())
-            else {
-                continue;
-            };
-            {
-                blocks.push(json!({
-                    "type": "text",
-                    "text": text,
-                    "cache_control": { "type": "ephemeral" }
-                }));
-                start = bp.byte;
-            }
-        }
-        if let Some(rest) = self.inner.text.get(start..).filter(|t| !t.is_empty()) {
-            blocks.push(json!({ "type": "text", "text": rest }));
-        }
-        Value::Array(blocks)
     }
 }

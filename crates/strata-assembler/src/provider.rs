@@ -63,18 +63,20 @@ pub enum SystemRole {
     Developer,
 }
 
-/// What description a tool carries in the request (ADR-0015). Announced descriptions are
+/// What description a tool carries in the request (ADR-0015), and whether an unpinned tool's
+/// announced schema keeps its free text (ADR-0032). Announced descriptions and schemas are
 /// untrusted text from the runtime or an MCP server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolDescriptions {
-    /// The signed description from layer 1 (empty if the definition gives none).
+    /// The signed description from layer 1 (empty if the definition gives none); an
+    /// announced schema without its free text.
     #[default]
     Signed,
-    /// No description at all.
+    /// No description at all; an announced schema without its free text.
     Withheld,
-    /// The announced description, as announced: untrusted text in a field the model reads as
-    /// instructions about the tool. Only for servers you control.
+    /// The announced description and schema, as announced: untrusted text in fields the model
+    /// reads as instructions about the tool. Only for servers you control.
     AnnouncedDangerously,
 }
 
@@ -211,8 +213,9 @@ pub struct RequestTool {
     pub name: ToolName,
     /// Description, chosen by [`ToolDescriptions`].
     pub description: String,
-    /// Argument schema: pinned by the signed definition, else as announced, else an empty
-    /// object schema.
+    /// Argument schema: pinned by the signed definition; else the announced one, stripped of
+    /// its free text unless the policy is [`ToolDescriptions::AnnouncedDangerously`]
+    /// (ADR-0032); else an empty object schema.
     pub parameters: ToolSchema,
     /// Where the schema came from: `signed`, `announced` or `none`.
     pub schema_source: String,

@@ -137,6 +137,20 @@ pub struct ToolsReport {
     pub effective: Vec<ToolName>,
     /// Announced or requested tools refused, with the reason.
     pub refused: Vec<(String, String)>,
+    /// Offered tools whose announced schema lost free text before it was offered (ADR-0032),
+    /// by tool name; absent when nothing was removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schema_text_removed: Vec<SchemaTextRemoved>,
+}
+
+/// What was removed from one tool's announced schema before it was offered: its structure is
+/// kept, and every value that can carry words is removed (ADR-0032).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaTextRemoved {
+    /// The tool.
+    pub tool: ToolName,
+    /// JSON Pointers (RFC 6901) into the announced schema of the values removed.
+    pub paths: Vec<String>,
 }
 
 impl ToolsReport {

@@ -108,6 +108,25 @@ pub(crate) fn is_structural_lookalike(c: char) -> bool {
     !c.is_ascii() && (in_table(ANGLE, c) || in_table(SQUARE, c) || in_table(HASH, c))
 }
 
+/// True for `<`, `>` and their lookalikes (either direction: the table does not tell them
+/// apart).
+pub(crate) fn is_angle_like(c: char) -> bool {
+    c == '<' || c == '>' || (!c.is_ascii() && in_table(ANGLE, c))
+}
+
+/// Whether `c`, between `prev` and `next`, reads as `<` or `>`: the ASCII characters, or a
+/// lookalike that escaping writes as an entity there (see [`needs_entity`]).
+pub(crate) fn reads_as_angle(c: char, prev: Option<char>, next: Option<char>) -> bool {
+    c == '<' || c == '>' || (in_table(ANGLE, c) && needs_entity(c, prev, next))
+}
+
+/// Whether `c`, between `prev` and `next`, reads as a square bracket that may open something:
+/// `[`, or a lookalike of either bracket (the table does not tell them apart) that escaping
+/// writes as an entity there.
+pub(crate) fn reads_as_square(c: char, prev: Option<char>, next: Option<char>) -> bool {
+    c == '[' || (in_table(SQUARE, c) && needs_entity(c, prev, next))
+}
+
 /// Whether escaping writes `c` (with neighbours `prev` and `next` in the original text) as a
 /// numeric entity because it looks like a structural character.
 ///

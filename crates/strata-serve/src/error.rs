@@ -190,6 +190,7 @@ impl From<SessionError> for ApiError {
                 AssembleError::AgentNotValid(_) => ErrorCode::AgentUnavailable,
                 AssembleError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
                 AssembleError::IdentityExceedsBudget { .. }
+                | AssembleError::ToolsExceedBudget { .. }
                 | AssembleError::StickyExceedsBudget { .. }
                 | AssembleError::CharsExceeded { .. }
                 | AssembleError::Budget(_) => ErrorCode::Budget,

@@ -40,7 +40,7 @@ pub const INVARIANTS: [(&str, &str); 9] = [
     ),
     (
         "Authority channels",
-        "In every provider request the system channel holds exactly the signed text and nothing from layers 3-6; no untrusted byte can create a message, a role, a tool call or a tool result; no data sits above the user's authority.",
+        "In every provider request the system channel holds exactly the signed text and nothing from layers 3-6; no untrusted byte can create a message, a role, a tool call or a tool result; no data sits above the user's authority; native turns hold no form of the wire format; the words in a tool's definition are signed, or there only under a loud policy.",
     ),
     (
         "Exact budgets",

@@ -26,7 +26,9 @@ use strata_core::{
 
 mod fit;
 mod measure;
+mod native;
 mod place;
+mod schema;
 mod select;
 mod whole;
 
@@ -43,8 +45,11 @@ use crate::request::{AssemblyRequest, BudgetSpec};
 
 /// The tools of `announced` that an assembly of `agent` under `policy` keeps: in layer 1's
 /// allowlist, permitted by the delegated policy, announced once, with a schema and description
-/// that match a pinned signed entry (I4, ADR-0007). The same narrowing as assembly itself, for
-/// callers that must hand contributors only what the model may see.
+/// that match a pinned signed entry (I4, ADR-0007), and with only identifiers for names in a
+/// schema that is not pinned (under the default description policy; ADR-0032). The same
+/// narrowing as assembly itself, for callers that must hand contributors only what the model
+/// may see. The tools are returned as announced: contributors write what they take from them
+/// into sections, which are fenced as data.
 pub fn narrowed_tools(
     agent: &VerifiedAgent,
     announced: &[strata_core::AnnouncedTool],
@@ -106,9 +111,13 @@ struct CutAt {
 const WALK_KEPT_PAST: usize = 128;
 
 /// What stands in a native user message where a cut left text out: plain words on their own
-/// line, no strata syntax (a native message is the user's channel, not a fenced element).
+/// line, no strata syntax (a native message is the user's channel, not a fenced element;
+/// ADR-0030). Written by the wire format's module, whose neutralising of native text knows it
+/// (ADR-0032).
 fn native_elision(bytes: u64) -> String {
-    format!("\n[... {bytes} bytes of this message left out here to fit the context budget ...]\n")
+    let mut note = String::new();
+    format::write_native_elision(&mut note, bytes);
+    note
 }
 
 /// Bytes the cache counts for a kept walk.
@@ -567,28 +576,29 @@ impl Assembler {
             .filter(|_| s.layer() == RuntimeLayer::WorkingMemory);
         let role = turn.map(|t| t.role);
         match (native, turn) {
-            // Native turns carry their own words in their own messages (ADR-0014).
+            // Native turns carry their own words in their own messages (ADR-0014), with every
+            // form of the wire format in them neutralised (ADR-0032); this text is what is
+            // counted and sent.
             // The newest user turn cut to fit: its head, a plain note of what was left out,
             // its tail (ADR-0030).
             (true, Some(t)) if t.role == Role::User => match cut {
-                Some(c) => (
-                    format!(
-                        "{}{}{}",
-                        &body[..c.at],
-                        native_elision(c.elided),
-                        &body[c.at..]
-                    ),
-                    self.frame_msg("user"),
-                ),
-                None => (body.to_owned(), self.frame_msg("user")),
+                Some(c) => {
+                    let mut text = String::with_capacity(body.len() + 96);
+                    text.push_str(&native::words(&body[..c.at]));
+                    text.push_str(&native_elision(c.elided));
+                    text.push_str(&native::words(&body[c.at..]));
+                    (text, self.frame_msg("user"))
+                }
+                None => (native::words(body).into_owned(), self.frame_msg("user")),
             },
-            (true, Some(t)) if t.role == Role::Assistant => {
-                (body.to_owned(), self.frame_msg("assistant"))
-            }
+            (true, Some(t)) if t.role == Role::Assistant => (
+                native::words(body).into_owned(),
+                self.frame_msg("assistant"),
+            ),
             (true, Some(t)) if t.role == Role::ToolCall => {
                 let name = t.name.as_ref().map_or("", |n| n.as_str());
                 (
-                    body.to_owned(),
+                    native::arguments(body).into_owned(),
                     3 + self.text_cost(name).0 + self.frame_msg("assistant"),
                 )
             }
@@ -1364,14 +1374,24 @@ impl Assembler {
         } else {
             0
         };
-        let base_tokens = id_tokens + system_frame + tool_tokens + context_frames;
-        if base_tokens > fit_budget {
+        let framed_identity = id_tokens + system_frame + context_frames;
+        if framed_identity > fit_budget {
             return Err(AssembleError::IdentityExceedsBudget {
                 agent: agent.agent_id().to_owned(),
-                needed: base_tokens,
+                needed: framed_identity,
                 budget: fit_budget,
             });
         }
+        // Tool definitions that do not fit are the tools' failure, named as such (ADR-0032).
+        if framed_identity + tool_tokens > fit_budget {
+            return Err(AssembleError::ToolsExceedBudget {
+                tools: request_tools.iter().map(|t| t.name.clone()).collect(),
+                needed: tool_tokens,
+                available: fit_budget - framed_identity,
+                budget: fit_budget,
+            });
+        }
+        let base_tokens = framed_identity + tool_tokens;
 
         // The stages, each with a typed hand-off (see ARCHITECTURE.md).
         let Selected {

@@ -14,10 +14,10 @@ use strata_core::{
     ToolPolicy, ToolSchema,
 };
 
-use super::{report_of, FastMap, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
+use super::{report_of, schema, FastMap, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 use crate::error::AssembleError;
 use crate::provider::{PairPolicy, RequestTool, ToolDescriptions};
-use crate::report::{Conflict, SectionReport, SectionStatus, ToolsReport};
+use crate::report::{Conflict, SchemaTextRemoved, SectionReport, SectionStatus, ToolsReport};
 use crate::request::AssemblyRequest;
 
 /// The sections that take part, after filtering and conflicts.
@@ -318,9 +318,11 @@ pub(super) fn select<'a>(
 /// Narrow the tool set: layer 1's allowlist, intersected with the caller's policy, intersected
 /// with what is announced (I4, ADR-0007). A tool whose signed entry pins a schema is refused when
 /// the announcement carries another schema or another description ("definition changed");
-/// otherwise it takes the announced schema. Descriptions follow [`ToolDescriptions`]: by default
-/// the signed one replaces the announced one (ADR-0015). For the plain-text format the effective
-/// tools are also listed in a fenced layer-3 catalog section.
+/// otherwise it takes the announced schema, stripped of its free text unless the policy is
+/// [`ToolDescriptions::AnnouncedDangerously`], and refused when a name in it is not an
+/// identifier (ADR-0032). Descriptions follow [`ToolDescriptions`]: by default the signed one
+/// replaces the announced one (ADR-0015). For the plain-text format the effective tools are also
+/// listed in a fenced layer-3 catalog section.
 pub(super) fn narrow_tools(
     agent: &VerifiedAgent,
     req: &AssemblyRequest,
@@ -389,7 +391,44 @@ pub(super) fn narrow_tools(
                 }
                 (pinned.clone(), "signed")
             }
-            (None, Some(announced)) => (announced.clone(), "announced"),
+            // The announced schema is data: offered as announced only under the loud policy;
+            // otherwise its structure without its free text, and what was removed is
+            // reported (ADR-0032).
+            (None, Some(announced)) => match policy {
+                ToolDescriptions::AnnouncedDangerously => (announced.clone(), "announced"),
+                ToolDescriptions::Signed | ToolDescriptions::Withheld => {
+                    match schema::strip(&announced.to_value()) {
+                        Ok(stripped) => {
+                            let Ok(parameters) = ToolSchema::from_value(&stripped.schema) else {
+                                // Not reached: stripping keeps the announced object an object.
+                                report.refused.push((
+                                    t.name.to_string(),
+                                    format!("{by} announced a schema that is not an object"),
+                                ));
+                                continue;
+                            };
+                            if !stripped.removed.is_empty() {
+                                report.schema_text_removed.push(SchemaTextRemoved {
+                                    tool: t.name.clone(),
+                                    paths: stripped.removed,
+                                });
+                            }
+                            (parameters, "announced")
+                        }
+                        Err(bad) => {
+                            report.refused.push((
+                                t.name.to_string(),
+                                format!(
+                                    "{by} announced a schema with a name at `{}` that is not an identifier ({}); rename it, or pin the schema in the signed definition",
+                                    bad.path,
+                                    schema::IDENTIFIER_PATTERN
+                                ),
+                            ));
+                            continue;
+                        }
+                    }
+                }
+            },
             (None, None) => (empty_schema(), "none"),
         };
         let description = match policy {
@@ -408,6 +447,9 @@ pub(super) fn narrow_tools(
         );
     }
     report.refused.sort();
+    report
+        .schema_text_removed
+        .sort_by(|a, b| a.tool.cmp(&b.tool));
     report.effective = effective.keys().cloned().collect();
     let tools: Vec<RequestTool> = effective.into_values().collect();
     if tools.is_empty() {

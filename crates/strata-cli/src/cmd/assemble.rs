@@ -60,11 +60,12 @@ pub enum SystemRoleArg {
 /// Tool descriptions in requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ToolDescriptionsArg {
-    /// The signed description (default).
+    /// The signed description (default); announced schemas without their free text.
     Signed,
-    /// No description.
+    /// No description; announced schemas without their free text.
     Withheld,
-    /// The announced, untrusted description. Only for servers you control.
+    /// The announced, untrusted description and schema, words included. Only for servers you
+    /// control.
     #[value(name = "announced-dangerously")]
     AnnouncedDangerously,
 }
@@ -330,7 +331,7 @@ pub fn build_request(
             ToolDescriptionsArg::Withheld => ToolDescriptions::Withheld,
             ToolDescriptionsArg::AnnouncedDangerously => {
                 tracing::warn!(
-                    "tool descriptions announced at run time are passed to the model unchecked"
+                    "tool descriptions and schemas announced at run time are passed to the model unchecked"
                 );
                 ToolDescriptions::AnnouncedDangerously
             }

@@ -299,6 +299,14 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
         for (t, why) in &r.tools.refused {
             let _ = writeln!(s, "tool refused: {t}: {why}");
         }
+        for removed in &r.tools.schema_text_removed {
+            let _ = writeln!(
+                s,
+                "tool schema text removed: {}: {}",
+                removed.tool,
+                removed.paths.join(", ")
+            );
+        }
     }
     for o in &r.omissions {
         let _ = writeln!(
