@@ -229,3 +229,42 @@ fn every_truncation_of_a_pinned_store_is_refused() {
     // Without the pin some cuts do verify the revoked key's agent: what the pin is for.
     assert!(accepted_unpinned > 0);
 }
+
+/// Verifies ADR-0034: `keygen --trust-entry NAME --trust-store FILE` adds the key to the store
+/// and prints the store's new pin, the same digest `verify` prints and `--trust-sha256` takes.
+#[test]
+fn keygen_prints_the_pin_of_the_store_it_extends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, _trust) = sign_agent(dir.path(), 1, "");
+    let pin = strata(
+        dir.path(),
+        &[
+            "keygen",
+            "--out",
+            "second.key",
+            "--trust-entry",
+            "second",
+            "--trust-store",
+            "trust.toml",
+        ],
+    );
+    let pin = pin.trim();
+    assert!(pin.starts_with("sha256:"), "{pin}");
+    let bytes = std::fs::read(dir.path().join("trust.toml")).unwrap();
+    assert_eq!(
+        pin,
+        format!("sha256:{}", strata_agentdef::trust_store_digest(&bytes))
+    );
+    let verdict = strata(
+        dir.path(),
+        &[
+            "verify",
+            "agent.signed.json",
+            "--trust",
+            "trust.toml",
+            "--trust-sha256",
+            pin,
+        ],
+    );
+    assert!(verdict.contains(&format!("trust={pin}")), "{verdict}");
+}

@@ -42,6 +42,12 @@ pub struct KeygenArgs {
     /// Print a `[[keys]]` trust-store block for the key, with this name.
     #[arg(long, value_name = "NAME")]
     trust_entry: Option<String>,
+
+    /// With --trust-entry: add the block to this trust store (created if missing, written
+    /// atomically) instead of printing it, and print the store's new pin (`sha256:<hex>`, for
+    /// --trust-sha256).
+    #[arg(long, value_name = "TRUST.toml", requires = "trust_entry")]
+    trust_store: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -131,9 +137,33 @@ pub fn run(args: &KeygenArgs, out: &Output) -> Result<(), CliError> {
             ))
         }
     };
-    match &args.trust_entry {
-        Some(name) => out.result(&format!("\n{}", trust_entry(&key, name)?)),
-        None => out.result(&format!(
+    match (&args.trust_entry, &args.trust_store) {
+        (Some(name), Some(store)) => {
+            let mut text = match std::fs::read_to_string(store) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(e) => return Err(CliError::io(store, e, "give a readable trust store")),
+            };
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push('\n');
+            text.push_str(&trust_entry(&key, name)?);
+            // The store as it will be must still parse: refuse rather than write a broken one.
+            let parsed = strata_agentdef::TrustStore::from_toml(&text).map_err(|e| {
+                CliError::agentdef(format!("adding the key to {}", store.display()), e)
+            })?;
+            super::write_atomically(store, text.as_bytes())?;
+            out.status(&format!(
+                "added key {} to {}; pin the store with --trust-sha256 {}",
+                key.key_id(),
+                store.display(),
+                parsed.digest()
+            ));
+            out.result(&format!("{}\n", parsed.digest()))
+        }
+        (Some(name), None) => out.result(&format!("\n{}", trust_entry(&key, name)?)),
+        (None, _) => out.result(&format!(
             "key id: {}\npublic key: {}\n",
             key.key_id(),
             format_public_key(&key.public())
