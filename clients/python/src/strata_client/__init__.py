@@ -9,8 +9,9 @@ session, record the model's replies and tool results, and add and search long-te
         turn = strata.prepare_turn("s1", "What does notes.txt say about deploys?")
         message = anthropic.Anthropic().messages.create(**turn.request)
 
-Every refusal raises a ``StrataError`` subclass carrying the HTTP status, the server's stable
-error code and a message that says what to do.
+Every call that changes a session carries an ``Idempotency-Key`` and is retried under the same
+key on passing refusals and broken connections. Every refusal raises a ``StrataError`` subclass
+carrying the HTTP status, the server's stable error code and a message that says what to do.
 """
 
 from ._async import AsyncStrataClient
@@ -37,6 +38,7 @@ from ._errors import (
 )
 from ._operations import (
     DEFAULT_BASE_URL,
+    DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
     OPERATIONS,
     TOKEN_ENV,
@@ -61,6 +63,7 @@ from ._types import (
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_RETRIES",
     "DEFAULT_TIMEOUT",
     "ERROR_CLASSES",
     "OPERATIONS",
