@@ -28,4 +28,5 @@ export {
   type OperationName,
 } from "./client.js";
 export * from "./errors.js";
+export { requestFor } from "./provider.js";
 export type * from "./types.js";
