@@ -255,6 +255,7 @@ def test_nothing_listening_fails_after_the_retries() -> None:
         # Three waits of at least 0.05, 0.1 and 0.2 seconds.
         assert time.monotonic() - started >= 0.35
     assert (err.value.status, err.value.code) == (None, "connection")
+    assert "(attempt 4)" in err.value.message
 
 
 def test_the_async_client_retries_the_same_way(server: Server, session_id: str) -> None:

@@ -307,10 +307,11 @@ export class StrataClient {
         failure = errorFromResponse(response.status, response.headers, await response.text());
         wait = this.retry.afterRefusal(operation, retry, failure);
       } catch (err) {
+        const tries = retry > 0 ? ` (attempt ${retry + 1})` : "";
         failure = new TransportError(
           null,
           "connection",
-          `${operation.method} ${url} failed before a response arrived (${describe(err)}); ` +
+          `${operation.method} ${url} failed before a response arrived${tries} (${describe(err)}); ` +
             "check that `strata serve` is running at that address and that the timeout is long enough",
         );
         wait = this.retry.afterFailure(operation, retry, err);

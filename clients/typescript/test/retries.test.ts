@@ -316,6 +316,7 @@ describe("retries", () => {
     assert.ok(performance.now() - started >= 350);
     assert.deepEqual([err.status, err.code], [null, "connection"]);
     assert.match(err.message, /ECONNREFUSED/);
+    assert.match(err.message, /\(attempt 4\)/);
   });
 });
 

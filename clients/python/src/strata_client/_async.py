@@ -97,7 +97,8 @@ class AsyncStrataClient:
             except httpx.HTTPError as err:
                 wait = self._retry.after_failure(call.op, retry, err)
                 if wait is None:
-                    raise ops.transport_error(err, call.op.method, self._url(call.path)) from err
+                    url = self._url(call.path)
+                    raise ops.transport_error(err, call.op.method, url, retry + 1) from err
             else:
                 if response.is_success:
                     return response

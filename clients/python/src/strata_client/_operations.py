@@ -300,14 +300,15 @@ def search_body(query: str, limit: int | None) -> dict[str, Any]:
     return body
 
 
-def transport_error(err: httpx.HTTPError, method: str, url: str) -> StrataError:
+def transport_error(err: httpx.HTTPError, method: str, url: str, attempts: int = 1) -> StrataError:
     """A connection or timeout failure, with what to check."""
+    tries = f" (attempt {attempts})" if attempts > 1 else ""
     return TransportError(
         None,
         "connection",
-        f"{method} {url} failed before a response arrived ({type(err).__name__}: {err}); "
-        "check that `strata serve` is running at that address and that the timeout is long "
-        "enough",
+        f"{method} {url} failed before a response arrived{tries} ({type(err).__name__}: "
+        f"{err}); check that `strata serve` is running at that address and that the timeout "
+        "is long enough",
     )
 
 
