@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 import anthropic
 from anthropic.types import Message
@@ -27,9 +26,8 @@ def run_turn(
 ) -> Message:
     """Prepares the turn, sends it with the SDK, records the reply; returns the SDK's message."""
     turn = strata.prepare_turn(session_id, question)
-    request: dict[str, Any] = turn.request
-    # The prepared body is exactly the keyword arguments of messages.create.
-    message: Message = claude.messages.create(**request)
+    # The prepared body is exactly the keyword arguments of messages.create, typed as such.
+    message = claude.messages.create(**turn.request_for("anthropic"))
     text = "".join(block.text for block in message.content if block.type == "text")
     calls: list[ToolCall] = [
         {"id": block.id, "name": block.name, "arguments": dict(block.input)}

@@ -17,6 +17,8 @@ from strata_client import (
 )
 from strata_client._errors import error_from_response
 
+from strata_server import OPENAPI
+
 
 def _body(code: str, message: str = "what to do") -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
@@ -27,6 +29,12 @@ def test_every_code_has_its_class() -> None:
         err = error_from_response(418, {}, _body(code))
         assert type(err) is cls
         assert (err.status, err.code, err.message) == (418, code, "what to do")
+
+
+def test_every_documented_code_has_a_class() -> None:
+    schemas = json.loads(OPENAPI.read_text())["components"]["schemas"]
+    assert set(ERROR_CLASSES) == set(schemas["ErrorCode"]["enum"])
+    assert len(set(ERROR_CLASSES.values())) == len(ERROR_CLASSES), "one class per code"
 
 
 def test_overloaded_keeps_retry_after() -> None:

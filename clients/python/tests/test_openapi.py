@@ -1,5 +1,6 @@
 """Every operation of the OpenAPI document the server publishes has a method in both clients,
-calling the same route with the same body fields, so a new endpoint or field cannot be missed."""
+calling the same route with the same body fields and headers (an ``Idempotency-Key`` for every
+operation that changes a session), so a new endpoint, field or header cannot be missed."""
 
 from __future__ import annotations
 
@@ -62,15 +63,25 @@ def test_every_operation_has_a_client_method() -> None:
         assert inspect.iscoroutinefunction(getattr(AsyncStrataClient, name)), name
 
 
+def _header_parameters(op: dict[str, Any]) -> set[str]:
+    """The operation's header parameters as Python names: ``Idempotency-Key`` is
+    ``idempotency_key``."""
+    return {
+        p["name"].lower().replace("-", "_") for p in op.get("parameters", []) if p["in"] == "header"
+    }
+
+
 def test_request_fields_are_method_parameters() -> None:
     doc = _document()
     documented = _documented()
     for name, op in OPERATIONS.items():
-        body = documented[_route(op.method, op.path)].get("requestBody")
-        if body is None:
-            continue
-        schema = _resolve(doc, body["content"]["application/json"]["schema"])
-        fields = set(schema.get("properties", {}))
+        operation = documented[_route(op.method, op.path)]
+        fields = _header_parameters(operation)
+        assert op.keyed == ("idempotency_key" in fields), f"{name}: Idempotency-Key"
+        body = operation.get("requestBody")
+        if body is not None:
+            schema = _resolve(doc, body["content"]["application/json"]["schema"])
+            fields |= set(schema.get("properties", {}))
         for cls in (StrataClient, AsyncStrataClient):
             params = set(inspect.signature(getattr(cls, name)).parameters) - {"self", "session_id"}
             assert params == fields, f"{cls.__name__}.{name} takes {params}, the API {fields}"

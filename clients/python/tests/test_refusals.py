@@ -101,7 +101,7 @@ def test_nothing_listening() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with (
-        StrataClient(f"http://127.0.0.1:{port}", token=TOKEN, timeout=5) as client,
+        StrataClient(f"http://127.0.0.1:{port}", token=TOKEN, timeout=5, max_retries=0) as client,
         pytest.raises(TransportError) as err,
     ):
         client.healthz()

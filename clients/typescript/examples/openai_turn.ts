@@ -16,13 +16,11 @@
 import { fileURLToPath } from "node:url";
 
 import OpenAI from "openai";
-import type {
-  ChatCompletion,
-  ChatCompletionCreateParamsNonStreaming,
-} from "openai/resources/chat/completions";
+import type { ChatCompletion } from "openai/resources/chat/completions";
 
 import { DEFAULT_BASE_URL, StrataClient, type ToolCall } from "@strata/client";
 import { readTokenFile } from "@strata/client/node";
+import { chatCompletionsRequest } from "@strata/client/openai";
 
 /** Prepares the turn, sends it with the SDK, records the reply; returns the SDK's completion. */
 export async function runTurn(
@@ -32,9 +30,8 @@ export async function runTurn(
   question: string,
 ): Promise<ChatCompletion> {
   const turn = await strata.prepareTurn(sessionId, { message: question });
-  // The prepared body is exactly the parameters of chat.completions.create.
-  const request = turn.request as unknown as ChatCompletionCreateParamsNonStreaming;
-  const completion = await openai.chat.completions.create(request);
+  // The prepared body is exactly the parameters of chat.completions.create, typed as such.
+  const completion = await openai.chat.completions.create(chatCompletionsRequest(turn));
   const message = completion.choices[0]?.message;
   if (message === undefined) {
     throw new Error(`the completion ${completion.id} has no choice`);

@@ -44,6 +44,16 @@ export class MethodNotAllowedError extends StrataError {}
 export class BodyTooLargeError extends StrataError {}
 /** `budget`: the identity and sticky sections do not fit the token budget. */
 export class BudgetError extends StrataError {}
+/** `message_too_large`: the user's message cannot fit even cut to its head and tail; nothing was recorded. */
+export class MessageTooLargeError extends StrataError {}
+/** `idempotency_key_reused`: the `Idempotency-Key` was used before for another request on this session. */
+export class IdempotencyKeyReusedError extends StrataError {}
+/** `session_conflict`: the session kept changing while the request was prepared; retry after `retryAfter`. */
+export class SessionConflictError extends StrataError {}
+/** `store_unavailable`: the server cannot reach its memory store; retry after `retryAfter` seconds. */
+export class StoreUnavailableError extends StrataError {}
+/** `request_timeout`: the request body did not reach the server within its read timeout. */
+export class RequestTimeoutError extends StrataError {}
 /** `overloaded`: the server is at its concurrency limit; retry after `retryAfter` seconds. */
 export class OverloadedError extends StrataError {}
 /** `timeout`: the server gave up on the request after its per-request timeout. */
@@ -64,6 +74,11 @@ export const ERROR_CLASSES: Readonly<Record<ErrorCode, typeof StrataError>> = {
   method_not_allowed: MethodNotAllowedError,
   body_too_large: BodyTooLargeError,
   budget: BudgetError,
+  message_too_large: MessageTooLargeError,
+  idempotency_key_reused: IdempotencyKeyReusedError,
+  session_conflict: SessionConflictError,
+  store_unavailable: StoreUnavailableError,
+  request_timeout: RequestTimeoutError,
   overloaded: OverloadedError,
   timeout: ServerTimeoutError,
   agent_unavailable: AgentUnavailableError,

@@ -13,13 +13,20 @@
 
 export {
   DEFAULT_BASE_URL,
+  DEFAULT_MAX_RETRIES,
   DEFAULT_TIMEOUT_MS,
+  IDEMPOTENCY_KEY,
   OPERATIONS,
+  RETRYABLE_CODES,
+  RetryPolicy,
   StrataClient,
+  UNTOUCHED_CODES,
   VERSION,
+  type CallOptions,
   type ClientOptions,
   type Operation,
   type OperationName,
 } from "./client.js";
 export * from "./errors.js";
+export { requestFor } from "./provider.js";
 export type * from "./types.js";

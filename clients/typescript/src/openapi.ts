@@ -258,7 +258,7 @@ export interface components {
          * @description The stable error codes.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "overloaded" | "timeout" | "agent_unavailable" | "internal";
+        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "message_too_large" | "idempotency_key_reused" | "session_conflict" | "store_unavailable" | "request_timeout" | "overloaded" | "timeout" | "agent_unavailable" | "internal";
         /** @description Code and message. */
         ErrorDetail: {
             /** @description Stable code; see the list in the API description. */
@@ -697,7 +697,10 @@ export interface operations {
     delete_session: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 /** @description The session */
                 session_id: string;
@@ -738,7 +741,10 @@ export interface operations {
     record_reply: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 /** @description The session */
                 session_id: string;
@@ -787,7 +793,16 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Overloaded, timed out or agent not valid */
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, timed out, agent not valid or store unavailable */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -801,7 +816,10 @@ export interface operations {
     reset_session: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 /** @description The session */
                 session_id: string;
@@ -842,7 +860,10 @@ export interface operations {
     record_tool_result: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 /** @description The session */
                 session_id: string;
@@ -900,7 +921,16 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Overloaded, timed out or agent not valid */
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, timed out, agent not valid or store unavailable */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -914,9 +944,12 @@ export interface operations {
     prepare_turn: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
-                /** @description 1-128 characters of [A-Za-z0-9._:-] */
+                /** @description 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit, without `..` */
                 session_id: string;
             };
             cookie?: never;
@@ -963,6 +996,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The session kept changing while the turn was prepared; retry */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Body or section over the limit */
             413: {
                 headers: {
@@ -972,7 +1014,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The identity and sticky sections do not fit */
+            /** @description The identity and sticky sections do not fit, the message cannot fit even cut, or the Idempotency-Key was used for another request */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -981,7 +1023,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Overloaded, timed out or agent not valid */
+            /** @description Overloaded, timed out, agent not valid or store unavailable */
             503: {
                 headers: {
                     [name: string]: unknown;

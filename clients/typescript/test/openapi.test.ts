@@ -16,7 +16,12 @@ import { OPENAPI, PACKAGE } from "./server.js";
 
 const METHODS = new Set(["get", "put", "post", "delete", "patch", "head", "options", "trace"]);
 
-type Doc = { paths: Record<string, Record<string, { operationId?: string; security?: unknown[] }>> };
+type DocOperation = {
+  operationId?: string;
+  security?: unknown[];
+  parameters?: { name: string; in: string }[];
+};
+type Doc = { paths: Record<string, Record<string, DocOperation>> };
 
 /** `METHOD /path/{}`: a route with its path parameters' names left out. */
 function route(method: string, path: string): string {
@@ -26,7 +31,7 @@ function route(method: string, path: string): string {
 describe("the OpenAPI document", () => {
   it("has a client method for every operation, and no method for a route it lacks", () => {
     const doc = JSON.parse(readFileSync(OPENAPI, "utf8")) as Doc;
-    const documented = new Map<string, { operationId?: string; security?: unknown[] }>();
+    const documented = new Map<string, DocOperation>();
     for (const [path, item] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(item)) {
         if (METHODS.has(method)) {
@@ -44,6 +49,11 @@ describe("the OpenAPI document", () => {
     for (const [r, [name, op]] of ours) {
       assert.equal(documented.get(r)?.operationId, op.operationId, r);
       assert.equal((documented.get(r)?.security ?? []).length > 0, op.auth, `${r}: bearer token`);
+      const headers = (documented.get(r)?.parameters ?? [])
+        .filter((p) => p.in === "header")
+        .map((p) => p.name);
+      assert.deepEqual(headers, op.keyed ? ["Idempotency-Key"] : [], `${r}: header parameters`);
+      assert.ok(op.repeatable || !op.keyed, `${r}: a keyed operation can be repeated`);
       assert.equal(
         typeof (StrataClient.prototype as unknown as Record<string, unknown>)[name],
         "function",

@@ -316,7 +316,7 @@ describe("refusals", () => {
         probe.close(() => done(port));
       });
     });
-    const nobody = new StrataClient({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 5000 });
+    const nobody = new StrataClient({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 5000, maxRetries: 0 });
     const err = await nobody.healthz().then(
       () => assert.fail("expected a failure"),
       (e: unknown) => e,

@@ -23,6 +23,8 @@ export const TOKEN = "client-tests-token-0123456789abcdef";
 /** Accepted: the token file holds only its SHA-256 (`sha256:<hex>`). */
 export const HASHED_TOKEN = "client-tests-hashed-token-fedcba9876543210";
 export const MODEL = "gpt-4o-mini";
+/** The model of the servers started for `--provider anthropic`. */
+export const ANTHROPIC_MODEL = "claude-sonnet-5-5";
 
 /** The demo agent's id and version, read from its signed envelope's payload (TOML). */
 export const DEMO_AGENT = (() => {
@@ -56,10 +58,13 @@ export class Server {
   ) {}
 
   /**
-   * Starts `strata serve` for OpenAI Chat Completions on a fresh store in a temp dir, on
-   * loopback TCP unless `where` says otherwise (`["--unix", path]`).
+   * Starts `strata serve` for OpenAI Chat Completions (or `provider`) on a fresh store in a temp
+   * dir, on loopback TCP unless `where` says otherwise (`["--unix", path]`).
    */
-  static async start(where: string[] = ["--listen", "127.0.0.1:0"]): Promise<Server> {
+  static async start(
+    where: string[] = ["--listen", "127.0.0.1:0"],
+    provider: "anthropic" | "openai-chat" | "openai-responses" = "openai-chat",
+  ): Promise<Server> {
     const workdir = mkdtempSync(join(tmpdir(), "strata-ts-"));
     const tokenFile = join(workdir, "tokens");
     const digest = createHash("sha256").update(HASHED_TOKEN).digest("hex");
@@ -78,9 +83,9 @@ export class Server {
       "--token-file",
       tokenFile,
       "--provider",
-      "openai-chat",
+      provider,
       "--model",
-      MODEL,
+      provider === "anthropic" ? ANTHROPIC_MODEL : MODEL,
       "--max-tokens",
       "1024",
     ];

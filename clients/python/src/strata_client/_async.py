@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -32,7 +33,9 @@ class AsyncStrataClient:
 
     ``base_url`` defaults to ``http://127.0.0.1:8177``; the bearer token comes from ``token``,
     else the first token of ``token_file``, else ``$STRATA_TOKEN``. ``uds`` connects over the
-    server's Unix socket (``strata serve --unix PATH``) instead of TCP. ``timeout`` is in seconds.
+    server's Unix socket (``strata serve --unix PATH``) instead of TCP. ``timeout`` is in seconds,
+    per attempt. Idempotency keys and retries (``max_retries``, ``retry_base_delay``,
+    ``retry_max_delay``) are as in ``StrataClient``.
     Every method raises a ``StrataError`` subclass when the server refuses the request.
 
     Use it as an async context manager, or await ``aclose()``, to release its connections.
@@ -46,7 +49,11 @@ class AsyncStrataClient:
         token_file: str | os.PathLike[str] | None = None,
         timeout: float | None = ops.DEFAULT_TIMEOUT,
         uds: str | os.PathLike[str] | None = None,
+        max_retries: int = ops.DEFAULT_MAX_RETRIES,
+        retry_base_delay: float = 0.2,
+        retry_max_delay: float = 5.0,
     ) -> None:
+        self._retry = ops.RetryPolicy(max_retries, retry_base_delay, retry_max_delay)
         self._auth = ops.auth_headers(ops.resolve_token(token, token_file))
         self._where = f"over the Unix socket {os.fspath(uds)}" if uds is not None else ""
         transport = httpx.AsyncHTTPTransport(uds=os.fspath(uds)) if uds is not None else None
@@ -73,22 +80,47 @@ class AsyncStrataClient:
         await self._http.aclose()
 
     async def _send(
-        self, name: str, session_id: str | None = None, body: dict[str, Any] | None = None
+        self,
+        name: str,
+        session_id: str | None = None,
+        body: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> httpx.Response:
-        op = ops.OPERATIONS[name]
-        path = ops.path_of(name, session_id)
-        try:
-            return await self._http.request(
-                op.method, path, json=body, headers=self._auth if op.auth else None
-            )
-        except httpx.HTTPError as err:
-            url = f"{self._http.base_url.join(path)}{self._where and ' ' + self._where}"
-            raise ops.transport_error(err, op.method, url) from err
+        """The successful response of the call, after any retries it needed."""
+        call = ops.call(name, session_id, body, self._auth, idempotency_key)
+        retry = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    call.op.method, call.path, content=call.content, headers=call.headers
+                )
+            except httpx.HTTPError as err:
+                wait = self._retry.after_failure(call.op, retry, err)
+                if wait is None:
+                    url = self._url(call.path)
+                    raise ops.transport_error(err, call.op.method, url, retry + 1) from err
+            else:
+                if response.is_success:
+                    return response
+                error = ops.error_of(response)
+                wait = self._retry.after_refusal(call.op, retry, error)
+                if wait is None:
+                    raise error
+            await asyncio.sleep(wait)
+            retry += 1
+
+    def _url(self, path: str) -> str:
+        """Where a request goes, for error messages."""
+        return f"{self._http.base_url.join(path)}{self._where and ' ' + self._where}"
 
     async def _json(
-        self, name: str, session_id: str | None = None, body: dict[str, Any] | None = None
+        self,
+        name: str,
+        session_id: str | None = None,
+        body: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> Any:
-        return ops.json_of(await self._send(name, session_id, body))
+        return ops.json_of(await self._send(name, session_id, body, idempotency_key))
 
     async def healthz(self) -> Status:
         """Whether the process is up (no token needed)."""
@@ -105,9 +137,7 @@ class AsyncStrataClient:
 
     async def metrics(self) -> str:
         """The server's metrics in the Prometheus text format."""
-        response = await self._send("metrics")
-        ops.check(response)
-        return response.text
+        return (await self._send("metrics")).text
 
     async def agent(self) -> AgentInfo:
         """The verified agent the server serves: id, version, identity digest, signers, validity."""
@@ -123,12 +153,15 @@ class AsyncStrataClient:
         context_window: int | None = None,
         tools: Sequence[AnnouncedTool] | None = None,
         sections: Sequence[Mapping[str, Any]] | None = None,
+        idempotency_key: str | None = None,
     ) -> PreparedTurn:
         """Records the user's ``message`` and prepares the provider request for it; without a
         message, prepares the next request after tool results (``UnknownSessionError`` if the
-        session has no turns). ``tools`` and ``sections`` apply to this turn only."""
+        session has no turns). ``tools`` and ``sections`` apply to this turn only. A repeat
+        with the same ``idempotency_key`` and arguments gets the first answer."""
         body = ops.turn_body(message, mode, path, context_window, tools, sections)
-        return PreparedTurn.from_json(await self._json("prepare_turn", session_id, body))
+        data = await self._json("prepare_turn", session_id, body, idempotency_key)
+        return PreparedTurn.from_json(data)
 
     async def record_reply(
         self,
@@ -136,30 +169,38 @@ class AsyncStrataClient:
         text: str | None = None,
         *,
         tool_calls: Sequence[ToolCall] | None = None,
+        idempotency_key: str | None = None,
     ) -> RecordedReply:
         """Records the model's reply: its text and its tool calls."""
         body = ops.reply_body(text, tool_calls)
-        return RecordedReply.from_json(await self._json("record_reply", session_id, body))
+        data = await self._json("record_reply", session_id, body, idempotency_key)
+        return RecordedReply.from_json(data)
 
-    async def record_tool_result(self, session_id: str, call_id: str, output: str) -> bool:
+    async def record_tool_result(
+        self, session_id: str, call_id: str, output: str, *, idempotency_key: str | None = None
+    ) -> bool:
         """Records a tool's output for the call ``call_id``; true once it is stored."""
         body = {"call_id": call_id, "output": output}
-        return recorded(await self._json("record_tool_result", session_id, body))
+        data = await self._json("record_tool_result", session_id, body, idempotency_key)
+        return recorded(data)
 
     async def session(self, session_id: str) -> SessionHistory:
         """The session's recorded turns, oldest first."""
         return SessionHistory.from_json(await self._json("session", session_id))
 
-    async def reset_session(self, session_id: str) -> int:
+    async def reset_session(self, session_id: str, *, idempotency_key: str | None = None) -> int:
         """Forgets the session's turns; returns how many were removed."""
-        return removed_count(await self._json("reset_session", session_id))
+        data = await self._json("reset_session", session_id, None, idempotency_key)
+        return removed_count(data)
 
-    async def delete_session(self, session_id: str) -> int:
+    async def delete_session(self, session_id: str, *, idempotency_key: str | None = None) -> int:
         """Deletes the session; returns how many turns were removed."""
-        return removed_count(await self._json("delete_session", session_id))
+        data = await self._json("delete_session", session_id, None, idempotency_key)
+        return removed_count(data)
 
     async def add_memory(self, content: str, tags: Sequence[str] | None = None) -> str:
-        """Stores a long-term memory; returns its id."""
+        """Stores a long-term memory; returns its id. The server does not deduplicate memories,
+        so this is retried only when the server did not act on the request."""
         return memory_id(await self._json("add_memory", body=ops.memory_body(content, tags)))
 
     async def search_memories(self, query: str, limit: int | None = None) -> list[MemoryHit]:

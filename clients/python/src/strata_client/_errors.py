@@ -62,6 +62,31 @@ class BudgetError(StrataError):
     """``budget``: the identity and sticky sections do not fit the token budget."""
 
 
+class MessageTooLargeError(StrataError):
+    """``message_too_large``: the user's message cannot fit even cut to its head and tail;
+    nothing was recorded."""
+
+
+class IdempotencyKeyReusedError(StrataError):
+    """``idempotency_key_reused``: the ``Idempotency-Key`` was used before for another request
+    on this session; a new request needs a new key."""
+
+
+class SessionConflictError(StrataError):
+    """``session_conflict``: the session kept changing while the request was prepared; retry
+    after ``retry_after``."""
+
+
+class StoreUnavailableError(StrataError):
+    """``store_unavailable``: the server cannot reach its memory store; retry after
+    ``retry_after``."""
+
+
+class RequestTimeoutError(StrataError):
+    """``request_timeout``: the request body did not reach the server within its read
+    timeout."""
+
+
 class OverloadedError(StrataError):
     """``overloaded``: the server is at its concurrency limit; retry after ``retry_after``."""
 
@@ -90,6 +115,11 @@ ERROR_CLASSES: Mapping[str, type[StrataError]] = {
     "method_not_allowed": MethodNotAllowedError,
     "body_too_large": BodyTooLargeError,
     "budget": BudgetError,
+    "message_too_large": MessageTooLargeError,
+    "idempotency_key_reused": IdempotencyKeyReusedError,
+    "session_conflict": SessionConflictError,
+    "store_unavailable": StoreUnavailableError,
+    "request_timeout": RequestTimeoutError,
     "overloaded": OverloadedError,
     "timeout": ServerTimeoutError,
     "agent_unavailable": AgentUnavailableError,

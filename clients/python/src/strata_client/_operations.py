@@ -1,5 +1,5 @@
 """The API's operations as data, and what the sync and async clients share: request bodies,
-the token, headers and the reading of responses.
+the token, headers, idempotency keys, when to retry, and the reading of responses.
 
 ``OPERATIONS`` names, for every client method, the HTTP method and path it calls and the
 ``operationId`` the OpenAPI document gives that route; the tests compare it with the document
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +34,38 @@ DEFAULT_TIMEOUT = 30.0
 TOKEN_ENV = "STRATA_TOKEN"
 """The environment variable read for the bearer token when neither a token nor a file is given."""
 
+DEFAULT_MAX_RETRIES = 4
+"""Retries of a call after its first attempt, unless the client is told otherwise."""
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+"""The header that makes an operation changing a session retry-safe."""
+
+RETRYABLE_CODES = frozenset(
+    {"overloaded", "store_unavailable", "timeout", "session_conflict", "request_timeout"}
+)
+"""Error codes of passing conditions: a later attempt of the same request may succeed."""
+
+UNTOUCHED_CODES = frozenset({"overloaded", "request_timeout"})
+"""Error codes given before the server acted on the request: even an operation that is not safe
+to repeat (``add_memory``) is retried on them."""
+
 
 @dataclass(frozen=True)
 class Operation:
-    """One route of the API as a client method calls it."""
+    """One route of the API as a client method calls it.
+
+    ``keyed`` operations change a session and carry an ``Idempotency-Key``, so that a repeat is
+    answered from the first attempt. ``repeatable`` operations may be sent again whatever
+    happened to an earlier attempt: reads, and keyed operations. An operation that is neither
+    (adding a memory) is retried only when the server certainly did not act on it.
+    """
 
     operation_id: str
     method: str
     path: str
     auth: bool = True
+    keyed: bool = False
+    repeatable: bool = True
 
 
 OPERATIONS: Mapping[str, Operation] = {
@@ -49,15 +74,23 @@ OPERATIONS: Mapping[str, Operation] = {
     "openapi": Operation("openapi", "GET", "/openapi.json", auth=False),
     "metrics": Operation("metrics", "GET", "/metrics"),
     "agent": Operation("agent", "GET", "/v1/agent"),
-    "prepare_turn": Operation("prepare_turn", "POST", "/v1/sessions/{session_id}/turns"),
-    "record_reply": Operation("record_reply", "POST", "/v1/sessions/{session_id}/replies"),
+    "prepare_turn": Operation(
+        "prepare_turn", "POST", "/v1/sessions/{session_id}/turns", keyed=True
+    ),
+    "record_reply": Operation(
+        "record_reply", "POST", "/v1/sessions/{session_id}/replies", keyed=True
+    ),
     "record_tool_result": Operation(
-        "record_tool_result", "POST", "/v1/sessions/{session_id}/tool-results"
+        "record_tool_result", "POST", "/v1/sessions/{session_id}/tool-results", keyed=True
     ),
     "session": Operation("get_session", "GET", "/v1/sessions/{session_id}"),
-    "reset_session": Operation("reset_session", "POST", "/v1/sessions/{session_id}/reset"),
-    "delete_session": Operation("delete_session", "DELETE", "/v1/sessions/{session_id}"),
-    "add_memory": Operation("add_memory", "POST", "/v1/memories"),
+    "reset_session": Operation(
+        "reset_session", "POST", "/v1/sessions/{session_id}/reset", keyed=True
+    ),
+    "delete_session": Operation(
+        "delete_session", "DELETE", "/v1/sessions/{session_id}", keyed=True
+    ),
+    "add_memory": Operation("add_memory", "POST", "/v1/memories", repeatable=False),
     "search_memories": Operation("search_memories", "POST", "/v1/memories/search"),
 }
 
@@ -98,6 +131,105 @@ def headers() -> dict[str, str]:
 def auth_headers(token: str | None) -> dict[str, str]:
     """The ``Authorization`` header, sent only to the operations that need it."""
     return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+
+def new_idempotency_key() -> str:
+    """A fresh key for one logical call: a random UUID."""
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class Call:
+    """One logical call, sent the same on every attempt: the same body bytes and, for an
+    operation that changes a session, the same ``Idempotency-Key``."""
+
+    op: Operation
+    path: str
+    headers: dict[str, str]
+    content: bytes | None
+
+
+def call(
+    name: str,
+    session_id: str | None,
+    body: Mapping[str, Any] | None,
+    auth: Mapping[str, str],
+    idempotency_key: str | None,
+) -> Call:
+    """The call ``name`` makes; a keyed operation gets ``idempotency_key``, else a new key."""
+    op = OPERATIONS[name]
+    if idempotency_key is not None and not op.keyed:
+        raise ValueError(f"{name} takes no idempotency key")
+    headers = dict(auth) if op.auth else {}
+    if op.keyed:
+        headers[IDEMPOTENCY_KEY] = (
+            new_idempotency_key() if idempotency_key is None else idempotency_key
+        )
+    content: bytes | None = None
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        content = text.encode()
+    return Call(op, path_of(name, session_id), headers, content)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before sending a call again.
+
+    A call is sent at most ``1 + max_retries`` times. The wait before retry ``n`` (from 0) is
+    drawn between half and all of ``min(max_delay, base_delay * 2**n)``, and is never shorter
+    than the server's ``Retry-After``; a ``Retry-After`` longer than ``max_delay`` ends the
+    retries, leaving the wait to the caller (the error's ``retry_after``).
+    """
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("max_retries and the retry delays must not be negative")
+
+    def wait(self, retry: int, retry_after: float | None) -> float | None:
+        """Seconds to wait before retry ``retry``, or ``None`` when there is none to make."""
+        if retry >= self.max_retries:
+            return None
+        if retry_after is not None and retry_after > self.max_delay:
+            return None
+        backoff = min(self.max_delay, self.base_delay * 2.0**retry)
+        jittered = backoff * random.uniform(0.5, 1.0)
+        return max(jittered, retry_after or 0.0)
+
+    def after_refusal(self, op: Operation, retry: int, error: StrataError) -> float | None:
+        """The wait before retrying ``op`` after the refusal ``error``, or ``None``.
+
+        Refusals of passing conditions are retried: a retryable code, or a 503 without the
+        API's error body (as a proxy in front may give). An operation that is not safe to send
+        again is retried only when the server did not act on it at all.
+        """
+        if error.code in UNTOUCHED_CODES:
+            passing = True
+        else:
+            passing = op.repeatable and (
+                error.code in RETRYABLE_CODES
+                or (error.status == 503 and error.code == "unexpected_response")
+            )
+        return self.wait(retry, error.retry_after) if passing else None
+
+    def after_failure(self, op: Operation, retry: int, err: httpx.HTTPError) -> float | None:
+        """The wait before retrying ``op`` after it got no response, or ``None``.
+
+        A refused connection (nothing was sent) is retried; a connection that broke before the
+        answer came, when ``op`` is safe to send again. The client's own timeout is final: the
+        time given to the call is spent.
+        """
+        if isinstance(err, httpx.TimeoutException):
+            return None
+        lost = isinstance(err, (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError))
+        if isinstance(err, httpx.ConnectError) or (lost and op.repeatable):
+            return self.wait(retry, None)
+        return None
 
 
 def base_url(url: str | None, uds: str | os.PathLike[str] | None) -> str:
@@ -168,26 +300,25 @@ def search_body(query: str, limit: int | None) -> dict[str, Any]:
     return body
 
 
-def transport_error(err: httpx.HTTPError, method: str, url: str) -> StrataError:
+def transport_error(err: httpx.HTTPError, method: str, url: str, attempts: int = 1) -> StrataError:
     """A connection or timeout failure, with what to check."""
+    tries = f" (attempt {attempts})" if attempts > 1 else ""
     return TransportError(
         None,
         "connection",
-        f"{method} {url} failed before a response arrived ({type(err).__name__}: {err}); "
-        "check that `strata serve` is running at that address and that the timeout is long "
-        "enough",
+        f"{method} {url} failed before a response arrived{tries} ({type(err).__name__}: "
+        f"{err}); check that `strata serve` is running at that address and that the timeout "
+        "is long enough",
     )
 
 
-def check(response: httpx.Response) -> None:
-    """Raises the response's ``StrataError`` unless its status is 2xx."""
-    if not response.is_success:
-        raise error_from_response(response.status_code, response.headers, response.content)
+def error_of(response: httpx.Response) -> StrataError:
+    """The ``StrataError`` a non-2xx response stands for."""
+    return error_from_response(response.status_code, response.headers, response.content)
 
 
 def json_of(response: httpx.Response) -> Any:
     """The JSON body of a successful response."""
-    check(response)
     try:
         return json.loads(response.content)
     except ValueError as err:

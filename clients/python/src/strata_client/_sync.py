@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -32,7 +33,16 @@ class StrataClient:
 
     ``base_url`` defaults to ``http://127.0.0.1:8177``; the bearer token comes from ``token``,
     else the first token of ``token_file``, else ``$STRATA_TOKEN``. ``uds`` connects over the
-    server's Unix socket (``strata serve --unix PATH``) instead of TCP. ``timeout`` is in seconds.
+    server's Unix socket (``strata serve --unix PATH``) instead of TCP. ``timeout`` is in seconds,
+    per attempt.
+
+    Every method that changes a session sends an ``Idempotency-Key`` (``idempotency_key``, else
+    a new random one per call) and the same key on each retry, so a repeat is answered from the
+    first attempt and changes nothing. A call is retried up to ``max_retries`` times (0: never)
+    on a passing refusal (503 ``overloaded``, ``store_unavailable`` or ``timeout``, 409
+    ``session_conflict``, 408 ``request_timeout``) and on a refused or broken connection, after
+    an exponential, jittered wait from ``retry_base_delay`` up to ``retry_max_delay`` seconds
+    that honours the server's ``Retry-After``. The client's own timeout is not retried.
     Every method raises a ``StrataError`` subclass when the server refuses the request.
 
     Use it as a context manager, or call ``close()``, to release its connections.
@@ -46,7 +56,11 @@ class StrataClient:
         token_file: str | os.PathLike[str] | None = None,
         timeout: float | None = ops.DEFAULT_TIMEOUT,
         uds: str | os.PathLike[str] | None = None,
+        max_retries: int = ops.DEFAULT_MAX_RETRIES,
+        retry_base_delay: float = 0.2,
+        retry_max_delay: float = 5.0,
     ) -> None:
+        self._retry = ops.RetryPolicy(max_retries, retry_base_delay, retry_max_delay)
         self._auth = ops.auth_headers(ops.resolve_token(token, token_file))
         self._where = f"over the Unix socket {os.fspath(uds)}" if uds is not None else ""
         transport = httpx.HTTPTransport(uds=os.fspath(uds)) if uds is not None else None
@@ -73,22 +87,47 @@ class StrataClient:
         self._http.close()
 
     def _send(
-        self, name: str, session_id: str | None = None, body: dict[str, Any] | None = None
+        self,
+        name: str,
+        session_id: str | None = None,
+        body: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> httpx.Response:
-        op = ops.OPERATIONS[name]
-        path = ops.path_of(name, session_id)
-        try:
-            return self._http.request(
-                op.method, path, json=body, headers=self._auth if op.auth else None
-            )
-        except httpx.HTTPError as err:
-            url = f"{self._http.base_url.join(path)}{self._where and ' ' + self._where}"
-            raise ops.transport_error(err, op.method, url) from err
+        """The successful response of the call, after any retries it needed."""
+        call = ops.call(name, session_id, body, self._auth, idempotency_key)
+        retry = 0
+        while True:
+            try:
+                response = self._http.request(
+                    call.op.method, call.path, content=call.content, headers=call.headers
+                )
+            except httpx.HTTPError as err:
+                wait = self._retry.after_failure(call.op, retry, err)
+                if wait is None:
+                    url = self._url(call.path)
+                    raise ops.transport_error(err, call.op.method, url, retry + 1) from err
+            else:
+                if response.is_success:
+                    return response
+                error = ops.error_of(response)
+                wait = self._retry.after_refusal(call.op, retry, error)
+                if wait is None:
+                    raise error
+            time.sleep(wait)
+            retry += 1
+
+    def _url(self, path: str) -> str:
+        """Where a request goes, for error messages."""
+        return f"{self._http.base_url.join(path)}{self._where and ' ' + self._where}"
 
     def _json(
-        self, name: str, session_id: str | None = None, body: dict[str, Any] | None = None
+        self,
+        name: str,
+        session_id: str | None = None,
+        body: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> Any:
-        return ops.json_of(self._send(name, session_id, body))
+        return ops.json_of(self._send(name, session_id, body, idempotency_key))
 
     def healthz(self) -> Status:
         """Whether the process is up (no token needed)."""
@@ -105,9 +144,7 @@ class StrataClient:
 
     def metrics(self) -> str:
         """The server's metrics in the Prometheus text format."""
-        response = self._send("metrics")
-        ops.check(response)
-        return response.text
+        return self._send("metrics").text
 
     def agent(self) -> AgentInfo:
         """The verified agent the server serves: id, version, identity digest, signers, validity."""
@@ -123,12 +160,15 @@ class StrataClient:
         context_window: int | None = None,
         tools: Sequence[AnnouncedTool] | None = None,
         sections: Sequence[Mapping[str, Any]] | None = None,
+        idempotency_key: str | None = None,
     ) -> PreparedTurn:
         """Records the user's ``message`` and prepares the provider request for it; without a
         message, prepares the next request after tool results (``UnknownSessionError`` if the
-        session has no turns). ``tools`` and ``sections`` apply to this turn only."""
+        session has no turns). ``tools`` and ``sections`` apply to this turn only. A repeat
+        with the same ``idempotency_key`` and arguments gets the first answer."""
         body = ops.turn_body(message, mode, path, context_window, tools, sections)
-        return PreparedTurn.from_json(self._json("prepare_turn", session_id, body))
+        data = self._json("prepare_turn", session_id, body, idempotency_key)
+        return PreparedTurn.from_json(data)
 
     def record_reply(
         self,
@@ -136,30 +176,35 @@ class StrataClient:
         text: str | None = None,
         *,
         tool_calls: Sequence[ToolCall] | None = None,
+        idempotency_key: str | None = None,
     ) -> RecordedReply:
         """Records the model's reply: its text and its tool calls."""
         body = ops.reply_body(text, tool_calls)
-        return RecordedReply.from_json(self._json("record_reply", session_id, body))
+        data = self._json("record_reply", session_id, body, idempotency_key)
+        return RecordedReply.from_json(data)
 
-    def record_tool_result(self, session_id: str, call_id: str, output: str) -> bool:
+    def record_tool_result(
+        self, session_id: str, call_id: str, output: str, *, idempotency_key: str | None = None
+    ) -> bool:
         """Records a tool's output for the call ``call_id``; true once it is stored."""
         body = {"call_id": call_id, "output": output}
-        return recorded(self._json("record_tool_result", session_id, body))
+        return recorded(self._json("record_tool_result", session_id, body, idempotency_key))
 
     def session(self, session_id: str) -> SessionHistory:
         """The session's recorded turns, oldest first."""
         return SessionHistory.from_json(self._json("session", session_id))
 
-    def reset_session(self, session_id: str) -> int:
+    def reset_session(self, session_id: str, *, idempotency_key: str | None = None) -> int:
         """Forgets the session's turns; returns how many were removed."""
-        return removed_count(self._json("reset_session", session_id))
+        return removed_count(self._json("reset_session", session_id, None, idempotency_key))
 
-    def delete_session(self, session_id: str) -> int:
+    def delete_session(self, session_id: str, *, idempotency_key: str | None = None) -> int:
         """Deletes the session; returns how many turns were removed."""
-        return removed_count(self._json("delete_session", session_id))
+        return removed_count(self._json("delete_session", session_id, None, idempotency_key))
 
     def add_memory(self, content: str, tags: Sequence[str] | None = None) -> str:
-        """Stores a long-term memory; returns its id."""
+        """Stores a long-term memory; returns its id. The server does not deduplicate memories,
+        so this is retried only when the server did not act on the request."""
         return memory_id(self._json("add_memory", body=ops.memory_body(content, tags)))
 
     def search_memories(self, query: str, limit: int | None = None) -> list[MemoryHit]:

@@ -3,16 +3,28 @@
 Requests are ``TypedDict`` s (plain dictionaries, checked by a type checker); responses are
 frozen dataclasses built from the server's JSON by ``from_json``, which checks every field it
 reads and raises ``TransportError`` when the server's answer does not have the documented shape.
+The assembly report is a ``TypedDict`` too, and a prepared request is typed as the official
+provider SDK's own parameters (``PreparedTurn.request_for``) when that SDK is installed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast, overload
 
 from ._errors import TransportError
 
+if TYPE_CHECKING:
+    # Types only: the client runs without the SDKs, and a type checker without them sees Any.
+    from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+    from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+    from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+
 T = TypeVar("T")
+
+Provider = Literal["anthropic", "openai-chat", "openai-responses"]
+"""The request formats `strata serve --provider` writes."""
 
 
 class _AnnouncedToolRequired(TypedDict):
@@ -140,16 +152,206 @@ class AgentInfo:
         )
 
 
+Layer = Literal[
+    "core", "characteristics", "shared", "delegated", "working_memory", "long_term_memory"
+]
+"""The six layers, in authority order: a smaller layer outranks a larger one."""
+
+Tier = Literal["T1", "T2", "T3", "T4", "T5"]
+"""The context tier chosen from the model's context window."""
+
+
+class _SourceRequired(TypedDict):
+    kind: Literal["static", "config", "mcp", "store", "caller"]
+
+
+class SourceKind(_SourceRequired, total=False):
+    """The kind of source a section came from; ``server`` names an MCP server."""
+
+    server: str
+
+
+class _ProvenanceRequired(TypedDict):
+    source: SourceKind
+    name: str
+    content_hash: str
+
+
+class Provenance(_ProvenanceRequired, total=False):
+    """Where a section came from: its producer, content hash, and, when known, the record id
+    in its source, when it was recorded (Unix ms) and its retrieval score."""
+
+    record: str
+    created_ms: int
+    score: float
+
+
+class _SectionRequired(TypedDict):
+    id: str
+    layer: Layer
+    tokens: int
+    chars: int
+    bytes: int
+    sticky: bool
+    stable: bool
+    provenance: Provenance
+
+
+class _Section(_SectionRequired, total=False):
+    filled: bool
+    role: Literal["user", "assistant", "tool_call", "tool_result"]
+
+
+class KeptSection(_Section):
+    """A section rendered whole."""
+
+    status: Literal["kept"]
+
+
+class _CutSectionRequired(_Section):
+    status: Literal["cut"]
+    head_bytes: int
+    tail_bytes: int
+
+
+class CutSection(_CutSectionRequired, total=False):
+    """A section cut to fit: ``head_bytes`` from its start and ``tail_bytes`` from its end were
+    kept of its ``bytes``; ``full_tokens`` are its tokens whole, when they were counted."""
+
+    full_tokens: int
+
+
+class DroppedSection(_Section):
+    """A section left out to fit the budget; ``reason`` says which limit."""
+
+    status: Literal["dropped"]
+    reason: str
+
+
+class FilteredSection(_Section):
+    """A section not taking part in this mode or path; ``reason`` says why."""
+
+    status: Literal["filtered"]
+    reason: str
+
+
+class OverriddenSection(_Section):
+    """A section that lost the conflict ``on`` a key to ``by_id`` of the higher ``by_layer``."""
+
+    status: Literal["overridden"]
+    by_layer: Layer
+    by_id: str
+    on: str
+
+
+SectionReport = KeptSection | CutSection | DroppedSection | FilteredSection | OverriddenSection
+"""What happened to one runtime section; ``status`` tells the kinds apart."""
+
+
+class LayerReport(TypedDict):
+    """Totals of one runtime layer."""
+
+    layer: Layer
+    tokens: int
+    budget: int | None
+    kept: int
+    cut: int
+    dropped: int
+    dropped_bytes: int
+
+
+class Breakpoint(TypedDict):
+    """Where a cacheable prefix ends: a byte and token offset, after a layer."""
+
+    byte: int
+    token: int
+    after_layer: Layer
+
+
+class Conflict(TypedDict):
+    """A conflict resolved for the higher layer; ``winner`` and ``loser`` are ``[layer, id]``."""
+
+    on: str
+    winner: list[str]
+    loser: list[str]
+
+
+class Omission(TypedDict):
+    """A section that never reached the assembler (a failed or slow contributor)."""
+
+    id: str
+    layer: Layer
+    reason: str
+
+
+class ToolsReport(TypedDict):
+    """The tools after narrowing: those offered, and ``[name, reason]`` of those refused."""
+
+    effective: list[str]
+    refused: list[list[str]]
+
+
+class RequestReport(TypedDict):
+    """The provider request's token count (``exact`` or ``estimate``) and caching."""
+
+    provider: str
+    count: Literal["exact", "estimate"]
+    system_tokens: int
+    tool_tokens: int
+    message_tokens: int
+    margin_pct: int
+    total_tokens: int
+    messages: int
+    stable_prefix_tokens: int
+    expected_cached_tokens: int
+    min_cacheable_tokens: int
+
+
+class _AssemblyReportRequired(TypedDict):
+    agent_id: str
+    identity_digest: str
+    tokenizer: str
+    tier: Tier
+    total_tokens: int
+    response_reserve: int
+    prompt_budget: int
+    used_tokens: int
+    idle_tokens: int
+    chars: int
+    max_total_chars: int | None
+    identity_tokens: int
+    stable_prefix: Breakpoint
+    breakpoints: list[Breakpoint]
+    layers: list[LayerReport]
+    sections: list[SectionReport]
+    conflicts: list[Conflict]
+    tools: ToolsReport
+    omissions: list[Omission]
+
+
+class AssemblyReport(_AssemblyReportRequired, total=False):
+    """The report of one assembly: the budget and what was used of it, per layer and per
+    section what was kept, cut, dropped and why, conflicts, tools, and the provider request's
+    count (``request``, absent for plain text)."""
+
+    request: RequestReport
+
+
 @dataclass(frozen=True)
 class PreparedTurn:
-    """A prepared turn: ``request`` is the provider request body, ready for the official SDK
-    (``anthropic.Anthropic().messages.create(**turn.request)``,
-    ``openai.OpenAI().chat.completions.create(**turn.request)``)."""
+    """A prepared turn: ``request`` is the provider request body, ready for the official SDK;
+    ``request_for(provider)`` gives it typed as that SDK's parameters::
+
+        anthropic.Anthropic().messages.create(**turn.request_for("anthropic"))
+        openai.OpenAI().chat.completions.create(**turn.request_for("openai-chat"))
+        openai.OpenAI().responses.create(**turn.request_for("openai-responses"))
+
+    ``report`` says what the assembly kept, cut and dropped, and why."""
 
     session_id: str
     provider: str
     request: dict[str, Any]
-    report: dict[str, Any]
+    report: AssemblyReport
     identity_digest: str
     receipt: dict[str, Any] | None
 
@@ -159,10 +361,36 @@ class PreparedTurn:
             session_id=_get(data, "session_id", str),
             provider=_get(data, "provider", str),
             request=_get(data, "request", dict),
-            report=_get(data, "report", dict),
+            report=cast(AssemblyReport, _get(data, "report", dict)),
             identity_digest=_get(data, "identity_digest", str),
             receipt=_get_optional(data, "receipt", dict),
         )
+
+    @overload
+    def request_for(self, provider: Literal["anthropic"]) -> MessageCreateParamsNonStreaming: ...
+
+    @overload
+    def request_for(
+        self, provider: Literal["openai-chat"]
+    ) -> CompletionCreateParamsNonStreaming: ...
+
+    @overload
+    def request_for(
+        self, provider: Literal["openai-responses"]
+    ) -> ResponseCreateParamsNonStreaming: ...
+
+    def request_for(self, provider: Provider) -> Mapping[str, object]:
+        """The request, typed as the parameters of the ``provider`` SDK's create call
+        (``anthropic``: ``messages.create``; ``openai-chat``: ``chat.completions.create``;
+        ``openai-responses``: ``responses.create``). Raises ``ValueError`` when the server
+        prepared it for another provider (``strata serve --provider``)."""
+        if self.provider != provider:
+            raise ValueError(
+                f"the turn was prepared for {self.provider!r}, not {provider!r}; start "
+                f"`strata serve` with `--provider {provider}`, or ask for "
+                f"request_for({self.provider!r})"
+            )
+        return self.request
 
 
 @dataclass(frozen=True)
