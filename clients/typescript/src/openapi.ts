@@ -297,6 +297,13 @@ export interface components {
             /** @description Always true. */
             recorded: boolean;
         };
+        /** @description A tool the request does not offer. */
+        RefusedToolView: {
+            /** @description The tool's name as announced. */
+            name: string;
+            /** @description Why it was refused. */
+            reason: string;
+        };
         /** @description The outcome of a reload attempt. */
         ReloadInfo: {
             /**
@@ -423,6 +430,11 @@ export interface components {
             identity_digest: string;
             /** @description The signed receipt of this turn, when the server signs receipts. */
             receipt?: Record<string, unknown> | null;
+            /**
+             * @description The tools announced for this turn that the request does not offer, with the reason of
+             *     each (not in the signed allowlist, definition changed, restricted by the caller...).
+             */
+            refused_tools: components["schemas"]["RefusedToolView"][];
         };
     };
     responses: never;

@@ -173,10 +173,20 @@ export interface Omission {
   reason: string;
 }
 
-/** The tools after narrowing: those offered, and `[name, reason]` of those refused. */
+/** The free text removed from one unpinned tool's announced schema (JSON pointers). */
+export interface SchemaTextRemoved {
+  tool: string;
+  paths: string[];
+}
+
+/**
+ * The tools after narrowing: those offered, `[name, reason]` of those refused, and the free
+ * text removed from announced schemas (absent when nothing was removed).
+ */
 export interface ToolsReport {
   effective: string[];
   refused: [string, string][];
+  schema_text_removed?: SchemaTextRemoved[];
 }
 
 /** The provider request's token count (`exact` or `estimate`) and caching. */

@@ -114,7 +114,11 @@ const OMISSION_KEYS = {
   layer: "required",
   reason: "required",
 } as const satisfies Keys<Omission>;
-const TOOLS_KEYS = { effective: "required", refused: "required" } as const satisfies Keys<ToolsReport>;
+const TOOLS_KEYS = {
+  effective: "required",
+  refused: "required",
+  schema_text_removed: "optional",
+} as const satisfies Keys<ToolsReport>;
 const REQUEST_KEYS = {
   provider: "required",
   count: "required",

@@ -284,11 +284,30 @@ class Omission(TypedDict):
     reason: str
 
 
-class ToolsReport(TypedDict):
-    """The tools after narrowing: those offered, and ``[name, reason]`` of those refused."""
+class SchemaTextRemoved(TypedDict):
+    """The free text removed from one unpinned tool's announced schema (JSON pointers)."""
 
+    tool: str
+    paths: list[str]
+
+
+class _ToolsNarrowed(TypedDict):
     effective: list[str]
     refused: list[list[str]]
+
+
+class ToolsReport(_ToolsNarrowed, total=False):
+    """The tools after narrowing: those offered, ``[name, reason]`` of those refused, and the
+    free text removed from announced schemas (absent when nothing was removed)."""
+
+    schema_text_removed: list[SchemaTextRemoved]
+
+
+class RefusedTool(TypedDict):
+    """A tool announced for a turn that its request does not offer, and why."""
+
+    name: str
+    reason: str
 
 
 class RequestReport(TypedDict):
@@ -354,6 +373,7 @@ class PreparedTurn:
     report: AssemblyReport
     identity_digest: str
     receipt: dict[str, Any] | None
+    refused_tools: list[RefusedTool]
 
     @classmethod
     def from_json(cls, data: Any) -> PreparedTurn:
@@ -364,6 +384,8 @@ class PreparedTurn:
             report=cast(AssemblyReport, _get(data, "report", dict)),
             identity_digest=_get(data, "identity_digest", str),
             receipt=_get_optional(data, "receipt", dict),
+            # Servers before the field existed send none.
+            refused_tools=cast(list[RefusedTool], _get_optional(data, "refused_tools", list) or []),
         )
 
     @overload
