@@ -160,3 +160,36 @@ fn the_example_files_are_complete_and_pinned() {
         toml::from_str(&std::fs::read_to_string(dir.join("trust.toml")).unwrap()).unwrap();
     assert_eq!(trust["threshold"].as_integer(), Some(1));
 }
+
+/// The shell blocks of `text`, each as written between its ```sh fence and the closing fence.
+fn shell_blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("```sh\n") {
+        let body = &rest[i + "```sh\n".len()..];
+        let Some(end) = body.find("```") else { break };
+        out.push(body[..end].to_owned());
+        rest = &body[end + 3..];
+    }
+    out
+}
+
+/// Every shell block of the README can be pasted into a shell: `bash -n` parses each one (a
+/// placeholder like `<head printed above>` is a syntax error and fails this).
+#[test]
+fn every_readme_shell_block_parses() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let blocks = shell_blocks(&readme);
+    assert!(blocks.len() >= 5, "found {} shell blocks", blocks.len());
+    for block in blocks {
+        let out = Command::new("bash")
+            .args(["-n", "-c", &block])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "this README block does not parse:\n{block}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
