@@ -262,8 +262,16 @@ fn a_message_without_room_for_a_minimal_cut_is_refused() {
     );
 }
 
+/// Cases per property: `PROPTEST_CASES` when set (longer runs), else `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(cases(48)))]
 
     /// Verifies ADR-0030: for any budget and message size, the newest user message is kept
     /// whole or cut with both of its ends, or the assembly fails with a typed error that says

@@ -338,8 +338,16 @@ fn drive(store: &Store, ops: &[Op], keyed: &[bool]) -> Result<(), TestCaseError>
     Ok(())
 }
 
+/// Cases per property: `PROPTEST_CASES` when set (longer runs), else `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(cases(24)))]
 
     /// Verifies ADR-0031 on a SQLite file: every operation is all or nothing, refusals leave
     /// the session usable, keyed repeats write nothing, and restarts lose nothing acknowledged.
@@ -355,7 +363,7 @@ proptest! {
 
 #[cfg(feature = "postgres")]
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(cases(12)))]
 
     /// Verifies ADR-0031 on a PostgreSQL server the test starts: the same model, the same rules.
     #[test]
