@@ -179,10 +179,27 @@ fn log_filter(quiet: bool, verbose: u8, serving: bool) -> EnvFilter {
     }
 }
 
+/// Standard error as the logs' writer, which loses what it cannot write: a reader that went
+/// away (`strata demo 2>&1 | head -1`) or a closed stream is no reason to fail, or to panic,
+/// in a command that otherwise works.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 fn init_logging(quiet: bool, verbose: u8, serving: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(log_filter(quiet, verbose, serving))
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .with_target(verbose >= 2)
