@@ -64,12 +64,12 @@ impl Expiry {
                 target: "strata_agentdef::time_policy",
                 at = %format_rfc3339(at),
                 now = %format_rfc3339(now_unix()),
-                "{what}: time travel (Expiry::TimeTravelDangerously): validity is checked at a \
+                "{what}: time travel (--time-travel-dangerously): validity is checked at a \
                  chosen instant instead of now, so an expired definition or key may be accepted"
             ),
             Expiry::IgnoreDangerously => tracing::warn!(
                 target: "strata_agentdef::time_policy",
-                "{what}: definition expiry ignored (Expiry::IgnoreDangerously): expired and \
+                "{what}: definition expiry ignored (--ignore-expiry-dangerously): expired and \
                  not-yet-valid definitions are accepted"
             ),
         }

@@ -81,7 +81,7 @@ fn time_travel_is_only_the_named_policy_and_it_is_loud() {
             .map(|_| ())
     });
     assert!(silent.is_err());
-    assert!(!quiet_logs.contains("TimeTravel"), "{quiet_logs}");
+    assert!(!quiet_logs.contains("time travel"), "{quiet_logs}");
 
     let then = parse_rfc3339("2020-06-01T00:00:00Z").unwrap();
     let (agent, load_logs) = logs(|| {
@@ -91,7 +91,7 @@ fn time_travel_is_only_the_named_policy_and_it_is_loud() {
             .unwrap()
     });
     assert!(
-        load_logs.contains("WARN") && load_logs.contains("TimeTravelDangerously"),
+        load_logs.contains("WARN") && load_logs.contains("--time-travel-dangerously"),
         "{load_logs}"
     );
     assert!(load_logs.contains("2020-06-01T00:00:00Z"), "{load_logs}");

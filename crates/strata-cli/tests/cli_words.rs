@@ -1,5 +1,6 @@
-//! What the command says on its happy and unhappy paths: a closed standard error does not
-//! crash a command.
+//! What the command says on its happy and unhappy paths: messages name the flag or the HTTP
+//! field a user can change (never a Rust API), and a closed standard error does not crash a
+//! command.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -92,4 +93,102 @@ fn a_closed_standard_error_loses_the_logs_but_never_crashes_the_command() {
         ),
         0
     );
+}
+
+/// Messages name what the user can change: a flag of the command (or the service's HTTP
+/// field), never a Rust type or function, and a prefix is said once.
+#[test]
+fn messages_name_the_flag_to_change_not_a_rust_api() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    signed_example(dir);
+    let assemble = |extra: &[&str]| {
+        let mut args = vec![
+            "assemble",
+            "--agent",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+        ];
+        args.extend_from_slice(extra);
+        strata(dir, &args)
+    };
+
+    // A context window too small for the response reserve.
+    let r = assemble(&["--input", "turn.json", "--context-window", "100"]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("--context-window 100"), "{}", r.stderr);
+    assert!(r.stderr.matches("invalid budget").count() <= 1, "{}", r.stderr);
+    let session = |step: &[&str]| {
+        let mut args = vec![
+            "session",
+            "--agent",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--store",
+            "m.db",
+            "--id",
+            "s1",
+            "prepare",
+            "--model",
+            "claude-sonnet-4-5",
+        ];
+        args.extend_from_slice(step);
+        strata(dir, &args)
+    };
+    let r = session(&["hello", "--context-window", "100"]);
+    assert_ne!(r.code, 0);
+    assert_eq!(r.stderr.matches("invalid budget").count(), 1, "{}", r.stderr);
+
+    // A missing rollback state names the flag that creates it, and no Rust API.
+    let r = assemble(&["--input", "turn.json", "--rollback-state", "missing.json"]);
+    assert!(r.stderr.contains("--init-rollback-state"), "{}", r.stderr);
+    assert!(!r.stderr.contains("RollbackGuard"), "{}", r.stderr);
+
+    // A tool call without its result names --drop-unpaired.
+    let mut input: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("turn.json")).unwrap()).unwrap();
+    input["turns"].as_array_mut().unwrap().insert(
+        1,
+        serde_json::json!(
+            {"role": "tool_call", "call_id": "call_9", "name": "file_read", "arguments": {"path": "x"}}
+        ),
+    );
+    std::fs::write(dir.join("unpaired.json"), input.to_string()).unwrap();
+    let anthropic = [
+        "--input",
+        "unpaired.json",
+        "--format",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+        "--max-tokens",
+        "100",
+    ];
+    let r = assemble(&anthropic);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("--drop-unpaired"), "{}", r.stderr);
+    assert!(!r.stderr.contains("pair policy"), "{}", r.stderr);
+    let r = assemble(&[&anthropic[..], &["--drop-unpaired"]].concat());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    // An Anthropic request needs --max-tokens.
+    let r = assemble(&[
+        "--input",
+        "turn.json",
+        "--format",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+    ]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("--max-tokens"), "{}", r.stderr);
+    assert!(!r.stderr.contains("request parameters"), "{}", r.stderr);
+
+    // An empty user message names --continue.
+    let r = session(&[" "]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("--continue"), "{}", r.stderr);
+    assert!(!r.stderr.contains("continue_turn"), "{}", r.stderr);
 }

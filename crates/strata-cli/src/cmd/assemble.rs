@@ -286,6 +286,16 @@ pub fn build_request(
         req.budget = Some(BudgetSpec::Explicit(budget));
     }
     if let Some(w) = args.context_window {
+        // A window's response reserve is the definition's, or an eighth of the window if that
+        // is more (the assembler's rule).
+        let reserve = agent.budget().response_reserve.max(w / 8);
+        if reserve >= w {
+            return Err(CliError::Usage(format!(
+                "--context-window {w} leaves no room for the prompt: {reserve} tokens are \
+                 reserved for the response (the signed definition's [budget] \
+                 response_reserve); give the model's context window, larger than {reserve}"
+            )));
+        }
         req.budget = Some(BudgetSpec::ContextWindow(w));
     }
     for path in &args.input {
