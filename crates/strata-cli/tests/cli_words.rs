@@ -1,6 +1,6 @@
 //! What the command says on its happy and unhappy paths: messages name the flag or the HTTP
-//! field a user can change (never a Rust API), and a closed standard error does not crash a
-//! command.
+//! field a user can change (never a Rust API), a closed standard error does not crash a
+//! command, and `verify` exits with the code its help promises.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -118,7 +118,11 @@ fn messages_name_the_flag_to_change_not_a_rust_api() {
     let r = assemble(&["--input", "turn.json", "--context-window", "100"]);
     assert_ne!(r.code, 0);
     assert!(r.stderr.contains("--context-window 100"), "{}", r.stderr);
-    assert!(r.stderr.matches("invalid budget").count() <= 1, "{}", r.stderr);
+    assert!(
+        r.stderr.matches("invalid budget").count() <= 1,
+        "{}",
+        r.stderr
+    );
     let session = |step: &[&str]| {
         let mut args = vec![
             "session",
@@ -139,7 +143,12 @@ fn messages_name_the_flag_to_change_not_a_rust_api() {
     };
     let r = session(&["hello", "--context-window", "100"]);
     assert_ne!(r.code, 0);
-    assert_eq!(r.stderr.matches("invalid budget").count(), 1, "{}", r.stderr);
+    assert_eq!(
+        r.stderr.matches("invalid budget").count(),
+        1,
+        "{}",
+        r.stderr
+    );
 
     // A missing rollback state names the flag that creates it, and no Rust API.
     let r = assemble(&["--input", "turn.json", "--rollback-state", "missing.json"]);
@@ -191,4 +200,48 @@ fn messages_name_the_flag_to_change_not_a_rust_api() {
     assert_ne!(r.code, 0);
     assert!(r.stderr.contains("--continue"), "{}", r.stderr);
     assert!(!r.stderr.contains("continue_turn"), "{}", r.stderr);
+}
+
+/// `verify --help` lists a damaged or missing rollback state among the refusals, with exit code
+/// 3 and the verdict line; the command does what its help says (ADR-0017).
+#[test]
+fn a_missing_or_damaged_rollback_state_is_refused_as_the_help_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    signed_example(dir);
+    let help = strata(dir, &["verify", "--help"]).stdout.replace('\n', " ");
+    assert!(help.contains("rollback_state_missing"), "{help}");
+    assert!(help.contains("exit code 3"), "{help}");
+    let verify = |state: &str| {
+        strata(
+            dir,
+            &[
+                "verify",
+                "ada.signed.json",
+                "--trust",
+                "trust.toml",
+                "--rollback-state",
+                state,
+            ],
+        )
+    };
+    let r = verify("missing.json");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with("REFUSED rollback_state_missing: "),
+        "{}",
+        r.stderr
+    );
+    std::fs::write(
+        dir.join("damaged.json"),
+        "strata-rollback-state v2\nsha256:00\n{}\n",
+    )
+    .unwrap();
+    let r = verify("damaged.json");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with("REFUSED rollback_state_damaged: "),
+        "{}",
+        r.stderr
+    );
 }

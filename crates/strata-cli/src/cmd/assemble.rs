@@ -79,7 +79,8 @@ Examples:
       --format anthropic --model claude-sonnet-4-5 --max-tokens 1024
   strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
       --format openai-chat --model gpt-4o --report
-  cat turn.json | strata assemble --agent ada.signed.json --trust trust.toml --input - --format json
+  cat turn.json | strata assemble --agent ada.signed.json --trust trust.toml \\
+      --input - --format json
 
 Runtime input (--input) is JSON:
   {\"turns\": [{\"role\": \"user\", \"content\": \"Read notes.txt\"},
@@ -226,9 +227,7 @@ pub fn load_agent(
     super::require_file(agent, "signed agent definition")?;
     let trust = super::verify::read_trust_pinned(trust, trust_pin)?;
     let guard = match rollback {
-        Some(p) => RollbackGuard::open(p).map_err(|e| {
-            CliError::agentdef(format!("opening rollback state {}", p.display()), e)
-        })?,
+        Some(p) => RollbackGuard::open(p).map_err(|e| super::rollback_error(p, e))?,
         None => {
             tracing::debug!("no --rollback-state: rollback is checked in memory only");
             RollbackGuard::in_memory()

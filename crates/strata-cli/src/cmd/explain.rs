@@ -45,10 +45,12 @@ pub struct Explained {
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
-  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json > out.json
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format json > out.json
   strata explain out.json
   strata explain out.json --html out.html
-  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json | strata explain -
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format json | strata explain -
 
 The first form prints a table with bars; --html writes a page that opens offline in any browser.
 Reading the report: sections are kept, cut (shortened to fit) or dropped (left out to fit a
