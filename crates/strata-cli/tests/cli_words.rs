@@ -1,6 +1,7 @@
 //! What the command says on its happy and unhappy paths: messages name the flag or the HTTP
 //! field a user can change (never a Rust API), a closed standard error does not crash a
-//! command, and `verify` exits with the code its help promises.
+//! command, `verify` exits with the code its help promises, and nothing the user asked for is
+//! reported as a warning.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -244,4 +245,98 @@ fn a_missing_or_damaged_rollback_state_is_refused_as_the_help_says() {
         "{}",
         r.stderr
     );
+}
+
+/// What the user asked for is not a warning: creating the rollback state with
+/// `--init-rollback-state`, and the README's `receipt verify`, which reads a definition that
+/// may have expired since the receipt was made. A weakened expiry asked for elsewhere still
+/// warns.
+#[test]
+fn happy_paths_print_no_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    signed_example(dir);
+    let r = strata(
+        dir,
+        &[
+            "verify",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--rollback-state",
+            "rollback.json",
+            "--init-rollback-state",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("WARN"), "{}", r.stderr);
+    assert!(r.stdout.starts_with("OK agent=ada"), "{}", r.stdout);
+
+    // The README's receipt commands.
+    let r = strata(
+        dir,
+        &["keygen", "--out", "runtime.key", "--trust-entry", "runtime"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    std::fs::write(dir.join("runtime-trust.toml"), &r.stdout).unwrap();
+    let r = strata(
+        dir,
+        &[
+            "receipt",
+            "assemble",
+            "--agent",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--input",
+            "turn.json",
+            "--format",
+            "anthropic",
+            "--model",
+            "claude-sonnet-4-5",
+            "--max-tokens",
+            "1024",
+            "--key",
+            "runtime.key",
+            "--body",
+            "request.json",
+            "--receipt",
+            "receipt.json",
+            "--log",
+            "receipts.log",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = strata(
+        dir,
+        &[
+            "receipt",
+            "verify",
+            "receipt.json",
+            "--trust",
+            "runtime-trust.toml",
+            "--request",
+            "request.json",
+            "--agent",
+            "ada.signed.json",
+            "--agent-trust",
+            "trust.toml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("WARN"), "{}", r.stderr);
+
+    // Asked for on a command that serves a model: still a warning.
+    let r = strata(
+        dir,
+        &[
+            "verify",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--ignore-expiry-dangerously",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("WARN"), "{}", r.stderr);
 }

@@ -231,6 +231,7 @@ fn verify(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
         let guard = RollbackGuard::in_memory();
         let agent = Loader::new(&trust, &guard)
             .expiry(strata_assembler::Expiry::IgnoreDangerously)
+            .for_audit()
             .load_file(def)
             .map_err(|e| {
                 CliError::agentdef(

@@ -136,7 +136,15 @@ pub fn run(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
             } else {
                 RollbackGuard::open(path)
             };
-            opened.map_err(|e| super::rollback_error(path, e))?
+            let guard = opened.map_err(|e| super::rollback_error(path, e))?;
+            if args.init_rollback_state {
+                out.status(&format!(
+                    "created the rollback state {} (empty); it records the highest version \
+                     accepted from now on",
+                    path.display()
+                ));
+            }
+            guard
         }
         None => {
             tracing::debug!(
