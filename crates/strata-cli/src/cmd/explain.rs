@@ -54,9 +54,11 @@ Examples:
 
 The first form prints a table with bars; --html writes a page that opens offline in any browser.
 Reading the report: sections are kept, cut (shortened to fit) or dropped (left out to fit a
-budget); \"not in this mode\" and \"overridden\" are left out by design. Lower layers yield to
-higher ones: layer 6 is trimmed first. A WARNING line means content was dropped while part of
-the prompt budget stayed unused.")]
+budget); \"not in this mode\", \"overridden\", \"reserved id\", \"empty turn\" and \"unpaired tool
+turn\" are left out by design. Lower layers yield to higher ones: layer 6 is trimmed first. A
+WARNING line means content was dropped while part of the prompt budget stayed unused and a
+dropped section may have fit in it, fence included. The table is as wide as COLUMNS (80 when
+unset).")]
 pub struct ExplainArgs {
     /// The JSON written by `strata assemble --format json` (`-` reads standard input).
     pub file: PathBuf,
