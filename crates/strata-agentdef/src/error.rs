@@ -139,7 +139,7 @@ pub enum AgentDefError {
         reason: String,
     },
     /// The rollback state file does not exist.
-    #[error("rollback state {path} does not exist; a missing file is never taken as empty, because deleting it would reset the protection. Restore it, or create it once with `strata verify --init-rollback-state` (RollbackGuard::init)")]
+    #[error("rollback state {path} does not exist; a missing file is never taken as empty, because deleting it would reset the protection. Restore it, or create it once with `strata verify --init-rollback-state`")]
     RollbackStateMissing {
         /// The state file.
         path: PathBuf,

@@ -58,20 +58,33 @@ impl Expiry {
     /// The events have their own target, `strata_agentdef::time_policy`, so that a filter
     /// quietening the loader's routine messages does not hide them.
     pub fn warn_if_weakened(self, what: &str) {
+        if let Some(text) = self.weakened(what) {
+            tracing::warn!(target: "strata_agentdef::time_policy", "{text}");
+        }
+    }
+
+    /// Log the policy at `info` when it is not [`Expiry::Enforce`]: for an audit of the past,
+    /// which asked for it (see [`Loader::for_audit`]).
+    fn note_if_weakened(self, what: &str) {
+        if let Some(text) = self.weakened(what) {
+            tracing::info!(target: "strata_agentdef::time_policy", "{text}");
+        }
+    }
+
+    /// What a weakened policy lets through, in a sentence; `None` under [`Expiry::Enforce`].
+    fn weakened(self, what: &str) -> Option<String> {
         match self {
-            Expiry::Enforce => {}
-            Expiry::TimeTravelDangerously(at) => tracing::warn!(
-                target: "strata_agentdef::time_policy",
-                at = %format_rfc3339(at),
-                now = %format_rfc3339(now_unix()),
-                "{what}: time travel (Expiry::TimeTravelDangerously): validity is checked at a \
-                 chosen instant instead of now, so an expired definition or key may be accepted"
-            ),
-            Expiry::IgnoreDangerously => tracing::warn!(
-                target: "strata_agentdef::time_policy",
-                "{what}: definition expiry ignored (Expiry::IgnoreDangerously): expired and \
+            Expiry::Enforce => None,
+            Expiry::TimeTravelDangerously(at) => Some(format!(
+                "{what}: time travel (--time-travel-dangerously): validity is checked at {} \
+                 instead of now ({}), so an expired definition or key may be accepted",
+                format_rfc3339(at),
+                format_rfc3339(now_unix())
+            )),
+            Expiry::IgnoreDangerously => Some(format!(
+                "{what}: definition expiry ignored (--ignore-expiry-dangerously): expired and \
                  not-yet-valid definitions are accepted"
-            ),
+            )),
         }
     }
 }
@@ -89,6 +102,7 @@ pub struct Loader<'a> {
     trust: &'a TrustStore,
     guard: &'a RollbackGuard,
     expiry: Expiry,
+    audit: bool,
 }
 
 impl<'a> Loader<'a> {
@@ -98,12 +112,22 @@ impl<'a> Loader<'a> {
             trust,
             guard,
             expiry: Expiry::Enforce,
+            audit: false,
         }
     }
 
     /// Set the time policy.
     pub fn expiry(mut self, expiry: Expiry) -> Loader<'a> {
         self.expiry = expiry;
+        self
+    }
+
+    /// Load for an audit of the past, such as comparing a definition with what an assembly
+    /// receipt records: the agent is given to no model, and the weakened time policy such an
+    /// audit needs (the definition may have expired since) is logged at `info` instead of
+    /// `warn`. The agent keeps its policy, so any later use of it warns as usual.
+    pub fn for_audit(mut self) -> Loader<'a> {
+        self.audit = true;
         self
     }
 
@@ -138,7 +162,12 @@ impl<'a> Loader<'a> {
         base: Option<&Path>,
     ) -> Result<VerifiedAgent, AgentDefError> {
         let env = Envelope::parse(bytes)?;
-        self.expiry.warn_if_weakened("loading an agent definition");
+        if self.audit {
+            self.expiry
+                .note_if_weakened("loading an agent definition for an audit");
+        } else {
+            self.expiry.warn_if_weakened("loading an agent definition");
+        }
         let now = self.expiry.instant(now_unix());
         let signers = verify_signatures(&env, self.trust, now)?;
         if env.payload_type != PAYLOAD_TYPE {

@@ -163,7 +163,9 @@ impl RollbackGuard {
             }
             g.write(&State::default())?;
         }
-        tracing::warn!(path = %g.path.display(), "rollback state initialised (empty)");
+        // Only an explicit call creates a state, and it refuses to replace one: what the
+        // caller asked for, not a warning.
+        tracing::info!(path = %g.path.display(), "rollback state initialised (empty)");
         Ok(RollbackGuard {
             backend: Backend::File(g),
         })

@@ -212,7 +212,7 @@ impl RollbackGuard {
                  );"
             ))
         })?;
-        tracing::warn!(schema, "PostgreSQL rollback state initialised (empty)");
+        tracing::info!(schema, "PostgreSQL rollback state initialised (empty)");
         Ok(RollbackGuard::from_pg(g))
     }
 }

@@ -81,7 +81,7 @@ fn time_travel_is_only_the_named_policy_and_it_is_loud() {
             .map(|_| ())
     });
     assert!(silent.is_err());
-    assert!(!quiet_logs.contains("TimeTravel"), "{quiet_logs}");
+    assert!(!quiet_logs.contains("time travel"), "{quiet_logs}");
 
     let then = parse_rfc3339("2020-06-01T00:00:00Z").unwrap();
     let (agent, load_logs) = logs(|| {
@@ -91,7 +91,7 @@ fn time_travel_is_only_the_named_policy_and_it_is_loud() {
             .unwrap()
     });
     assert!(
-        load_logs.contains("WARN") && load_logs.contains("TimeTravelDangerously"),
+        load_logs.contains("WARN") && load_logs.contains("--time-travel-dangerously"),
         "{load_logs}"
     );
     assert!(load_logs.contains("2020-06-01T00:00:00Z"), "{load_logs}");
@@ -189,4 +189,28 @@ fn enforce_checks_the_clock_quietly() {
     r.unwrap();
     assert!(l.is_empty(), "{l}");
     assert_eq!(agent.loaded_under(), Expiry::Enforce);
+}
+
+/// Verifies ADR-0017: a load for an audit of the past (a receipt's definition, given to no
+/// model) that asks for `Expiry::IgnoreDangerously` accepts an expired definition without a
+/// warning, since that is what the audit needs; the agent keeps the policy, and any use of it
+/// warns as usual.
+#[test]
+fn an_audit_load_ignores_expiry_without_a_warning_but_a_use_still_warns() {
+    let key = common::signer();
+    let trust = TrustStore::from_toml(&TrustStore::toml_for(&[("k", &key.public())])).unwrap();
+    let (dir, env) = signed(1, "2020-01-01T00:00:00Z", "2021-01-01T00:00:00Z", &key);
+    let guard = RollbackGuard::in_memory();
+    let (agent, l) = logs(|| {
+        Loader::new(&trust, &guard)
+            .expiry(Expiry::IgnoreDangerously)
+            .for_audit()
+            .load_bytes(env.as_bytes(), Some(dir.path()))
+            .unwrap()
+    });
+    assert!(l.is_empty(), "{l}");
+    assert_eq!(agent.loaded_under(), Expiry::IgnoreDangerously);
+    let (r, l) = logs(|| agent.check_current());
+    r.unwrap();
+    assert!(l.contains("WARN") && l.contains("expiry ignored"), "{l}");
 }

@@ -6,8 +6,8 @@ use strata_core::{CoreError, ToolName};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AssembleError {
-    /// The budget itself is invalid.
-    #[error("invalid budget: {0}")]
+    /// The budget itself is invalid (its message says so).
+    #[error("{0}")]
     Budget(#[from] CoreError),
     /// Layers 1-2 alone exceed the prompt budget; they are never trimmed.
     #[error("layers 1-2 of agent `{agent}` need {needed} tokens but the prompt budget is {budget}; raise the budget or shorten the signed definition (identity is never trimmed)")]

@@ -268,7 +268,7 @@ pub enum RequestError {
         asked: String,
     },
     /// A required parameter is missing.
-    #[error("{provider} requests need `{param}`; pass it in the request parameters")]
+    #[error("{provider} requests need `{param}`: give it with `--{}` (`strata assemble`, `strata receipt assemble`, `strata serve`)", .param.replace('_', "-"))]
     Missing {
         /// Provider.
         provider: &'static str,

@@ -131,7 +131,7 @@ pub enum LogError {
         why: String,
     },
     /// The PostgreSQL schema has no receipt log: it is created once, explicitly.
-    #[error("PostgreSQL schema {schema} has no receipt log; create it once with `strata serve --init-receipt-log` (or `PgReceiptLog::init`)")]
+    #[error("PostgreSQL schema {schema} has no receipt log; create it once with `strata serve --init-receipt-log`")]
     NotInitialised {
         /// The schema.
         schema: String,

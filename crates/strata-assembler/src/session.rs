@@ -794,7 +794,7 @@ impl Session<'_> {
     ) -> Result<Outcome<PreparedTurn>, SessionError> {
         if user_message.trim().is_empty() {
             return Err(SessionError::Invalid(
-                "the user message is empty; to prepare a request without a new message, continue the turn instead"
+                "the user message is empty; to prepare a request without a new message, continue the turn (`strata session prepare --continue`, or a turn request without `message` to the service)"
                     .into(),
             ));
         }

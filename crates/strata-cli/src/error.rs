@@ -3,8 +3,9 @@
 //! Exit codes are part of the command's interface (scripts branch on them):
 //! 0 success, 1 an error (missing file, bad key, bad trust store...), 2 a usage error (clap
 //! exits with 2 on its own), 3 a signed definition was refused by verification (ADR-0010: the
-//! loader fails closed, and the command says why with the loader's stable cause name), or an
-//! assembly receipt or receipt log was refused (ADR-0021).
+//! loader fails closed, and the command says why with the loader's stable cause name; a
+//! missing or damaged rollback state is such a refusal, ADR-0017), or an assembly receipt or
+//! receipt log was refused (ADR-0021).
 
 use std::path::{Path, PathBuf};
 

@@ -26,9 +26,11 @@ const EXAMPLES: &str = "\
 Examples (the example agent in examples/ada; formats in docs/reference/formats.md):
   strata keygen --out release.key --trust-entry release-2026 >> trust.toml
   strata sign ada.toml --key release.key
-  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json --init-rollback-state
+  strata verify ada.signed.json --trust trust.toml \\
+      --rollback-state rollback.json --init-rollback-state
   strata assemble --agent ada.signed.json --trust trust.toml --input turn.json
-  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json > out.json
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format json > out.json
   strata explain out.json --html explain.html
   strata memory add \"The staging deploy needs the VPN\" --agent ada --tag ops
   strata demo";
@@ -37,9 +39,11 @@ const LONG_AFTER_HELP: &str = "\
 Examples (the example agent in examples/ada; formats in docs/reference/formats.md):
   strata keygen --out release.key --trust-entry release-2026 >> trust.toml
   strata sign ada.toml --key release.key
-  strata verify ada.signed.json --trust trust.toml --rollback-state rollback.json --init-rollback-state
+  strata verify ada.signed.json --trust trust.toml \\
+      --rollback-state rollback.json --init-rollback-state
   strata assemble --agent ada.signed.json --trust trust.toml --input turn.json
-  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json > out.json
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format json > out.json
   strata explain out.json --html explain.html
   strata memory add \"The staging deploy needs the VPN\" --agent ada --tag ops
   strata demo
@@ -48,8 +52,9 @@ Exit codes:
   0  success
   1  error (a missing or unreadable file, an invalid key, trust store or definition)
   2  usage error (unknown option, missing argument, arguments that do not go together)
-  3  verification refused: a signed agent definition, an assembly receipt or a receipt log
-     failed a check; the verdict line on stderr reads `REFUSED <cause>: <message>`
+  3  verification refused: a signed agent definition (or the rollback state it is checked
+     against), an assembly receipt or a receipt log failed a check; the verdict line on
+     stderr reads `REFUSED <cause>: <message>`
 
 Logging:
   Logs go to stderr. The default level is `warn`; -v shows info, -vv debug, -vvv trace;
@@ -179,10 +184,27 @@ fn log_filter(quiet: bool, verbose: u8, serving: bool) -> EnvFilter {
     }
 }
 
+/// Standard error as the logs' writer, which loses what it cannot write: a reader that went
+/// away (`strata demo 2>&1 | head -1`) or a closed stream is no reason to fail, or to panic,
+/// in a command that otherwise works.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 fn init_logging(quiet: bool, verbose: u8, serving: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(log_filter(quiet, verbose, serving))
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .with_target(verbose >= 2)
@@ -233,35 +255,63 @@ mod tests {
             .into_iter()
             .flatten()
         {
-            let text = text.to_string();
-            let mut pending = String::new();
-            for line in text.lines() {
-                let line = line.trim();
-                if !pending.is_empty() {
-                    pending.push(' ');
-                    pending.push_str(line.trim_end_matches('\\').trim());
-                    if !line.ends_with('\\') {
-                        out.push((cmd.get_name().to_owned(), std::mem::take(&mut pending)));
-                    }
-                    continue;
-                }
-                for part in line.split(" | ") {
-                    let part = part.trim();
-                    if !part.starts_with("strata ") && part != "strata" {
-                        continue;
-                    }
-                    let part = part.split("  #").next().unwrap_or(part).trim();
-                    let part = part.split(" >").next().unwrap_or(part).trim();
-                    if let Some(head) = part.strip_suffix('\\') {
-                        pending = head.trim().to_owned();
-                    } else {
-                        out.push((cmd.get_name().to_owned(), part.to_owned()));
-                    }
-                }
-            }
+            examples_in(&text.to_string(), cmd.get_name(), out);
         }
         for sub in cmd.get_subcommands() {
             help_examples(sub, out);
+        }
+    }
+
+    /// The examples of every command's help as clap prints it in a terminal `width` columns
+    /// wide, wrapping included.
+    fn rendered_examples(cmd: &clap::Command, width: usize, out: &mut Vec<(String, String)>) {
+        let mut cmd = cmd.clone().term_width(width);
+        cmd.build();
+        let text = cmd.render_long_help().to_string();
+        examples_in(&text, cmd.get_name(), out);
+        for sub in cmd.get_subcommands() {
+            rendered_examples(sub, width, out);
+        }
+    }
+
+    /// The `strata ...` commands of one help text: lines continued with a trailing backslash
+    /// are joined, then each pipeline is split and its comments and redirections removed. A
+    /// line of options right under a command is a command wrapped in the middle; it is kept as
+    /// an example of its own, which does not parse.
+    fn examples_in(text: &str, name: &str, out: &mut Vec<(String, String)>) {
+        let mut logical = Vec::new();
+        let mut pending = String::new();
+        for line in text.lines() {
+            let line = line.trim();
+            let (body, continued) = match line.strip_suffix('\\') {
+                Some(head) => (head.trim(), true),
+                None => (line, false),
+            };
+            if !pending.is_empty() {
+                pending.push(' ');
+            }
+            pending.push_str(body);
+            if !continued {
+                logical.push(std::mem::take(&mut pending));
+            }
+        }
+        let mut after_command = false;
+        for line in logical {
+            if after_command && line.starts_with('-') {
+                out.push((name.to_owned(), line));
+                continue;
+            }
+            after_command = false;
+            for part in line.split(" | ") {
+                let part = part.trim();
+                if !part.starts_with("strata ") && part != "strata" {
+                    continue;
+                }
+                let part = part.split("  #").next().unwrap_or(part).trim();
+                let part = part.split(" >").next().unwrap_or(part).trim();
+                out.push((name.to_owned(), part.to_owned()));
+                after_command = true;
+            }
         }
     }
 
@@ -272,21 +322,38 @@ mod tests {
         let mut examples = Vec::new();
         help_examples(&Cli::command(), &mut examples);
         assert!(examples.len() > 30, "{examples:?}");
+        assert_examples_parse(examples);
+    }
+
+    /// The examples stay whole as clap prints them in an 80-column terminal: none is wrapped
+    /// in the middle of a command.
+    #[test]
+    fn help_examples_stay_whole_in_an_80_column_terminal() {
+        let mut examples = Vec::new();
+        rendered_examples(&Cli::command(), 80, &mut examples);
+        assert!(examples.len() > 30, "{examples:?}");
+        assert_examples_parse(examples);
+    }
+
+    /// Every example parses as a command line; the failures are listed together.
+    fn assert_examples_parse(examples: Vec<(String, String)>) {
+        let mut failures = Vec::new();
         for (at, example) in examples {
             // Placeholders stand for values the reader fills in.
             let filled = example.replace("<hex>", &"0".repeat(64));
-            let words = shlex::split(&filled)
-                .unwrap_or_else(|| panic!("{at}: `{example}` is not valid shell"));
+            let Some(words) = shlex::split(&filled) else {
+                failures.push(format!("{at}: `{example}` is not valid shell"));
+                continue;
+            };
             if let Err(e) = Cli::try_parse_from(&words) {
-                assert!(
-                    matches!(
-                        e.kind(),
-                        clap::error::ErrorKind::DisplayHelp
-                            | clap::error::ErrorKind::DisplayVersion
-                    ),
-                    "{at}: `{example}` does not parse: {e}"
-                );
+                if !matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ) {
+                    failures.push(format!("{at}: `{example}` does not parse: {e}"));
+                }
             }
         }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 }

@@ -9,8 +9,8 @@
 //! the role and sequence. `strata assemble --format json` writes them next to the report.
 
 use serde::{Deserialize, Serialize};
-use strata_assembler::report::{Report, SectionReport, SectionStatus};
-use strata_assembler::{Layer, Section, Tokenizer};
+use strata_assembler::report::{LayerReport, Report, SectionReport, SectionStatus};
+use strata_assembler::{Layer, Section, Tokenizer, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 
 /// Characters of a section's text kept as its preview.
 pub const PREVIEW_CHARS: usize = 600;
@@ -73,6 +73,46 @@ pub fn num(n: u64) -> String {
     out
 }
 
+/// A count of tokens in words: `1 token`, `2,197 tokens`.
+pub fn tokens(n: u64) -> String {
+    if n == 1 {
+        "1 token".to_owned()
+    } else {
+        format!("{} tokens", num(n))
+    }
+}
+
+/// A count of sections in words: `1 section`, `32 sections`.
+pub fn sections(n: usize) -> String {
+    if n == 1 {
+        "1 section".to_owned()
+    } else {
+        format!("{} sections", num(n as u64))
+    }
+}
+
+/// Tokens the fixed part of a fence (its opening and closing tags, without the section's id
+/// and source) is taken to need at most when no section of the report shows its fence. The
+/// assembler's fences take about 35 tokens with a short id and source.
+pub const FENCE_BOUND: u64 = 64;
+
+/// The most tokens a fence took in this report: the tokens of a section kept whole, less the
+/// tokens of its text, over every described section kept whole. `None` when none was.
+pub fn observed_fence(r: &Report, inputs: &[SectionInput]) -> Option<u64> {
+    r.sections
+        .iter()
+        .filter(|s| matches!(s.status, SectionStatus::Kept))
+        .filter_map(|s| input_of(inputs, s).map(|i| s.tokens.saturating_sub(i.tokens)))
+        .max()
+}
+
+/// A bound on the tokens the fence of `s` would take: the largest fence of the report (or
+/// [`FENCE_BOUND`]) plus one token per byte of the section's id and source name, which a fence
+/// repeats and which no token is shorter than.
+pub fn fence_bound(s: &SectionReport, observed: Option<u64>) -> u64 {
+    observed.unwrap_or(FENCE_BOUND) + (s.id.len() + s.provenance.name.len()) as u64
+}
+
 /// Prompt tokens left unused.
 pub fn idle_tokens(r: &Report) -> u64 {
     r.prompt_budget.saturating_sub(r.used_tokens)
@@ -128,7 +168,16 @@ pub fn outcome(s: &SectionReport) -> (Kind, String) {
             ),
         ),
         SectionStatus::Dropped { .. } => (Kind::Dropped, "dropped".into()),
-        SectionStatus::Filtered { reason } => (Kind::ByDesign, format!("not in this {reason}")),
+        SectionStatus::Filtered { reason } => (
+            Kind::ByDesign,
+            match reason.as_ref() {
+                "mode" | "path" => format!("not in this {reason}"),
+                "reserved" => "reserved id".to_owned(),
+                "empty" => "empty turn".to_owned(),
+                "unpaired" => "unpaired tool turn".to_owned(),
+                other => format!("left out ({other})"),
+            },
+        ),
         SectionStatus::Overridden { by_layer, .. } => (
             Kind::ByDesign,
             format!("overridden by layer {}", by_layer.number()),
@@ -148,8 +197,10 @@ fn layers_above(l: Layer) -> String {
     }
 }
 
-/// Why a section has its outcome, in a sentence.
-pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> String {
+/// Why a section has its outcome, in a sentence; `inputs` are the described sections of the
+/// report (for the size of what was dropped and of the fences kept).
+pub fn reason(s: &SectionReport, r: &Report, inputs: &[SectionInput]) -> String {
+    let input = input_of(inputs, s);
     let n = s.layer.number();
     let idle = idle_tokens(r);
     match &s.status {
@@ -186,23 +237,31 @@ pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> St
             match reason.as_ref() {
                 "budget" => {
                     let mut t = format!(
-                        "layer {n} yields to {} when the prompt budget ({} tokens) runs out",
+                        "layer {n} yields to {} when the prompt budget ({}) runs out",
                         layers_above(s.layer),
-                        num(r.prompt_budget)
+                        tokens(r.prompt_budget)
                     );
                     if let Some(need) = need {
+                        let fence = fence_bound(s, observed_fence(r, inputs));
                         if need > idle {
                             t.push_str(&format!(
-                                "; it needs about {} tokens, {} tokens short of the {} left unused",
-                                num(need),
-                                num(need - idle),
-                                num(idle)
+                                "; its text alone needs about {}, {} more than the {} left unused",
+                                tokens(need),
+                                tokens(need - idle),
+                                tokens(idle)
                             ));
                         } else {
                             t.push_str(&format!(
-                                "; it needs about {} tokens and {} are left unused: it would have fit",
-                                num(need),
-                                num(idle)
+                                "; its text needs about {} and its fence up to about {} more, \
+                                 with {} left unused: it {}",
+                                tokens(need),
+                                tokens(fence),
+                                tokens(idle),
+                                if need + fence <= idle {
+                                    "may have fit"
+                                } else {
+                                    "would not have fit"
+                                }
                             ));
                         }
                     }
@@ -216,11 +275,11 @@ pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> St
                         .and_then(|l| l.budget);
                     match soft {
                         Some(b) => format!(
-                            "layer {n}'s soft budget of {} tokens is full{}",
-                            num(b),
+                            "layer {n}'s soft budget of {} is full{}",
+                            tokens(b),
                             need.map_or(String::new(), |t| format!(
-                                "; it needs about {} tokens",
-                                num(t)
+                                "; its text needs about {}",
+                                tokens(t)
                             ))
                         ),
                         None => format!("layer {n}'s soft budget is full"),
@@ -236,10 +295,22 @@ pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> St
                 other => format!("dropped ({other})"),
             }
         }
-        SectionStatus::Filtered { reason } => format!(
-            "left out by design: this section does not take part in the current {reason}; \
-             not a loss"
-        ),
+        SectionStatus::Filtered { reason } => match reason.as_ref() {
+            "mode" | "path" => format!(
+                "left out by design: this section does not take part in the current {reason}; \
+                 not a loss"
+            ),
+            "reserved" => format!(
+                "left out by design: its id or key is reserved for the tool catalog the \
+                 assembler writes (id `{TOOL_CATALOG_ID}`, key `{TOOL_CATALOG_KEY}`); rename it \
+                 to send it"
+            ),
+            "empty" => "left out: an empty user or assistant turn is not sent".into(),
+            "unpaired" => "left out: a tool call without its result, or a result without its \
+                           call, is not sent under --drop-unpaired"
+                .into(),
+            other => format!("left out by design ({other}); not a loss"),
+        },
         SectionStatus::Overridden { by_layer, by_id, on } => format!(
             "left out by design: layer {} `{by_id}` claims the same {} and the higher layer wins",
             by_layer.number(),
@@ -257,13 +328,35 @@ pub fn reason(s: &SectionReport, r: &Report, input: Option<&SectionInput>) -> St
     }
 }
 
-/// Tokens of the sections dropped from each layer (3-6), from the section inputs.
+/// Tokens of the sections dropped from a layer (3-6), from the section inputs (their text,
+/// without fences: an estimate).
 pub fn dropped_tokens(r: &Report, inputs: &[SectionInput], layer: Layer) -> u64 {
     r.sections
         .iter()
         .filter(|s| s.layer == layer && matches!(s.status, SectionStatus::Dropped { .. }))
         .filter_map(|s| input_of(inputs, s).map(|i| i.tokens))
         .sum()
+}
+
+/// Tokens cut off the cut sections of a layer.
+pub fn cut_tokens(r: &Report, inputs: &[SectionInput], layer: Layer) -> u64 {
+    r.sections
+        .iter()
+        .filter(|s| s.layer == layer)
+        .map(|s| cut_off_tokens(s, inputs))
+        .sum()
+}
+
+/// Tokens of content a layer left out: what its dropped sections held and what was cut off
+/// its cut sections.
+pub fn left_out_tokens(r: &Report, inputs: &[SectionInput], layer: Layer) -> u64 {
+    dropped_tokens(r, inputs, layer) + cut_tokens(r, inputs, layer)
+}
+
+/// Whether the tokens a layer takes are only its omission marker: it kept and cut nothing,
+/// dropped something, and still takes tokens.
+pub fn only_omission_marker(l: &LayerReport) -> bool {
+    l.kept + l.cut == 0 && l.dropped > 0 && l.tokens > 0
 }
 
 /// Tokens cut off a cut section: from its whole count when the report has it, otherwise from
@@ -289,15 +382,16 @@ pub struct Idle {
     pub idle: u64,
     /// Sections dropped.
     pub dropped: usize,
-    /// Tokens of the dropped sections, where known.
+    /// Tokens of the dropped sections' text, where known.
     pub dropped_tokens: u64,
-    /// Dropped sections whose text alone (without its fence) is no larger than the idle budget.
-    pub would_fit: usize,
+    /// Dropped sections whose text and a bound on their fence ([`fence_bound`]) together are
+    /// no larger than the idle budget: each may have fit on its own.
+    pub may_fit: usize,
 }
 
 /// The idle-budget warning: content was dropped while part of the prompt budget stayed
 /// unused. `None` when nothing was dropped, or when the unused rest is too small to matter:
-/// under a tenth of the prompt budget and smaller than every dropped section.
+/// under a tenth of the prompt budget and too small for any dropped section with its fence.
 pub fn idle_budget(r: &Report, inputs: &[SectionInput]) -> Option<Idle> {
     let idle = idle_tokens(r);
     let dropped: Vec<&SectionReport> = r
@@ -308,19 +402,23 @@ pub fn idle_budget(r: &Report, inputs: &[SectionInput]) -> Option<Idle> {
     if dropped.is_empty() || idle == 0 {
         return None;
     }
-    let sizes: Vec<u64> = dropped
+    let observed = observed_fence(r, inputs);
+    let sizes: Vec<(u64, u64)> = dropped
         .iter()
-        .filter_map(|s| input_of(inputs, s).map(|i| i.tokens))
+        .filter_map(|s| input_of(inputs, s).map(|i| (i.tokens, fence_bound(s, observed))))
         .collect();
-    let would_fit = sizes.iter().filter(|&&t| t <= idle).count();
-    if would_fit == 0 && idle.saturating_mul(10) < r.prompt_budget {
+    let may_fit = sizes
+        .iter()
+        .filter(|&&(text, fence)| text + fence <= idle)
+        .count();
+    if may_fit == 0 && idle.saturating_mul(10) < r.prompt_budget {
         return None;
     }
     Some(Idle {
         idle,
         dropped: dropped.len(),
-        dropped_tokens: sizes.iter().sum(),
-        would_fit,
+        dropped_tokens: sizes.iter().map(|&(text, _)| text).sum(),
+        may_fit,
     })
 }
 
@@ -328,27 +426,32 @@ impl Idle {
     /// The warning in a sentence.
     pub fn text(&self, r: &Report) -> String {
         let mut t = format!(
-            "{} section(s){} were dropped while {} of the {} prompt tokens stayed unused ({}% \
-             of the prompt budget used).",
-            self.dropped,
+            "{}{} {} dropped while {} of the {} prompt tokens stayed unused ({}% of the prompt \
+             budget used).",
+            sections(self.dropped),
             if self.dropped_tokens > 0 {
-                format!(" (about {} tokens)", num(self.dropped_tokens))
+                format!(" (about {} of text)", tokens(self.dropped_tokens))
             } else {
                 String::new()
             },
+            if self.dropped == 1 { "was" } else { "were" },
             num(self.idle),
             num(r.prompt_budget),
             (r.used_tokens * 100)
                 .checked_div(r.prompt_budget)
                 .unwrap_or(0)
         );
-        if self.would_fit > 0 {
-            t.push_str(&format!(
-                " {} of them would {}fit in the unused budget on its own (counting its text, \
-                 without the fence around it).",
-                self.would_fit,
-                if self.would_fit == 1 { "" } else { "each " }
-            ));
+        match self.may_fit {
+            0 => {}
+            1 => t.push_str(
+                " 1 of them may fit in the unused budget on its own, counting the fence around \
+                 it.",
+            ),
+            n => t.push_str(&format!(
+                " {} of them may each fit in the unused budget on its own, counting the fence \
+                 around it.",
+                num(n as u64)
+            )),
         }
         t.push_str(
             " Raise the budget, lower the layers' soft budgets' share, or split large sections \
@@ -356,6 +459,53 @@ impl Idle {
         );
         t
     }
+}
+
+/// A cache breakpoint as a reader sees it: where a cacheable prefix of the plain-text
+/// assembly ends, and what ends there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CachePoint {
+    /// What ends there: "layers 1-2 (identity)", "the stable prefix (in layer 3)", "layer 3
+    /// and the stable prefix", "layer 4".
+    pub label: String,
+    /// Byte offset in the text.
+    pub byte: usize,
+    /// Token offset.
+    pub token: u64,
+    /// Whether it lies past the stable prefix: its prefix is cached only while the layers
+    /// before it do not change.
+    pub past_stable: bool,
+}
+
+/// The report's cache breakpoints, each offset once, named by what ends there.
+pub fn cache_points(r: &Report) -> Vec<CachePoint> {
+    let mut out: Vec<CachePoint> = Vec::new();
+    for b in &r.breakpoints {
+        if out.iter().any(|p| p.byte == b.byte) {
+            continue;
+        }
+        let n = b.after_layer.number();
+        let ends_layer = !r
+            .breakpoints
+            .iter()
+            .any(|o| o.after_layer == b.after_layer && o.byte > b.byte);
+        let label = if n <= 2 {
+            "layers 1-2 (identity)".to_owned()
+        } else if b.byte == r.stable_prefix.byte && !ends_layer {
+            format!("the stable prefix (in layer {n})")
+        } else if b.byte == r.stable_prefix.byte {
+            format!("layer {n} and the stable prefix")
+        } else {
+            format!("layer {n}")
+        };
+        out.push(CachePoint {
+            label,
+            byte: b.byte,
+            token: b.token,
+            past_stable: b.byte > r.stable_prefix.byte,
+        });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -288,7 +288,14 @@ fn rollback_state_persists_across_runs() {
     };
     // A missing state file is refused, never taken as empty (ADR-0017).
     let missing = verify("v4.json", true);
-    assert_eq!(missing.code, 1, "{}", missing.stderr);
+    assert_eq!(missing.code, 3, "{}", missing.stderr);
+    assert!(
+        missing
+            .stderr
+            .starts_with("REFUSED rollback_state_missing: "),
+        "{}",
+        missing.stderr
+    );
     assert!(
         missing.stderr.contains("--init-rollback-state"),
         "{}",

@@ -372,7 +372,7 @@ struct GoalBook {
 #[non_exhaustive]
 pub enum GoalError {
     /// No goal has this id.
-    #[error("no goal with id `{0}`: list goals with `history()`")]
+    #[error("no goal with id `{0}`: check the id against the goals the session has")]
     GoalNotFound(String),
     /// The goal has no checkpoint with this id.
     #[error("goal `{goal}` has no checkpoint {checkpoint}")]

@@ -584,7 +584,7 @@ fn check_pairs<'a>(
     if let (Some(id), PairPolicy::Error) = (unpaired.iter().next(), policy) {
         return Err(AssembleError::History {
             why: format!(
-                "tool call `{id}` has no {}; record the missing turn, or set the pair policy to drop_unpaired",
+                "tool call `{id}` has no {}; record the missing turn, or leave unpaired tool turns out with `--drop-unpaired`",
                 if calls.contains_key(id) { "result" } else { "call" }
             ),
         });

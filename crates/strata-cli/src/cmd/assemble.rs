@@ -79,7 +79,8 @@ Examples:
       --format anthropic --model claude-sonnet-4-5 --max-tokens 1024
   strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
       --format openai-chat --model gpt-4o --report
-  cat turn.json | strata assemble --agent ada.signed.json --trust trust.toml --input - --format json
+  cat turn.json | strata assemble --agent ada.signed.json --trust trust.toml \\
+      --input - --format json
 
 Runtime input (--input) is JSON:
   {\"turns\": [{\"role\": \"user\", \"content\": \"Read notes.txt\"},
@@ -226,9 +227,7 @@ pub fn load_agent(
     super::require_file(agent, "signed agent definition")?;
     let trust = super::verify::read_trust_pinned(trust, trust_pin)?;
     let guard = match rollback {
-        Some(p) => RollbackGuard::open(p).map_err(|e| {
-            CliError::agentdef(format!("opening rollback state {}", p.display()), e)
-        })?,
+        Some(p) => RollbackGuard::open(p).map_err(|e| super::rollback_error(p, e))?,
         None => {
             tracing::debug!("no --rollback-state: rollback is checked in memory only");
             RollbackGuard::in_memory()
@@ -286,6 +285,16 @@ pub fn build_request(
         req.budget = Some(BudgetSpec::Explicit(budget));
     }
     if let Some(w) = args.context_window {
+        // A window's response reserve is the definition's, or an eighth of the window if that
+        // is more (the assembler's rule).
+        let reserve = agent.budget().response_reserve.max(w / 8);
+        if reserve >= w {
+            return Err(CliError::Usage(format!(
+                "--context-window {w} leaves no room for the prompt: {reserve} tokens are \
+                 reserved for the response (the signed definition's [budget] \
+                 response_reserve); give the model's context window, larger than {reserve}"
+            )));
+        }
         req.budget = Some(BudgetSpec::ContextWindow(w));
     }
     for path in &args.input {

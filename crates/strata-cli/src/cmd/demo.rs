@@ -21,7 +21,7 @@ use strata_assembler::{
 use strata_core::format::Trust;
 use strata_memory::{LongTermMemory, NewMemory, Scope, SharedContextWriter, SqliteStore};
 
-use crate::cmd::explain::{html, terminal, Explained};
+use crate::cmd::explain::{bar_width, columns, html, terminal, wrap, Explained};
 use crate::error::CliError;
 use crate::output::Output;
 
@@ -291,7 +291,8 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         say(&pretty(&turn.body)?)?;
     }
     say("5. report of the last turn:")?;
-    say(&terminal(turn.report(), 30))?;
+    let cols = columns();
+    say(&wrap(&terminal(turn.report(), bar_width(30, cols)), cols))?;
 
     // Check, out loud, what the demo claims.
     say("6. checks:")?;

@@ -5,8 +5,11 @@
 //! as bands against the budget with what was left out on the same scale, a legend, every
 //! section with its outcome and the reason in words, previews of what was cut or dropped, the
 //! idle-budget warning, the fences, the stable prefix and the cache breakpoints; and a compact
-//! terminal table with bars. The page is rendered from a minijinja template with HTML
-//! auto-escaping, so no text from the report can reach the page unescaped (ADR-0026).
+//! terminal table with bars, wrapped to the terminal's width (`COLUMNS`, 80 when unset). The
+//! page names every band of its bars in a legend under them (a narrow band has no room for its
+//! label), shows as text what a tooltip would hold, and stacks its tables into cards on a
+//! narrow screen. It is rendered from a minijinja template with HTML auto-escaping, so no text
+//! from the report can reach the page unescaped (ADR-0026).
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -42,23 +45,28 @@ pub struct Explained {
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
-  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json > out.json
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format json > out.json
   strata explain out.json
   strata explain out.json --html out.html
-  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json --format json | strata explain -
+  strata assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
+      --format json | strata explain -
 
 The first form prints a table with bars; --html writes a page that opens offline in any browser.
 Reading the report: sections are kept, cut (shortened to fit) or dropped (left out to fit a
-budget); \"not in this mode\" and \"overridden\" are left out by design. Lower layers yield to
-higher ones: layer 6 is trimmed first. A WARNING line means content was dropped while part of
-the prompt budget stayed unused.")]
+budget); \"not in this mode\", \"overridden\", \"reserved id\", \"empty turn\" and \"unpaired tool
+turn\" are left out by design. Lower layers yield to higher ones: layer 6 is trimmed first. A
+WARNING line means content was dropped while part of the prompt budget stayed unused and a
+dropped section may have fit in it, fence included. The table is as wide as COLUMNS (80 when
+unset).")]
 pub struct ExplainArgs {
     /// The JSON written by `strata assemble --format json` (`-` reads standard input).
     pub file: PathBuf,
     /// Write a self-contained HTML page here instead of the terminal table.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-    /// Width of the terminal bars, in characters.
+    /// Width of the terminal bars, in characters; narrower when the terminal (`COLUMNS`, 80
+    /// when unset) has no room for them. Lines longer than the terminal are wrapped.
     #[arg(long, default_value_t = 40, value_name = "N")]
     pub width: usize,
 }
@@ -99,11 +107,16 @@ pub fn run(args: &ExplainArgs, out: &Output) -> Result<(), CliError> {
             Ok(())
         }
         None => {
-            let mut t = terminal_with(&explained.report, &explained.inputs, args.width);
+            let cols = columns();
+            let mut t = terminal_with(
+                &explained.report,
+                &explained.inputs,
+                bar_width(args.width, cols),
+            );
             if let Some(c) = &explained.conversation {
                 t.push_str(&channels(c));
             }
-            out.result(&t)
+            out.result(&wrap(&t, cols))
         }
     }
 }
@@ -174,6 +187,73 @@ pub fn channels(c: &Conversation) -> String {
     out
 }
 
+/// The width of the terminal: `COLUMNS` when it holds a number of at least 40, otherwise 80.
+pub fn columns() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c >= 40)
+        .unwrap_or(80)
+}
+
+/// Characters before a layer's bar in the table: its name, its tokens and two spaces.
+const BAR_AT: usize = 24 + 1 + 7 + 2;
+
+/// The width of the bars: as asked, but no wider than a terminal `cols` wide leaves after a
+/// layer's name and tokens, and at least 10.
+pub fn bar_width(asked: usize, cols: usize) -> usize {
+    asked.min(cols.saturating_sub(BAR_AT + 2)).max(10)
+}
+
+/// Wrap every line of `text` that is wider than `cols` characters at spaces, continuing it
+/// indented four columns deeper than it starts; a word wider than the room left is broken.
+/// Alignment within the first part of a line is kept.
+pub fn wrap(text: &str, cols: usize) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() <= cols {
+            out.push_str(line);
+            continue;
+        }
+        let indent = body.len() - body.trim_start_matches(' ').len();
+        let more = " ".repeat((indent + 4).min(cols / 2));
+        let mut rest: &str = body;
+        let mut first = true;
+        while !rest.is_empty() {
+            let room = if first { cols } else { cols - more.len() };
+            if !first {
+                out.push_str(&more);
+            }
+            if rest.chars().count() <= room {
+                out.push_str(rest);
+                break;
+            }
+            // The byte offset of the first character past the room; break at the last space
+            // within the room (or just past it), unless only indentation stands before it.
+            let limit = rest.char_indices().nth(room).map_or(rest.len(), |(i, _)| i);
+            let space = if rest[limit..].starts_with(' ') {
+                Some(limit)
+            } else {
+                rest[..limit].rfind(' ')
+            };
+            let cut = match space {
+                Some(at) if !rest[..at].trim().is_empty() => at,
+                _ => limit,
+            };
+            out.push_str(rest[..cut].trim_end());
+            out.push('\n');
+            rest = rest[cut..].trim_start();
+            first = false;
+        }
+        out.push_str(end);
+    }
+    out
+}
+
 fn bar(value: u64, of: u64, width: usize) -> String {
     let filled = if of == 0 {
         0
@@ -203,10 +283,10 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
     let _ = writeln!(
         s,
         "budget {} = {} prompt + {} reserved for the response; used {} ({}%)",
-        r.total_tokens,
-        r.prompt_budget,
-        r.response_reserve,
-        r.used_tokens,
+        num(r.total_tokens),
+        num(r.prompt_budget),
+        num(r.response_reserve),
+        num(r.used_tokens),
         percent(r.used_tokens, r.prompt_budget)
     );
     if let Some(idle) = report_view::idle_budget(r, inputs) {
@@ -222,18 +302,31 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
     );
     for l in &r.layers {
         let name = format!("{} {}", l.layer.number(), l.layer.name());
-        let lost = report_view::dropped_tokens(r, inputs, l.layer);
-        let extra = match (l.cut + l.dropped > 0, lost > 0) {
-            (true, true) => format!(
-                "  {} kept, {} cut, {} dropped (about {} tokens left out)",
-                l.kept,
-                l.cut,
-                l.dropped,
-                num(lost)
-            ),
-            (true, false) => format!("  {} kept, {} cut, {} dropped", l.kept, l.cut, l.dropped),
-            _ => String::new(),
-        };
+        let left = report_view::left_out_tokens(r, inputs, l.layer);
+        // What the layer left out, on a line of its own under its bar.
+        let mut extra = String::new();
+        if l.cut + l.dropped > 0 {
+            let _ = write!(
+                extra,
+                "\n    {} kept, {} cut, {} dropped",
+                l.kept, l.cut, l.dropped
+            );
+            if left > 0 {
+                let _ = write!(
+                    extra,
+                    " ({}{} left out)",
+                    if l.dropped > 0 { "about " } else { "" },
+                    report_view::tokens(left)
+                );
+            }
+        }
+        if report_view::only_omission_marker(l) {
+            let _ = write!(
+                extra,
+                "; its {} are the omission marker",
+                report_view::tokens(l.tokens)
+            );
+        }
         let _ = writeln!(
             s,
             "{:<24} {:>7}  {}{extra}",
@@ -244,14 +337,23 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
     }
     let _ = writeln!(
         s,
-        "stable prefix: {} tokens ({} bytes); cache breakpoints: {}",
-        r.stable_prefix.token,
-        r.stable_prefix.byte,
-        r.breakpoints
+        "stable prefix: {} ({} bytes); cache breakpoints: {}",
+        report_view::tokens(r.stable_prefix.token),
+        num(r.stable_prefix.byte as u64),
+        report_view::cache_points(r)
             .iter()
-            .map(|b| format!("{}@{}", b.after_layer.number(), b.token))
+            .map(|p| format!(
+                "after {} at token {}{}",
+                p.label,
+                num(p.token),
+                if p.past_stable {
+                    " (past the stable prefix)"
+                } else {
+                    ""
+                }
+            ))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join("; ")
     );
     let _ = writeln!(s, "sections:");
     for sec in &r.sections {
@@ -271,7 +373,7 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
             if sec.stable { "  [stable]" } else { "" }
         );
         if !matches!(sec.status, SectionStatus::Kept) {
-            let _ = writeln!(s, "      why: {}", report_view::reason(sec, r, input));
+            let _ = writeln!(s, "      why: {}", report_view::reason(sec, r, inputs));
         }
     }
     for c in &r.conflicts {
@@ -389,14 +491,48 @@ fn environment() -> Result<minijinja::Environment<'static>, CliError> {
     Ok(env)
 }
 
-/// One band of a bar: a share of the scale, with a label and a tooltip.
+/// One band of a bar: a share of the scale, with a label, a tooltip and an entry in the bars'
+/// legend.
 #[derive(Serialize)]
 struct Band {
+    /// Its name and size (`3 shared: 50,145`), in the band when it is wide enough.
     label: String,
+    /// The same in a sentence, in the legend under the bars and as the tooltip.
     title: String,
+    /// Its share of its bar, in percent.
     pct: String,
+    /// Whether the label fits in the band on a wide screen; a narrow band is named in the
+    /// legend only.
+    wide: bool,
     class: &'static str,
     colour: &'static str,
+}
+
+/// Share of the page's width, in percent, that one character of a band's label takes on a
+/// wide screen (1,400 pixels, labels at 12 pixels), with room to spare; bands narrower than
+/// their label are named in the legend only.
+const LABEL_PCT_PER_CHAR: f64 = 0.75;
+
+impl Band {
+    fn new(
+        label: String,
+        title: String,
+        share: f64,
+        of_page: f64,
+        class: &'static str,
+        colour: &'static str,
+    ) -> Band {
+        let wide =
+            share * of_page / 100.0 >= (label.chars().count() + 2) as f64 * LABEL_PCT_PER_CHAR;
+        Band {
+            label,
+            title,
+            pct: format!("{share:.2}"),
+            wide,
+            class,
+            colour,
+        }
+    }
 }
 
 /// The id attribute of a section element (`<strata:section layer="6" id="m1" ...>`).
@@ -413,89 +549,104 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
     let inputs = &e.inputs;
     let budget = r.prompt_budget.max(1);
     // Both bars share one scale: the prompt budget, or what was asked for if that is more.
-    let lost_total: u64 = r
+    let left_total: u64 = r
         .layers
         .iter()
-        .map(|l| report_view::dropped_tokens(r, inputs, l.layer))
+        .map(|l| report_view::left_out_tokens(r, inputs, l.layer))
         .sum();
-    let cut_total: u64 = r
-        .sections
-        .iter()
-        .map(|s| report_view::cut_off_tokens(s, inputs))
-        .sum();
-    let scale = budget.max(r.used_tokens + lost_total + cut_total) as f64;
+    let scale = budget.max(r.used_tokens + left_total) as f64;
     // The upper bar is the prompt budget, drawn to the shared scale; its bands are shares of it.
-    let budget_pct = format!("{:.2}", budget as f64 * 100.0 / scale);
-    let pct = |t: u64| format!("{:.2}", t as f64 * 100.0 / budget as f64);
-    let lost_pct = |t: u64| format!("{:.2}", t as f64 * 100.0 / scale);
+    let budget_share = budget as f64 * 100.0 / scale;
+    let budget_pct = format!("{budget_share:.2}");
+    let share = |t: u64| t as f64 * 100.0 / budget as f64;
+    let lost_share = |t: u64| t as f64 * 100.0 / scale;
 
-    let mut bands = vec![Band {
-        label: format!("1-2 identity ({})", r.identity_tokens),
-        title: format!("layers 1-2, signed: {} tokens", r.identity_tokens),
-        pct: pct(r.identity_tokens),
-        class: "",
-        colour: layer_colour(Layer::Core),
-    }];
+    let mut bands = vec![Band::new(
+        format!("1-2 identity: {}", num(r.identity_tokens)),
+        format!(
+            "layers 1-2, signed: {}",
+            report_view::tokens(r.identity_tokens)
+        ),
+        share(r.identity_tokens),
+        budget_share,
+        "",
+        layer_colour(Layer::Core),
+    )];
     let mut lost_bands = Vec::new();
     let mut layers = Vec::new();
     for l in &r.layers {
         let name = format!("{} {}", l.layer.number(), l.layer.name());
+        let marker = report_view::only_omission_marker(l);
         if l.tokens > 0 {
-            bands.push(Band {
-                label: format!("{name} ({})", l.tokens),
-                title: format!("{name}: {} tokens", l.tokens),
-                pct: pct(l.tokens),
-                class: "",
-                colour: layer_colour(l.layer),
-            });
+            bands.push(Band::new(
+                format!("{name}: {}", num(l.tokens)),
+                format!(
+                    "{name}: {}{}",
+                    report_view::tokens(l.tokens),
+                    if marker { ", its omission marker" } else { "" }
+                ),
+                share(l.tokens),
+                budget_share,
+                "",
+                layer_colour(l.layer),
+            ));
         }
         let lost = report_view::dropped_tokens(r, inputs, l.layer);
-        let cut: u64 = r
-            .sections
-            .iter()
-            .filter(|s| s.layer == l.layer)
-            .map(|s| report_view::cut_off_tokens(s, inputs))
-            .sum();
+        let cut = report_view::cut_tokens(r, inputs, l.layer);
         if cut > 0 {
-            lost_bands.push(Band {
-                label: format!("{name}: {} cut off", num(cut)),
-                title: format!("{name}: {} tokens cut off shortened sections", num(cut)),
-                pct: lost_pct(cut),
-                class: "lostcut",
-                colour: "",
-            });
+            lost_bands.push(Band::new(
+                format!("{name}: {} cut off", num(cut)),
+                format!(
+                    "{name}: {} cut off shortened sections",
+                    report_view::tokens(cut)
+                ),
+                lost_share(cut),
+                100.0,
+                "lostcut",
+                "",
+            ));
         }
         if lost > 0 {
-            lost_bands.push(Band {
-                label: format!("{name}: {} dropped", num(lost)),
-                title: format!(
-                    "{name}: {} section(s), about {} tokens, dropped",
-                    l.dropped,
-                    num(lost)
+            lost_bands.push(Band::new(
+                format!("{name}: {} dropped", num(lost)),
+                format!(
+                    "{name}: {}, about {} of text, dropped",
+                    report_view::sections(l.dropped),
+                    report_view::tokens(lost)
                 ),
-                pct: lost_pct(lost),
-                class: "lost",
-                colour: "",
-            });
+                lost_share(lost),
+                100.0,
+                "lost",
+                "",
+            ));
         }
+        let left = lost + cut;
         layers.push(serde_json::json!({
             "name": name,
-            "tokens": l.tokens,
-            "budget": l.budget.map_or("-".to_owned(), |b| b.to_string()),
+            "tokens": num(l.tokens),
+            "marker": marker,
+            "budget": l.budget.map_or("-".to_owned(), num),
             "kept": l.kept,
             "cut": l.cut,
             "dropped": l.dropped,
-            "dropped_tokens": if lost > 0 { format!("about {}", num(lost)) } else if l.dropped > 0 { "?".to_owned() } else { "0".to_owned() },
+            "left_out": if left > 0 {
+                format!("{}{}", if l.dropped > 0 { "about " } else { "" }, num(left))
+            } else if l.dropped > 0 {
+                "?".to_owned()
+            } else {
+                "0".to_owned()
+            },
         }));
     }
     let free = r.prompt_budget.saturating_sub(r.used_tokens);
-    bands.push(Band {
-        label: format!("free ({free})"),
-        title: format!("unused: {free} tokens"),
-        pct: pct(free),
-        class: "free",
-        colour: "",
-    });
+    bands.push(Band::new(
+        format!("free: {}", num(free)),
+        format!("free: {} unused", report_view::tokens(free)),
+        share(free),
+        budget_share,
+        "free",
+        "",
+    ));
     let mut sections = Vec::new();
     for s in &r.sections {
         let input = report_view::input_of(inputs, s);
@@ -518,12 +669,20 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
             (report_view::Kind::Kept, _) | (_, None) => (String::new(), String::new()),
             (_, Some(i)) => {
                 let more = i.chars > i.preview.chars().count() as u64;
+                // A cut section's size is the one its outcome gives: its tokens whole, fence
+                // included, when the report counted them.
+                let size = match s.status {
+                    SectionStatus::Cut {
+                        full_tokens: Some(full),
+                        ..
+                    } => format!("{} whole", report_view::tokens(full)),
+                    _ => format!("about {} of text", report_view::tokens(i.tokens)),
+                };
                 (
                     i.preview.clone() + if more { " [...]" } else { "" },
                     format!(
-                        "what it held: {} characters, about {} tokens{}",
+                        "what it held: {} characters, {size}{}",
                         num(i.chars),
-                        num(i.tokens),
                         if more { " (beginning shown)" } else { "" }
                     ),
                 )
@@ -533,10 +692,10 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
             "layer": s.layer.number(),
             "id": s.id,
             "turn": turn,
-            "tokens": s.tokens,
+            "tokens": num(s.tokens),
             "class": kind.class(),
             "outcome": word,
-            "why": report_view::reason(s, r, input),
+            "why": report_view::reason(s, r, inputs),
             "flags": flags,
             "source": source,
             "preview": preview,
@@ -608,6 +767,23 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         .map(|c| serde_json::json!({"provider": c.provider.name(), "rows": channel_rows(c)}));
     let ctx = serde_json::json!({
         "r": r,
+        "n": {
+            "total": num(r.total_tokens),
+            "prompt": num(r.prompt_budget),
+            "reserve": num(r.response_reserve),
+            "used": num(r.used_tokens),
+            "identity": num(r.identity_tokens),
+            "chars": num(r.chars),
+            "prefix_token": num(r.stable_prefix.token),
+            "prefix_byte": num(r.stable_prefix.byte as u64),
+        },
+        "cache": r.request.as_ref().map(|q| serde_json::json!({
+            "provider": q.provider,
+            "anthropic": q.provider == "anthropic",
+            "stable": num(q.stable_prefix_tokens),
+            "min": num(q.min_cacheable_tokens),
+            "expected": num(q.expected_cached_tokens),
+        })),
         "tier": tier_number(r),
         "used_pct": percent(r.used_tokens, r.prompt_budget),
         "idle": idle,
@@ -626,9 +802,7 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         "omissions": r.omissions.iter().map(|o| serde_json::json!({
             "id": o.id, "layer": o.layer.number(), "reason": o.reason,
         })).collect::<Vec<_>>(),
-        "breakpoints": r.breakpoints.iter().map(|b| serde_json::json!({
-            "layer": b.after_layer.number(), "byte": b.byte, "token": b.token,
-        })).collect::<Vec<_>>(),
+        "breakpoints": report_view::cache_points(r),
         "chunks": chunks,
         "cut_count": cut_count,
     });

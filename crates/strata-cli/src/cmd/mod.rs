@@ -38,6 +38,18 @@ pub fn load_error(e: strata_agentdef::AgentDefError) -> CliError {
     }
 }
 
+/// The error of opening a rollback state (ADR-0017): a missing or damaged state is a refusal
+/// (exit 3, `REFUSED rollback_state_missing` or `rollback_state_damaged`), as the loader's own
+/// check of it is; a state that cannot be read or written, or that `--init-rollback-state`
+/// would overwrite, is an error (exit 1).
+pub fn rollback_error(path: &Path, e: strata_agentdef::AgentDefError) -> CliError {
+    match e {
+        strata_agentdef::AgentDefError::RollbackStateMissing { .. }
+        | strata_agentdef::AgentDefError::RollbackStateDamaged { .. } => CliError::Refused(e),
+        e => CliError::agentdef(format!("opening rollback state {}", path.display()), e),
+    }
+}
+
 /// Read a private key file.
 pub fn read_key(path: &Path) -> Result<KeyPair, CliError> {
     KeyPair::read_private(path).map_err(|e| {

@@ -21,14 +21,16 @@ use crate::output::Output;
 const AFTER_HELP: &str = "\
 Examples:
   strata keygen --out runtime.key --trust-entry runtime >> runtime-trust.toml
-  strata receipt assemble --agent ada.signed.json --trust trust.toml --input turn.json \\
-      --format anthropic --model claude-sonnet-4-5 --max-tokens 1024 \\
-      --key runtime.key --body request.json --receipt receipt.json --log receipts.log
-  strata receipt verify receipt.json --trust runtime-trust.toml --request request.json \\
-      --agent ada.signed.json --agent-trust trust.toml
+  strata receipt assemble --agent ada.signed.json --trust trust.toml \\
+      --input turn.json --format anthropic --model claude-sonnet-4-5 \\
+      --max-tokens 1024 --key runtime.key --body request.json \\
+      --receipt receipt.json --log receipts.log
+  strata receipt verify receipt.json --trust runtime-trust.toml \\
+      --request request.json --agent ada.signed.json --agent-trust trust.toml
   strata receipt show receipt.json --trust runtime-trust.toml
   strata receipt audit receipts.log --trust runtime-trust.toml --head <digest>
-  strata receipt audit --postgres postgres://u@db/strata --trust runtime-trust.toml
+  strata receipt audit --postgres postgres://u@db/strata \\
+      --trust runtime-trust.toml
 
 Refusals exit with code 3 and print `REFUSED <cause>: <message>` on stderr. Receipt causes:
 malformed_envelope, wrong_payload_type, no_signatures, bad_signature, revoked_key, unknown_key,
@@ -229,6 +231,7 @@ fn verify(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
         let guard = RollbackGuard::in_memory();
         let agent = Loader::new(&trust, &guard)
             .expiry(strata_assembler::Expiry::IgnoreDangerously)
+            .for_audit()
             .load_file(def)
             .map_err(|e| {
                 CliError::agentdef(

@@ -28,8 +28,9 @@ Examples:
       -H 'Content-Type: application/json' -d '{\"message\": \"Hello\"}' \\
       http://127.0.0.1:8177/v1/sessions/s1/turns
   # Several servers sharing sessions, memories and the rollback state in PostgreSQL:
-  strata serve --agent a.signed.json --trust trust.toml --postgres postgres://u@db/strata \\
-      --listen 0.0.0.0:8177 --tls-cert cert.pem --tls-key key.pem --token-file tokens
+  strata serve --agent a.signed.json --trust trust.toml \\
+      --postgres postgres://u@db/strata --listen 0.0.0.0:8177 \\
+      --tls-cert cert.pem --tls-key key.pem --token-file tokens
 
 Routes: GET /healthz, /readyz, /openapi.json (no token); GET /metrics, /v1/agent;
 POST /v1/sessions/{id}/turns, /replies, /tool-results, /reset; GET and DELETE

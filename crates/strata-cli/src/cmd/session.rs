@@ -17,14 +17,16 @@ use crate::output::Output;
 #[command(after_help = "\
 Examples (a tool-using conversation, one step per call):
   strata session --agent ada.signed.json --trust trust.toml --id s1 \\
-      prepare 'What does notes.txt say?' --format anthropic --model claude-sonnet-4-5
+      prepare 'What does notes.txt say?' \\
+      --format anthropic --model claude-sonnet-4-5
   strata session --agent ada.signed.json --trust trust.toml --id s1 \\
       reply --tool-call 'call_1:file_read:{\"path\":\"notes.txt\"}'
   strata session --agent ada.signed.json --trust trust.toml --id s1 \\
       tool-result call_1 'Deploys freeze on Fridays.'
   strata session --agent ada.signed.json --trust trust.toml --id s1 \\
       prepare --continue --format anthropic --model claude-sonnet-4-5
-  strata session --agent ada.signed.json --trust trust.toml --id s1 reply 'They freeze on Fridays.'
+  strata session --agent ada.signed.json --trust trust.toml --id s1 \\
+      reply 'They freeze on Fridays.'
   strata session --agent ada.signed.json --trust trust.toml --id s1 reset")]
 pub struct SessionArgs {
     /// The signed agent definition (DSSE envelope).

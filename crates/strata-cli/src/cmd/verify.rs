@@ -20,10 +20,14 @@ use crate::output::Output;
 
 const AFTER_HELP: &str = "\
 Examples:
-  strata verify ada.signed.json --trust trust.toml --rollback-state /var/lib/strata/rollback.json
-  strata verify ada.signed.json --trust trust.toml --trust-sha256 sha256:<hex> --rollback-state s.json
-  strata verify ada.signed.json --trust trust.toml --rollback-state new.json --init-rollback-state
-  strata verify old.signed.json --trust trust.toml --time-travel-dangerously 2026-06-01T00:00:00Z
+  strata verify ada.signed.json --trust trust.toml \\
+      --rollback-state /var/lib/strata/rollback.json
+  strata verify ada.signed.json --trust trust.toml --trust-sha256 sha256:<hex> \\
+      --rollback-state s.json
+  strata verify ada.signed.json --trust trust.toml \\
+      --rollback-state new.json --init-rollback-state
+  strata verify old.signed.json --trust trust.toml \\
+      --time-travel-dangerously 2026-06-01T00:00:00Z
 
 On success: exit code 0 and
 `OK agent=<id> version=<n> digest=blake3:<hex> signers=<n> trust=sha256:<hex>` on stdout; pin
@@ -31,9 +35,11 @@ the `trust=` value with --trust-sha256 (or STRATA_TRUST_SHA256). On refusal: exi
 `REFUSED <cause>: <message>` on stderr, where <cause> is one of too_large, malformed,
 no_signatures, unknown_key, bad_signature, revoked_key, key_not_valid, threshold_not_met,
 wrong_payload_type, expired, not_yet_valid, rolled_back, version_reused, digest_mismatch,
-invalid_definition, rollback_state_damaged, rollback_state_missing. Other errors
-(unreadable, unpinned or invalid trust store, a rollback state that cannot be opened or
-written) exit with code 1. The trust store format: docs/reference/formats.md.";
+invalid_definition, rollback_state_damaged, rollback_state_missing (the --rollback-state file
+is damaged, or missing: create it once with --init-rollback-state). Other errors (unreadable,
+unpinned or invalid trust store, a rollback state that cannot be read or written, or that
+--init-rollback-state would overwrite) exit with code 1. The trust store format:
+docs/reference/formats.md.";
 
 /// Arguments of `strata verify`.
 #[derive(Debug, Args)]
@@ -130,9 +136,15 @@ pub fn run(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
             } else {
                 RollbackGuard::open(path)
             };
-            opened.map_err(|e| {
-                CliError::agentdef(format!("opening rollback state {}", path.display()), e)
-            })?
+            let guard = opened.map_err(|e| super::rollback_error(path, e))?;
+            if args.init_rollback_state {
+                out.status(&format!(
+                    "created the rollback state {} (empty); it records the highest version \
+                     accepted from now on",
+                    path.display()
+                ));
+            }
+            guard
         }
         None => {
             tracing::debug!(

@@ -380,7 +380,7 @@ impl SqliteStore {
             return Err(MemoryError::invalid(
                 "write",
                 format!(
-                    "the store at {} was opened read-only; open it with `SqliteStore::open_with` to write",
+                    "the store at {} was opened read-only, so nothing can be written to it",
                     self.location
                 ),
             ));
