@@ -34,8 +34,8 @@ use strata_core::{Content, Role};
 use crate::error::{MemoryError, Result};
 use crate::options::StoreOptions;
 use crate::working::{
-    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
-    Batch, CallState, Entry, Operation, WorkingMemory,
+    check_batch, check_held, check_operation_key, operation_live, Applied, Batch, Entry, Operation,
+    WorkingMemory,
 };
 
 const MAGIC: &[u8; 8] = b"STRATAWL";
@@ -497,32 +497,7 @@ impl WorkingMemory for FileLog {
         let now = self.options.now_ms();
         let mut st = self.lock();
         let held = st.sessions.get(session).map_or(&[][..], Vec::as_slice);
-        check_tail(session, batch.tail, held.last().map(|e| e.seq))?;
-        if let Some(op) = &batch.operation {
-            let live = st
-                .operations
-                .get(session)
-                .and_then(|ops| ops.get(&op.key))
-                .is_some_and(|o| operation_live(o.at_ms, now));
-            if live {
-                return Err(MemoryError::OperationExists {
-                    session: session.to_owned(),
-                    key: op.key.clone(),
-                });
-            }
-        }
-        let after_clear = if batch.clear { &[][..] } else { held };
-        check_batch_links(session, &batch.entries, |id| {
-            let mut state = CallState::default();
-            for e in after_clear
-                .iter()
-                .filter(|e| e.call_id.as_deref() == Some(id))
-            {
-                state.has_call |= e.role == Role::ToolCall;
-                state.has_result |= e.role == Role::ToolResult;
-            }
-            Ok(state)
-        })?;
+        check_held(session, &batch, held, st.operations.get(session), now)?;
         let cleared = if batch.clear { held.len() } else { 0 };
         if batch.entries.is_empty() && batch.operation.is_none() && cleared == 0 {
             return Ok(Applied::default());

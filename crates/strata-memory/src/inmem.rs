@@ -17,8 +17,8 @@ use crate::options::StoreOptions;
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
-    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
-    Batch, CallState, Entry, Operation, WorkingMemory,
+    check_batch, check_held, check_operation_key, operation_live, Applied, Batch, Entry, Operation,
+    WorkingMemory,
 };
 
 #[derive(Debug, Default)]
@@ -133,32 +133,7 @@ impl WorkingMemory for InMemoryStore {
         // One lock for the whole batch: every check is made before anything changes.
         let mut w = lock(&self.working);
         let held = w.sessions.get(session).map_or(&[][..], Vec::as_slice);
-        check_tail(session, batch.tail, held.last().map(|e| e.seq))?;
-        if let Some(op) = &batch.operation {
-            let live = w
-                .operations
-                .get(session)
-                .and_then(|ops| ops.get(&op.key))
-                .is_some_and(|o| operation_live(o.at_ms, now));
-            if live {
-                return Err(crate::MemoryError::OperationExists {
-                    session: session.to_owned(),
-                    key: op.key.clone(),
-                });
-            }
-        }
-        let after_clear = if batch.clear { &[][..] } else { held };
-        check_batch_links(session, &batch.entries, |id| {
-            let mut state = CallState::default();
-            for e in after_clear
-                .iter()
-                .filter(|e| e.call_id.as_deref() == Some(id))
-            {
-                state.has_call |= e.role == Role::ToolCall;
-                state.has_result |= e.role == Role::ToolResult;
-            }
-            Ok(state)
-        })?;
+        check_held(session, &batch, held, w.operations.get(session), now)?;
         let mut applied = Applied::default();
         if batch.clear {
             applied.cleared = w.sessions.remove(session).map_or(0, |v| v.len());

@@ -559,6 +559,32 @@ pub fn check_links(session: &str, held: &[Entry], new: &[NewEntry]) -> Result<()
     })
 }
 
+/// Every check of `batch` against a session held in process memory (the in-process store and
+/// the file log): its entries `held` and its operation records `ops`, as they are before the
+/// batch, at `now`. The databases make the same checks with queries inside their transaction.
+pub(crate) fn check_held(
+    session: &str,
+    batch: &Batch,
+    held: &[Entry],
+    ops: Option<&std::collections::HashMap<String, Operation>>,
+    now: i64,
+) -> Result<()> {
+    check_tail(session, batch.tail, held.last().map(|e| e.seq))?;
+    if let Some(op) = &batch.operation {
+        if ops
+            .and_then(|o| o.get(&op.key))
+            .is_some_and(|o| operation_live(o.at_ms, now))
+        {
+            return Err(MemoryError::OperationExists {
+                session: session.to_owned(),
+                key: op.key.clone(),
+            });
+        }
+    }
+    let after_clear = if batch.clear { &[][..] } else { held };
+    check_links(session, after_clear, &batch.entries)
+}
+
 /// Refuse a batch whose tail is not the session's.
 pub(crate) fn check_tail(session: &str, tail: Tail, last: Option<u64>) -> Result<()> {
     match tail {
