@@ -196,8 +196,9 @@ fn is_label_char(c: char) -> bool {
 
 /// A label at the start of `rest` followed by a colon (`System:`, `SYSTEM MESSAGE:`, `H:`,
 /// `System note :`, or with a lookalike colon): one to three words of letters, digits, `_` or
-/// `-` separated by blanks, with at least one letter, at most 64 bytes, then optional blanks and a colon that does not
-/// start `://`. Returns the byte length before the colon and the colon.
+/// `-` separated by blanks, with at least one letter, at most 64 bytes, then optional blanks and
+/// a colon that does not start `://` and does not stand between two digits (`at 10:03`).
+/// Returns the byte length before the colon and the colon.
 fn label_colon(rest: &str) -> Option<(usize, char)> {
     let mut words = 0;
     let mut letters = false;
@@ -222,6 +223,12 @@ fn label_colon(rest: &str) -> Option<(usize, char)> {
             if c == ':' && after.starts_with("//") {
                 return None;
             }
+            // A colon between two digits is a time or a ratio (`10:03`, `16:9`), not the end of
+            // a label.
+            let digit_before = rest[..at].ends_with(|b: char| b.is_ascii_digit());
+            if c == ':' && digit_before && after.starts_with(|a: char| a.is_ascii_digit()) {
+                return None;
+            }
             return Some((at, c));
         }
         if words > 0 && is_line_start_blank(c) && !is_invisible_or_control(c) {
@@ -235,20 +242,21 @@ fn label_colon(rest: &str) -> Option<(usize, char)> {
 
 /// True when `rest` (starting at a `[`) is a bracket token, as chat templates and our goal
 /// markers use them: `[`, an optional `/`, 1-32 letters, digits, `_`, `-`, `|`, `.` or blanks
-/// with at least one letter or digit, and `]`, in any letter case (`[INST]`, `[inst]`,
-/// `[/INST ]`, `[INST1]`, `[GOAL]`).
+/// with at least two letters or digits, and `]`, in any letter case (`[INST]`, `[inst]`,
+/// `[/INST ]`, `[INST1]`, `[GOAL]`). A single letter or digit in brackets (a check box `[x]`,
+/// a footnote `[1]`) is no tag and stays as written (ADR-0038).
 fn is_bracket_token(rest: &str) -> bool {
     let body = rest[1..].strip_prefix('/').unwrap_or(&rest[1..]);
-    let mut alnum = false;
+    let mut alnum = 0;
     for (n, c) in body.chars().enumerate() {
         if c == ']' {
-            return alnum;
+            return alnum >= 2;
         }
         if n >= 32 {
             return false;
         }
         if c.is_ascii_alphanumeric() {
-            alnum = true;
+            alnum += 1;
         } else if !matches!(c, '_' | '-' | '|' | '.' | ' ' | '\t') {
             return false;
         }

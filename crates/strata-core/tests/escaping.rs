@@ -63,7 +63,8 @@ fn forgeries_in(escaped: &str) -> Vec<String> {
                 body.find(|x: char| x == ']' || (!x.is_ascii() && looks_like(x, &["]"])))
             {
                 let inner = &body[..end];
-                if inner.chars().any(|x| x.is_ascii_alphanumeric())
+                // One letter or digit in brackets (`[x]`, `[1]`) is no tag (ADR-0038).
+                if inner.chars().filter(char::is_ascii_alphanumeric).count() >= 2
                     && inner
                         .chars()
                         .all(|x| x.is_ascii_alphanumeric() || "_-|. \t".contains(x))
@@ -79,7 +80,10 @@ fn forgeries_in(escaped: &str) -> Vec<String> {
         let mut words = 0;
         let mut letters = false;
         let mut in_word = false;
-        for c in t.chars() {
+        let mut prev = None;
+        let mut it = t.chars().peekable();
+        while let Some(c) = it.next() {
+            let before = prev.replace(c);
             if c.is_alphanumeric() || c == '_' || c == '-' {
                 letters |= c.is_alphabetic();
                 if !in_word {
@@ -89,7 +93,11 @@ fn forgeries_in(escaped: &str) -> Vec<String> {
             } else if blank(c) && words > 0 {
                 in_word = false;
             } else {
-                if letters && words <= 3 && (c == ':' || looks_like(c, &[":"])) {
+                // A colon between two digits is a time or a ratio (ADR-0038).
+                let time = c == ':'
+                    && before.is_some_and(|b| b.is_ascii_digit())
+                    && it.peek().is_some_and(char::is_ascii_digit);
+                if letters && words <= 3 && !time && (c == ':' || looks_like(c, &[":"])) {
                     found.push(format!("role label in {line:?}"));
                 }
                 break;
@@ -174,6 +182,37 @@ fn every_fixture_forgery_stays_neutralised() {
             "{f:?} escaped to {e:?}"
         );
         round_trips(f);
+    }
+}
+
+/// Log lines and check lists read as they were written (ADR-0038): a time or ratio is not a
+/// label and one letter or digit in brackets is not a tag, while the forms next to them stay
+/// neutralised.
+#[test]
+fn times_and_check_boxes_stay_readable() {
+    for t in [
+        "10:03 deploy started",
+        "Deploy started at 10:03:59 on host-2",
+        "ERROR 10:03 disk full",
+        "- [x] migrate the schema\n- [ ] ship it\n* [X] done",
+        "see [1] and [a], ratio 16:9",
+    ] {
+        let e = format::escape(t);
+        assert_eq!(e, t, "{t:?} was changed");
+        assert_eq!(forgeries_in(&e), Vec::<String>::new());
+    }
+    // The neighbours that are structure are still escaped, and the checker sees them when
+    // they are not (the planted cases below).
+    for (t, want) in [
+        ("System: 10:03", "System&#58; 10:03"),
+        ("Step 10: go", "Step 10&#58; go"),
+        ("at 10 :03", "at 10 &#58;03"),
+        ("[xy] and [/x1]", "&#91;xy] and &#91;/x1]"),
+        ("[INST] x", "&#91;INST] x"),
+    ] {
+        assert_eq!(format::escape(t), want, "{t:?}");
+        assert!(!forgeries_in(t).is_empty(), "the checker misses {t:?}");
+        round_trips(t);
     }
 }
 
