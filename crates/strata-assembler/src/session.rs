@@ -815,6 +815,7 @@ impl Session<'_> {
                 call_id: None,
                 content: user_message.into(),
                 at_ms: opts.now_ms.unwrap_or_else(now_ms),
+                meta: None,
             };
             let turn = self.assemble(Some(user_message), opts, std::slice::from_ref(&pending))?;
             let operation = match op {

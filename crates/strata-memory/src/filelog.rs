@@ -39,10 +39,11 @@ use crate::working::{
 };
 
 const MAGIC: &[u8; 8] = b"STRATAWL";
-/// The format version this build writes. Version 1 (no batch records) is read too, and its
-/// header is raised to 2 when the log opens, so an older build refuses the file rather than
-/// misreading a batch (ADR-0031).
-pub const FILE_LOG_VERSION: u32 = 2;
+/// The format version this build writes. Versions 1 (no batch records) and 2 (no entry
+/// `meta`) are read too, and the header is raised to 3 when the log opens, so an older build
+/// refuses the file rather than misreading a batch (ADR-0031) or dropping the metadata of its
+/// entries without a word.
+pub const FILE_LOG_VERSION: u32 = 3;
 const HEADER_LEN: u64 = 16;
 const FRAME_LEN: u64 = 4 + 32;
 /// Records larger than this are not records: the length field is damaged.
@@ -83,6 +84,9 @@ struct BatchEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     call_id: Option<String>,
     content: String,
+    /// The entry's metadata object (format version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meta: Option<String>,
 }
 
 /// Operation records by session, then key.
@@ -260,7 +264,7 @@ impl FileLog {
         let mut version = [0u8; 4];
         version.copy_from_slice(&bytes[8..12]);
         let version = u32::from_le_bytes(version);
-        if version != FILE_LOG_VERSION && version != 1 {
+        if !(1..=FILE_LOG_VERSION).contains(&version) {
             return Err(MemoryError::SchemaVersionMismatch {
                 location,
                 found: i64::from(version),
@@ -346,6 +350,7 @@ impl FileLog {
                         call_id: call_id.map(|c| Arc::from(c.as_str())),
                         content: Content::from(content),
                         at_ms,
+                        meta: None,
                     });
                 }
                 Record::Clear { session, .. } => {
@@ -377,6 +382,7 @@ impl FileLog {
                             call_id: e.call_id.map(|c| Arc::from(c.as_str())),
                             content: Content::from(e.content),
                             at_ms,
+                            meta: e.meta.map(Arc::from),
                         });
                     }
                     if let Some(op) = operation {
@@ -512,6 +518,7 @@ impl WorkingMemory for FileLog {
                 role: e.role,
                 call_id: e.call_id,
                 content: e.content,
+                meta: e.meta,
             })
             .collect();
         let operation = batch.operation.map(|mut op| {
@@ -550,6 +557,7 @@ impl WorkingMemory for FileLog {
                 call_id: e.call_id.map(|c| Arc::from(c.as_str())),
                 content: Content::from(e.content),
                 at_ms: now,
+                meta: e.meta.map(Arc::from),
             };
             st.sessions
                 .entry(key.clone())

@@ -148,6 +148,7 @@ impl WorkingMemory for InMemoryStore {
                 call_id: entry.call_id.map(|c| Arc::from(c.as_str())),
                 content: Content::from(entry.content),
                 at_ms: now,
+                meta: entry.meta.map(Arc::from),
             };
             w.sessions
                 .entry(key.clone())

@@ -82,5 +82,5 @@ pub use state::{
 };
 pub use working::{
     check_links, check_operation_key, select_recent, Applied, Batch, Entry, NewEntry, Operation,
-    Tail, WorkingMemory, OPERATION_TTL_MS,
+    Tail, WorkingMemory, MAX_META_BYTES, OPERATION_TTL_MS,
 };

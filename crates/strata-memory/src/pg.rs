@@ -43,7 +43,7 @@ use crate::working::{
 };
 
 /// The schema version this build writes.
-pub const PG_SCHEMA_VERSION: i64 = 4;
+pub const PG_SCHEMA_VERSION: i64 = 5;
 
 /// The default PostgreSQL schema (namespace) holding the tables.
 pub const DEFAULT_PG_SCHEMA: &str = "strata";
@@ -146,6 +146,14 @@ CREATE TABLE {s}.wm_operations (
     PRIMARY KEY (session, key)
 );
 CREATE INDEX wm_operations_at ON {s}.wm_operations (at_ms);
+",
+    ),
+    // Version 5: an opaque metadata object per working-memory entry, kept as text (not
+    // jsonb, which would rewrite it) so it reads back byte for byte; NULL for older rows.
+    (
+        5,
+        r"
+ALTER TABLE {s}.wm_entries ADD COLUMN meta text;
 ",
     ),
 ];
@@ -602,6 +610,7 @@ impl PgStore {
                     call_id: r.get::<_, Option<String>>(2).map(Arc::from),
                     content: Content::from(r.get::<_, String>(3)),
                     at_ms: r.get(4),
+                    meta: r.get::<_, Option<String>>(5).map(Arc::from),
                 })
             })
             .collect()
@@ -682,14 +691,14 @@ impl WorkingMemory for PgStore {
                 applied.cleared = usize::try_from(n).unwrap_or(usize::MAX);
             }
             let insert = format!(
-                "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms) VALUES ($1, $2, $3, $4, $5) RETURNING seq"
+                "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms, meta) VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq"
             );
             let key: Arc<str> = Arc::from(session);
             for entry in batch.entries {
                 let seq: i64 = tx
                     .query_one(
                         &insert,
-                        &[&session, &entry.role.name(), &entry.call_id, &entry.content, &now],
+                        &[&session, &entry.role.name(), &entry.call_id, &entry.content, &now, &entry.meta],
                     )
                     .map_err(|e| self.err(e))?
                     .get(0);
@@ -700,6 +709,7 @@ impl WorkingMemory for PgStore {
                     call_id: entry.call_id.as_deref().map(Arc::from),
                     content: Content::from(entry.content),
                     at_ms: now,
+                    meta: entry.meta.map(Arc::from),
                 });
             }
             if let Some(op) = &batch.operation {
@@ -769,7 +779,7 @@ impl WorkingMemory for PgStore {
         self.entries_where(
             session,
             &format!(
-                "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
+                "SELECT seq, role, call_id, content, at_ms, meta FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
             ),
             &[],
         )
@@ -795,7 +805,7 @@ impl WorkingMemory for PgStore {
         self.entries_where(
             session,
             &format!(
-                "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries WHERE session = $1 \
+                "SELECT seq, role, call_id, content, at_ms, meta FROM {s}.wm_entries WHERE session = $1 \
                  AND seq >= (SELECT seq FROM {s}.wm_entries WHERE session = $1 AND role = 'user' \
                  ORDER BY seq DESC LIMIT 1) ORDER BY seq"
             ),
@@ -812,7 +822,7 @@ impl WorkingMemory for PgStore {
         crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
         let s = self.s();
         let page = format!(
-            "SELECT seq, role, call_id, content, at_ms FROM {s}.wm_entries \
+            "SELECT seq, role, call_id, content, at_ms, meta FROM {s}.wm_entries \
              WHERE session = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
         );
         let call = format!(

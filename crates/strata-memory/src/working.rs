@@ -15,6 +15,9 @@ use crate::options::{check_label, StoreOptions};
 /// The longest session id, agent id or tool call id accepted, in bytes.
 pub const MAX_LABEL_BYTES: usize = 128;
 
+/// The largest `meta` object an entry may carry, in bytes of JSON text (256 KiB).
+pub const MAX_META_BYTES: usize = 256 * 1024;
+
 /// An entry to append to a session log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewEntry {
@@ -26,6 +29,10 @@ pub struct NewEntry {
     /// the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+    /// Metadata the caller keeps with the entry: the text of one JSON object, at most
+    /// [`MAX_META_BYTES`]. Stores keep it byte for byte and never interpret it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<String>,
 }
 
 impl NewEntry {
@@ -35,6 +42,7 @@ impl NewEntry {
             role: Role::User,
             content: content.into(),
             call_id: None,
+            meta: None,
         }
     }
 
@@ -44,6 +52,7 @@ impl NewEntry {
             role: Role::Assistant,
             content: content.into(),
             call_id: None,
+            meta: None,
         }
     }
 
@@ -53,6 +62,7 @@ impl NewEntry {
             role: Role::ToolCall,
             content: content.into(),
             call_id: Some(call_id.into()),
+            meta: None,
         }
     }
 
@@ -62,7 +72,17 @@ impl NewEntry {
             role: Role::ToolResult,
             content: content.into(),
             call_id: Some(call_id.into()),
+            meta: None,
         }
+    }
+
+    /// The same entry carrying `meta`, the text of one JSON object (checked when the entry is
+    /// applied: [`MemoryError::Invalid`] for anything else, [`MemoryError::EntryTooLarge`]
+    /// over [`MAX_META_BYTES`]).
+    #[must_use]
+    pub fn with_meta(mut self, meta: impl Into<String>) -> NewEntry {
+        self.meta = Some(meta.into());
+        self
     }
 }
 
@@ -83,6 +103,9 @@ pub struct Entry {
     pub content: Content,
     /// When it was appended, Unix milliseconds.
     pub at_ms: i64,
+    /// The entry's metadata object, exactly as appended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Arc<str>>,
 }
 
 impl Entry {
@@ -442,6 +465,7 @@ pub(crate) fn select_recent_paged(
                     call_id: Some(c.clone()),
                     content: Content::from(""),
                     at_ms: 0,
+                    meta: None,
                 })
                 .collect();
             list.extend(read.iter().cloned());
@@ -464,6 +488,9 @@ pub(crate) fn select_recent_paged(
 pub(crate) fn check_new_entry(opts: &StoreOptions, session: &str, entry: &NewEntry) -> Result<()> {
     check_label("session id", session, MAX_LABEL_BYTES)?;
     opts.check_size("working-memory entry", &entry.content)?;
+    if let Some(meta) = &entry.meta {
+        check_meta(meta)?;
+    }
     match (entry.role, entry.call_id.as_deref()) {
         (Role::ToolCall | Role::ToolResult, Some(id)) => {
             check_label("tool call id", id, MAX_LABEL_BYTES)
@@ -484,6 +511,25 @@ pub(crate) fn check_new_entry(opts: &StoreOptions, session: &str, entry: &NewEnt
         )),
         (Role::User | Role::Assistant, None) => Ok(()),
     }
+}
+
+/// Check an entry's `meta`: at most [`MAX_META_BYTES`] of JSON text holding one object.
+pub(crate) fn check_meta(meta: &str) -> Result<()> {
+    if meta.len() > MAX_META_BYTES {
+        return Err(MemoryError::EntryTooLarge {
+            what: "working-memory entry meta",
+            size: meta.len(),
+            limit: MAX_META_BYTES,
+        });
+    }
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(meta)
+        .map(drop)
+        .map_err(|e| {
+            MemoryError::invalid(
+                "working-memory entry meta",
+                format!("it must be the text of one JSON object ({e})"),
+            )
+        })
 }
 
 /// Check a batch before a store opens its transaction: the session id, every entry on its own,
@@ -644,6 +690,7 @@ mod tests {
             call_id: call.map(Arc::from),
             content: Content::from(text),
             at_ms: 0,
+            meta: None,
         }
     }
 

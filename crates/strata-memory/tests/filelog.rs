@@ -165,7 +165,7 @@ fn foreign_file_and_other_version_are_refused() {
     match FileLog::open(&path) {
         Err(MemoryError::SchemaVersionMismatch {
             found: 9,
-            expected: 2,
+            expected: 3,
             ..
         }) => {}
         other => panic!("expected SchemaVersionMismatch, got {other:?}"),
@@ -191,6 +191,41 @@ fn a_version_1_log_is_raised_to_the_current_version() {
         strata_memory::filelog::FILE_LOG_VERSION.to_le_bytes()
     );
     assert_eq!(FileLog::open(&path).unwrap().entries("s").unwrap().len(), 1);
+}
+
+/// A log of format version 2 (no entry metadata) opens, and its header is raised to 3, so that a
+/// build without metadata refuses it rather than dropping the metadata it cannot read; entries
+/// with metadata are replayed byte for byte.
+#[test]
+fn a_version_2_log_is_raised_and_entry_meta_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.log");
+    let log = FileLog::open(&path).unwrap();
+    let old = log.append("s", NewEntry::user("old")).unwrap();
+    drop(log);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let log = FileLog::open(&path).unwrap();
+    let mut held = vec![old];
+    for m in conformance::METAS {
+        held.push(
+            log.append("s", NewEntry::assistant("a").with_meta(m))
+                .unwrap(),
+        );
+    }
+    drop(log);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes[8..12], 3u32.to_le_bytes());
+    assert_eq!(FileLog::open(&path).unwrap().entries("s").unwrap(), held);
+}
+
+/// The file log keeps entry metadata byte for byte; a bad one refuses its batch.
+#[test]
+fn entry_meta_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::entry_meta(&open(&dir, &clock), &clock);
 }
 
 /// Verifies ADR-0012: clearing a session is durable.

@@ -31,6 +31,13 @@ fn batches_conform() {
     conformance::batches(&store(&clock), &clock);
 }
 
+/// In-memory entries keep their metadata object byte for byte; a bad one refuses its batch.
+#[test]
+fn entry_meta_conforms() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::entry_meta(&store(&clock), &clock);
+}
+
 /// Verifies ADR-0012: in-memory long-term memory conforms.
 #[test]
 fn long_term_memory_conforms() {

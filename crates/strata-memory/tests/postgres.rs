@@ -38,6 +38,13 @@ fn batches_conform() {
     conformance::batches(&store("batches", &clock), &clock);
 }
 
+/// PostgreSQL entries keep their metadata object byte for byte; a bad one refuses its batch.
+#[test]
+fn entry_meta_conforms() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::entry_meta(&store("meta", &clock), &clock);
+}
+
 /// Verifies ADR-0016: PostgreSQL session state conforms.
 #[test]
 fn session_state_conforms() {
@@ -271,7 +278,8 @@ fn codes_are_filled_by_migration_and_rank_like_exact_search() {
     drop(store);
     let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
     c.batch_execute(&format!(
-        "DROP TABLE \"{schema}\".wm_operations;
+        "ALTER TABLE \"{schema}\".wm_entries DROP COLUMN meta;
+         DROP TABLE \"{schema}\".wm_operations;
          DROP TABLE \"{schema}\".session_state;
          DROP TRIGGER memories_deleted ON \"{schema}\".memories;
          DROP FUNCTION \"{schema}\".note_memory_deletion();

@@ -464,7 +464,8 @@ fn version_1_store_is_migrated_with_checksums() {
     // Turn it back into a version 1 store.
     let raw = rusqlite::Connection::open(&path).unwrap();
     raw.execute_batch(
-        "DROP TABLE wm_operations;
+        "ALTER TABLE wm_entries DROP COLUMN meta;
+         DROP TABLE wm_operations;
          DROP TABLE session_state;
          ALTER TABLE memories DROP COLUMN checksum;
          ALTER TABLE memory_vectors DROP COLUMN checksum;

@@ -98,6 +98,9 @@ pub(super) fn vector_sum(key: i64, blob: &[u8]) -> [u8; 16] {
     RowSum::new("memory_vectors").int(key).bytes(blob).finish()
 }
 
+/// The checksum of a `wm_entries` row. An entry without `meta` hashes exactly as rows did
+/// before schema version 5, so their stored checksums stay valid; one with `meta` hashes it
+/// last, length-prefixed, so a `meta` set to NULL or changed fails the check.
 pub(super) fn entry_sum(
     seq: i64,
     session: &[u8],
@@ -105,15 +108,19 @@ pub(super) fn entry_sum(
     call_id: Option<&[u8]>,
     content: &[u8],
     at_ms: i64,
+    meta: Option<&[u8]>,
 ) -> [u8; 16] {
-    RowSum::new("wm_entries")
+    let sum = RowSum::new("wm_entries")
         .int(seq)
         .bytes(session)
         .bytes(role)
         .opt(call_id)
         .bytes(content)
-        .int(at_ms)
-        .finish()
+        .int(at_ms);
+    match meta {
+        None => sum.finish(),
+        Some(m) => sum.opt(Some(m)).finish(),
+    }
 }
 
 pub(super) fn fact_sum(scope: &[u8], key: &[u8], value: &[u8], updated: i64) -> [u8; 16] {

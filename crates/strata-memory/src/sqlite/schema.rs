@@ -13,7 +13,7 @@ use crate::embed::Embedder;
 use crate::error::{MemoryError, Result};
 
 /// The schema version this build writes.
-pub const SQLITE_SCHEMA_VERSION: i64 = 4;
+pub const SQLITE_SCHEMA_VERSION: i64 = 5;
 
 /// Forward migrations: `(version reached, SQL)`, applied in order.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -147,6 +147,15 @@ CREATE TABLE wm_operations (
     PRIMARY KEY (session, key)
 ) WITHOUT ROWID;
 CREATE INDEX wm_operations_at ON wm_operations (at_ms);
+",
+    ),
+    // Version 5: an opaque metadata object per working-memory entry, NULL for the rows already
+    // there. The row checksum covers it when it is set (`entry_sum`), so the checksums of
+    // those rows stay valid.
+    (
+        5,
+        r"
+ALTER TABLE wm_entries ADD COLUMN meta TEXT;
 ",
     ),
 ];
@@ -371,6 +380,7 @@ fn fill_checksums(tx: &Transaction<'_>, location: &str) -> Result<()> {
                 raw_opt(r, 3).map_err(e)?,
                 raw(r, 4).map_err(e)?,
                 r.get(5).map_err(e)?,
+                None,
             );
             sums.push((seq, sum));
         }

@@ -107,8 +107,9 @@ impl SqliteStore {
                 let content = raw(r, 3)?;
                 let at_ms: i64 = r.get(4)?;
                 let stored = raw_opt(r, 5)?;
+                let meta = raw_opt(r, 6)?;
                 let name = || format!("seq {seq}");
-                let sum = entry_sum(seq, session.as_bytes(), role, call_id, content, at_ms);
+                let sum = entry_sum(seq, session.as_bytes(), role, call_id, content, at_ms, meta);
                 Ok((|| -> Result<_> {
                     verify_sum(loc, "wm_entries", &name, stored, &sum)?;
                     Ok((
@@ -119,6 +120,8 @@ impl SqliteStore {
                             .transpose()?,
                         utf8(loc, "wm_entries", &name, content)?,
                         at_ms,
+                        meta.map(|m| utf8(loc, "wm_entries", &name, m))
+                            .transpose()?,
                     ))
                 })())
             })
@@ -126,7 +129,7 @@ impl SqliteStore {
         let session: Arc<str> = Arc::from(session);
         let mut out = Vec::new();
         for row in rows {
-            let (seq, role, call_id, content, at_ms) = row.map_err(|e| self.err(e))??;
+            let (seq, role, call_id, content, at_ms, meta) = row.map_err(|e| self.err(e))??;
             out.push(Entry {
                 seq: u64::try_from(seq).unwrap_or(0),
                 session: session.clone(),
@@ -134,6 +137,7 @@ impl SqliteStore {
                 call_id: call_id.map(Arc::from),
                 content: Content::from(content),
                 at_ms,
+                meta: meta.map(Arc::from),
             });
         }
         Ok(out)
@@ -222,12 +226,13 @@ impl WorkingMemory for SqliteStore {
                 entry.call_id.as_deref().map(str::as_bytes),
                 entry.content.as_bytes(),
                 now,
+                entry.meta.as_deref().map(str::as_bytes),
             );
             tx.prepare_cached(
-                "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut s| {
-                s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, now, &sum[..]])
+                s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, now, &sum[..], entry.meta])
             })
             .map_err(|e| self.err(e))?;
             applied.entries.push(Entry {
@@ -237,6 +242,7 @@ impl WorkingMemory for SqliteStore {
                 call_id: entry.call_id.as_deref().map(Arc::from),
                 content: Content::from(entry.content),
                 at_ms: now,
+                meta: entry.meta.map(Arc::from),
             });
         }
         if let Some(op) = &batch.operation {
@@ -292,7 +298,7 @@ impl WorkingMemory for SqliteStore {
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
         self.entries_where(
             session,
-            "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries WHERE session = ?1 ORDER BY seq",
+            "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries WHERE session = ?1 ORDER BY seq",
             &[],
         )
     }
@@ -313,7 +319,7 @@ impl WorkingMemory for SqliteStore {
         // selects nothing.
         self.entries_where(
             session,
-            "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries WHERE session = ?1 \
+            "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries WHERE session = ?1 \
              AND seq >= (SELECT seq FROM wm_entries WHERE session = ?1 AND role = 'user' \
              ORDER BY seq DESC LIMIT 1) ORDER BY seq",
             &[],
@@ -342,7 +348,7 @@ impl WorkingMemory for SqliteStore {
                 self.entries_on(
                     &tx,
                     session,
-                    "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries \
+                    "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries \
                      WHERE session = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
                     &[&before, &limit],
                 )
@@ -353,7 +359,7 @@ impl WorkingMemory for SqliteStore {
                 self.entries_on(
                     &tx,
                     session,
-                    "SELECT seq, role, call_id, content, at_ms, checksum FROM wm_entries \
+                    "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries \
                      WHERE session = ?1 AND call_id = ?2 AND role = 'tool_call'",
                     &[&call],
                 )

@@ -11,7 +11,8 @@ use strata_core::{Role, TiktokenTokenizer, Tokenizer};
 use strata_memory::{
     Batch, Entry, ListOptions, LongTermMemory, ManualClock, MemoryError, MemoryId, NewEntry,
     NewMemory, Operation, Scope, SearchMode, SearchOptions, SharedContext, SharedContextReader,
-    SharedContextWriter, Tail, WorkingMemory, DEFAULT_MAX_ENTRY_BYTES, OPERATION_TTL_MS,
+    SharedContextWriter, Tail, WorkingMemory, DEFAULT_MAX_ENTRY_BYTES, MAX_META_BYTES,
+    OPERATION_TTL_MS,
 };
 
 /// The clock every conformance store starts from.
@@ -91,6 +92,7 @@ pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
             role: Role::ToolCall,
             content: "x".into(),
             call_id: None,
+            meta: None,
         },
     ));
     invalid(wm.append(
@@ -99,6 +101,7 @@ pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
             role: Role::User,
             content: "x".into(),
             call_id: Some("c9".into()),
+            meta: None,
         },
     ));
     invalid(wm.append("s1", NewEntry::tool_result("nope", "orphan")));
@@ -875,4 +878,101 @@ pub fn batches(wm: &dyn WorkingMemory, clock: &ManualClock) {
         wm.operation("b1", "key-1").unwrap().unwrap().answer,
         "second life"
     );
+}
+
+/// The metadata objects of [`entry_meta`]: odd spacing, key order, escapes and non-ASCII text
+/// that a store normalising JSON would change.
+pub const METAS: [&str; 3] = [
+    r#"{"is_error":true}"#,
+    "{ \"z\": 1,\n  \"a\": [1.50, \"\\u00e9\", null],\t\"keep_tail\": false }",
+    r#"{"reasoning":[{"type":"thinking","signature":"c2ln","text":"ünï 🦀"}],"a":{}}"#,
+];
+
+/// Entry metadata: stored and read back byte for byte by every read path, alone and in a batch
+/// with other entries; anything but one JSON object within [`MAX_META_BYTES`] refuses the whole
+/// batch and writes nothing.
+pub fn entry_meta(wm: &dyn WorkingMemory, clock: &ManualClock) {
+    clock.set(T0);
+    let a = wm
+        .append("m1", NewEntry::user("question").with_meta(METAS[0]))
+        .unwrap();
+    assert_eq!(a.meta.as_deref(), Some(METAS[0]));
+    let applied = wm
+        .apply(
+            "m1",
+            batch(
+                Tail::At(Some(a.seq)),
+                vec![
+                    NewEntry::tool_call("c1", "{}"),
+                    NewEntry::tool_result("c1", "failed").with_meta(METAS[1]),
+                    NewEntry::assistant("answer").with_meta(METAS[2]),
+                    NewEntry::user("no meta"),
+                ],
+                None,
+            ),
+        )
+        .unwrap();
+    let metas: Vec<Option<&str>> = applied.entries.iter().map(|e| e.meta.as_deref()).collect();
+    assert_eq!(metas, [None, Some(METAS[1]), Some(METAS[2]), None]);
+    let mut all = vec![a.clone()];
+    all.extend(applied.entries.iter().cloned());
+    assert_eq!(wm.entries("m1").unwrap(), all);
+    assert_eq!(wm.current_exchange("m1").unwrap(), all[4..].to_vec());
+    let tok = TiktokenTokenizer::o200k();
+    assert_eq!(wm.recent_within("m1", 1000, &tok).unwrap(), all);
+
+    // Refusals write nothing, even when the other entries of the batch are fine.
+    let at_limit = format!("{{\"k\":\"{}\"}}", "x".repeat(MAX_META_BYTES - 8));
+    assert_eq!(at_limit.len(), MAX_META_BYTES);
+    let over = format!("{{\"k\":\"{}\"}}", "x".repeat(MAX_META_BYTES - 7));
+    for bad in [
+        "",
+        "[]",
+        "1",
+        "\"text\"",
+        "null",
+        "{",
+        r#"{"a":1} {"b":2}"#,
+        r#"{"a":1},"#,
+        "not json",
+        over.as_str(),
+    ] {
+        let r = wm.apply(
+            "m1",
+            batch(
+                Tail::Any,
+                vec![
+                    NewEntry::user("fine"),
+                    NewEntry::assistant("also fine").with_meta(bad),
+                ],
+                None,
+            ),
+        );
+        match r {
+            Err(MemoryError::Invalid { .. }) if bad.len() <= MAX_META_BYTES => {}
+            Err(MemoryError::EntryTooLarge { size, limit, .. }) if bad.len() > MAX_META_BYTES => {
+                assert_eq!((size, limit), (bad.len(), MAX_META_BYTES));
+            }
+            other => panic!(
+                "meta {:?}: expected a refusal, got {other:?}",
+                &bad[..bad.len().min(20)]
+            ),
+        }
+        assert_eq!(
+            wm.entries("m1").unwrap(),
+            all,
+            "a refused batch wrote something"
+        );
+    }
+    assert!(!wm.has_session("m2").unwrap());
+    invalid(wm.append("m2", NewEntry::user("x").with_meta("[1]")));
+    assert!(!wm.has_session("m2").unwrap());
+    // The limit itself is accepted (the content limit does not apply to meta).
+    let big = wm
+        .append("m2", NewEntry::user("x").with_meta(at_limit.clone()))
+        .unwrap();
+    assert_eq!(big.meta.as_deref(), Some(at_limit.as_str()));
+    assert_eq!(wm.entries("m2").unwrap(), vec![big]);
+    wm.clear("m1").unwrap();
+    wm.clear("m2").unwrap();
 }
