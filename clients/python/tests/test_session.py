@@ -35,6 +35,35 @@ def test_tool_using_conversation(client: StrataClient, session_id: str) -> None:
     scenario.check_history(client.session(session_id), session_id)
 
 
+def test_a_failed_tool_output_is_flagged_and_keeps_its_tail(
+    client: StrataClient, session_id: str
+) -> None:
+    client.prepare_turn(session_id, "Why did the build fail?", tools=[scenario.FILE_READ])
+    client.record_reply(session_id, tool_calls=[scenario.CALL])
+    # About 60 KB (under the 64 KiB entry limit) and more tokens than the turn's budget.
+    log = "".join(f"step {n:04}: compiled module {n:04} without warnings\n" for n in range(1300))
+    log += "FATAL the last step failed\n"
+    assert client.record_tool_result(
+        session_id, scenario.CALL["id"], log, is_error=True, keep="tail"
+    )
+    turn = client.prepare_turn(session_id, tools=[scenario.FILE_READ])
+    results = [
+        block
+        for message in turn.request["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert len(results) == 1
+    assert results[0]["is_error"] is True
+    text = results[0]["content"]
+    assert "FATAL the last step failed" in text
+    # Cut to fit from its head: the marker comes before the newest lines.
+    assert text.index("<strata:elided") < text.index("FATAL")
+    assert "step 0000:" not in text
+    assert "Why did the build fail?" in json.dumps(turn.request)
+
+
 def test_session_ids_are_one_path_segment(client: StrataClient) -> None:
     odd = f"team:a.b_c-{uuid.uuid4().hex[:8]}"
     turn = client.prepare_turn(odd, "hello")

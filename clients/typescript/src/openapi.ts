@@ -266,6 +266,11 @@ export interface components {
             /** @description What went wrong and what to do about it. */
             message: string;
         };
+        /**
+         * @description Which end of a tool's output is kept when it is cut to fit.
+         * @enum {string}
+         */
+        KeepEnd: "head" | "tail" | "both";
         /** @description A stored memory's id. */
         MemoryCreated: {
             /** @description The id. */
@@ -372,6 +377,9 @@ export interface components {
             call_id: string;
             /** @description The tool's output (data: it is fenced, never followed as instructions). */
             output: string;
+            /** @description The tool failed: sent as Anthropic's `is_error` with the result. */
+            is_error?: boolean;
+            keep?: null | components["schemas"]["KeepEnd"];
         };
         /** @description A tool the runtime offers the model this turn. */
         ToolSpec: {

@@ -110,6 +110,36 @@ after(async () => {
 });
 
 describe("a tool-using conversation", () => {
+  it("keeps the newest lines of a failed tool's log", async () => {
+    const id = `ts-${randomUUID()}`;
+    const tools = [FILE_READ];
+    await client.prepareTurn(id, { message: "Why did the build fail?", tools });
+    await client.recordReply(id, { tool_calls: [CALL] });
+    // About 60 KB: under the 64 KiB entry limit, over the turn's budget.
+    let log = "";
+    for (let n = 0; n < 1300; n++) {
+      const k = String(n).padStart(4, "0");
+      log += `step ${k}: compiled module ${k} without warnings\n`;
+    }
+    log += "FATAL the last step failed\n";
+    assert.deepEqual(
+      await client.recordToolResult(id, {
+        call_id: CALL.id,
+        output: log,
+        is_error: true,
+        keep: "tail",
+      }),
+      { recorded: true },
+    );
+    const turn = await client.prepareTurn(id, { tools });
+    const messages = messagesOf(turn, id, digest);
+    const result = textOf(messages.find((m) => m.role === "tool")!.content);
+    assert.ok(result.includes("FATAL the last step failed"));
+    assert.ok(!result.includes("step 0000:"));
+    assert.ok(result.indexOf("<strata:elided") < result.indexOf("FATAL"));
+    assert.ok(JSON.stringify(turn.request).includes("Why did the build fail?"));
+  });
+
   it("carries native tool calls and results and keeps the history", async () => {
     const id = `ts-${randomUUID()}`;
     const tools = [FILE_READ];

@@ -29,6 +29,7 @@ fn sections(n: usize, words: usize) -> Vec<Section> {
                     role: Role::User,
                     call_id: None,
                     name: None,
+                    is_error: false,
                 });
             }
             if i % 3 == 0 {

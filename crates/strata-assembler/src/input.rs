@@ -111,6 +111,13 @@ pub struct TurnSpec {
     /// Never trimmed.
     #[serde(default)]
     pub sticky: bool,
+    /// A tool result from a tool that failed (sent as Anthropic's `is_error`).
+    #[serde(default)]
+    pub is_error: bool,
+    /// Which end of a tool result to keep when it is cut: `head` (the default), `tail` (a
+    /// log's newest lines) or `both`.
+    #[serde(default)]
+    pub keep: Option<Keep>,
 }
 
 impl TurnSpec {
@@ -133,16 +140,23 @@ impl TurnSpec {
             }
             (_, None) => self.content.unwrap_or_default(),
         };
+        if self.role != Role::ToolResult && (self.is_error || self.keep.is_some()) {
+            return Err(CoreError::InvalidToolSchema {
+                why: format!("turn {seq}: only tool results take `is_error` and `keep`"),
+            });
+        }
         let id = self.id.unwrap_or_else(|| format!("turn.{seq}"));
         let turn = Turn {
             seq,
             role: self.role,
             call_id: self.call_id.map(Into::into),
             name: self.name,
+            is_error: self.is_error,
         };
         Ok(Section::builder(RuntimeLayer::WorkingMemory, &id, content)?
             .phase(Phase::History)
             .sticky(self.sticky)
+            .keep(self.keep.unwrap_or_default())
             .turn(turn)
             .source(SourceKind::Caller, "caller")
             .build())

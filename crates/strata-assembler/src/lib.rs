@@ -53,7 +53,7 @@ pub use report::{RefusedTool, Report, SchemaTextRemoved, SectionReport, SectionS
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{
     OperationId, Outcome, PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError,
-    StoreSpec, ToolCall, TurnOptions,
+    StoreSpec, ToolCall, ToolOutput, TurnOptions,
 };
 pub use strata_memory::{
     FileAction, LongTermMemory, MemoryId, NewMemory, SearchOptions, SessionFile, SqliteStore,

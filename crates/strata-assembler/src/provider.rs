@@ -190,6 +190,10 @@ pub enum Block {
         id: String,
         /// The fenced result.
         content: String,
+        /// The tool reported a failure: sent as Anthropic's `is_error`; the OpenAI formats have
+        /// no such field and send the result alone.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
     },
 }
 
@@ -343,7 +347,7 @@ impl Conversation {
                     for b in &m.blocks {
                         match b {
                             Block::Text { text: t } => text.push_str(t),
-                            Block::ToolResult { id, content } => msgs.push(json!({
+                            Block::ToolResult { id, content, .. } => msgs.push(json!({
                                 "role": "tool", "tool_call_id": id, "content": content
                             })),
                             Block::ToolUse { .. } => {}
@@ -434,7 +438,7 @@ impl Conversation {
                             "type": "function_call", "call_id": id, "name": name, "arguments": arguments
                         }));
                     }
-                    Block::ToolResult { id, content } => {
+                    Block::ToolResult { id, content, .. } => {
                         flush(&mut text, &mut input);
                         input.push(json!({
                             "type": "function_call_output", "call_id": id, "output": content
@@ -503,8 +507,17 @@ impl Conversation {
                         }
                         json!({ "type": "tool_use", "id": id, "name": name, "input": input })
                     }
-                    Block::ToolResult { id, content } => {
-                        json!({ "type": "tool_result", "tool_use_id": id, "content": content })
+                    Block::ToolResult {
+                        id,
+                        content,
+                        is_error,
+                    } => {
+                        let mut block =
+                            json!({ "type": "tool_result", "tool_use_id": id, "content": content });
+                        if *is_error {
+                            block["is_error"] = Value::Bool(true);
+                        }
+                        block
                     }
                 });
             }

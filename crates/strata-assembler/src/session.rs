@@ -31,11 +31,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use strata_agentdef::VerifiedAgent;
 use strata_core::{
-    AnnouncedTool, AssemblyPath, ContentHash, OperationalMode, PromptMode, Role, RuntimeLayer,
-    Section, Tier, Tokenizer, ToolName, ToolPolicy, Turn,
+    AnnouncedTool, AssemblyPath, ContentHash, Keep, OperationalMode, PromptMode, Role,
+    RuntimeLayer, Section, Tier, Tokenizer, ToolName, ToolPolicy, Turn,
 };
 use strata_memory::{
-    Applied, Batch, Entry, EpisodicContributor, FileAction, LongTermMemory,
+    Applied, Batch, Entry, EntryMeta, EpisodicContributor, FileAction, LongTermMemory,
     LongTermMemoryContributor, MemoryError, MemoryIndexContributor, NewEntry, NewMemory, Operation,
     SearchOptions, SessionFilesContributor, SessionState, SharedContext, SharedContextReader,
     SharedFactsContributor, SqliteStore, StoredGoals, Tail, WorkingMemory,
@@ -620,6 +620,46 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
+/// A tool's output as the runtime records it for a call (ADR-0039).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ToolOutput {
+    /// The call it answers.
+    pub call_id: String,
+    /// What the tool returned (untrusted: fenced when sent).
+    pub output: String,
+    /// The tool failed: sent as Anthropic's `is_error` with the result.
+    #[serde(default)]
+    pub is_error: bool,
+    /// Which end to keep when the output is cut to fit: `head` (the default), `tail` (a log's
+    /// newest lines) or `both`.
+    #[serde(default)]
+    pub keep: Keep,
+}
+
+impl ToolOutput {
+    /// The output of the call `call_id`, kept from its head when cut.
+    pub fn new(call_id: impl Into<String>, output: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            call_id: call_id.into(),
+            output: output.into(),
+            is_error: false,
+            keep: Keep::Head,
+        }
+    }
+
+    /// The same output, from a tool that failed.
+    pub fn failed(mut self) -> ToolOutput {
+        self.is_error = true;
+        self
+    }
+
+    /// The same output, keeping `keep` when cut.
+    pub fn keeping(mut self, keep: Keep) -> ToolOutput {
+        self.keep = keep;
+        self
+    }
+}
+
 /// The model's reply: its text and its tool calls.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reply {
@@ -1058,8 +1098,13 @@ impl Session<'_> {
 
     /// Record a tool's output for the call `call_id`.
     pub fn record_tool_result(&self, call_id: &str, output: &str) -> Result<(), SessionError> {
-        self.record_tool_result_with(call_id, output, None)
-            .map(|_| ())
+        self.record_output(&ToolOutput::new(call_id, output))
+    }
+
+    /// Record a tool's output with its failure flag and the end to keep when it is cut
+    /// (ADR-0039).
+    pub fn record_output(&self, output: &ToolOutput) -> Result<(), SessionError> {
+        self.record_output_with(output, None).map(|_| ())
     }
 
     /// [`Session::record_tool_result`] as a retry-safe operation; `answer` is what a repeat
@@ -1071,20 +1116,37 @@ impl Session<'_> {
         output: &str,
         answer: &str,
     ) -> Result<Outcome<()>, SessionError> {
-        self.record_tool_result_with(call_id, output, Some((op, answer)))
+        self.record_output_once(op, &ToolOutput::new(call_id, output), answer)
     }
 
-    fn record_tool_result_with(
+    /// [`Session::record_output`] as a retry-safe operation; `answer` is what a repeat gets.
+    pub fn record_output_once(
         &self,
-        call_id: &str,
-        output: &str,
+        op: &OperationId,
+        output: &ToolOutput,
+        answer: &str,
+    ) -> Result<Outcome<()>, SessionError> {
+        self.record_output_with(output, Some((op, answer)))
+    }
+
+    fn record_output_with(
+        &self,
+        output: &ToolOutput,
         op: Option<(&OperationId, &str)>,
     ) -> Result<Outcome<()>, SessionError> {
         if let Some(answer) = self.repeated(op.map(|o| o.0))? {
             return Ok(Outcome::Repeated(answer));
         }
+        let mut entry = NewEntry::tool_result(&output.call_id, &output.output);
+        let meta = EntryMeta {
+            is_error: output.is_error,
+            keep: output.keep,
+        };
+        if let Some(meta) = meta.to_json() {
+            entry = entry.with_meta(meta);
+        }
         let batch = Batch {
-            entries: vec![NewEntry::tool_result(call_id, output)],
+            entries: vec![entry],
             ..Batch::default()
         };
         Ok(
@@ -1522,6 +1584,7 @@ impl Session<'_> {
             .phase(strata_core::Phase::History)
             .sticky(true)
             .turn(e.turn())
+            .keep(e.keep())
             .source(strata_core::SourceKind::Store, "session")
             .build();
             out.push(native_tool_call(s)?);
@@ -1555,6 +1618,7 @@ fn native_tool_call(s: Section) -> Result<Section, SessionError> {
     let args = stored["arguments"].to_string();
     Ok(s.with_content(args).with_turn(Turn {
         name: Some(name),
+        is_error: false,
         ..turn
     }))
 }

@@ -48,6 +48,7 @@ fn identity_comes_first_and_sections_follow_layer_then_phase_order() {
                     role: Role::User,
                     call_id: None,
                     name: None,
+                    is_error: false,
                 })
                 .build(),
             sec(RuntimeLayer::WorkingMemory, "t1", "first")
@@ -56,6 +57,7 @@ fn identity_comes_first_and_sections_follow_layer_then_phase_order() {
                     role: Role::User,
                     call_id: None,
                     name: None,
+                    is_error: false,
                 })
                 .build(),
         ],
@@ -256,6 +258,7 @@ fn trimming_order_markers_and_tool_pairs() {
                 role,
                 call_id: call.map(Into::into),
                 name: None,
+                is_error: false,
             })
             .build()
     };
@@ -621,6 +624,7 @@ fn a_sticky_call_cuts_its_large_result_instead_of_failing() {
                 role,
                 call_id: Some("c1".into()),
                 name: None,
+                is_error: false,
             })
             .build()
     };

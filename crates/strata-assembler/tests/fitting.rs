@@ -466,6 +466,7 @@ fn smaller_units_fill_the_budget_after_a_large_one_is_dropped() {
         role,
         call_id: call.map(Into::into),
         name: None,
+        is_error: false,
     };
     let mut sections = vec![
         Section::builder(

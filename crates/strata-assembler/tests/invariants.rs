@@ -125,6 +125,7 @@ fn section() -> impl Strategy<Value = Section> {
                         role,
                         call_id: call.map(Into::into),
                         name: None,
+                        is_error: false,
                     });
                 }
                 b.build()
@@ -383,6 +384,7 @@ fn fill_request() -> impl Strategy<Value = (Vec<Section>, u32)> {
                         role,
                         call_id: call.map(Into::into),
                         name: None,
+                        is_error: false,
                     });
                 }
                 b.build()

@@ -686,7 +686,14 @@ fn turn_text() -> impl Strategy<Value = (String, bool)> {
         ordinary().prop_map(|t| (t, true)),
         proptest::collection::vec(prop_oneof![ordinary(), forged()], 1..5).prop_map(|v| {
             let t = v.concat();
-            let plain = forms_in(&t).is_empty();
+            // Ordinary only when no character could read as structure: a lookalike letter next
+            // to a letter of another script is escaped by the neutraliser, which this checker's
+            // coarser notion of a word does not follow, so such texts are checked for forms but
+            // not for being sent unchanged.
+            let lookalike = t.chars().any(|c| {
+                !c.is_ascii() && looks_like(c, &["<", ">", "[", "]", ":", "\u{276C}", "\u{276D}"])
+            });
+            let plain = forms_in(&t).is_empty() && !lookalike;
             (t, plain)
         }),
     ]

@@ -277,6 +277,7 @@ fn every_turn_takes_the_role_it_was_offered_with() {
                 role,
                 call_id: None,
                 name: None,
+                is_error: false,
             })
             .build()
     };
@@ -961,6 +962,7 @@ fn build(s: &Spec) -> AssemblyRequest {
                     role,
                     call_id: None,
                     name: None,
+                    is_error: false,
                 })
                 .build(),
         );

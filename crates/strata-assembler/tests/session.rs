@@ -118,6 +118,77 @@ fn a_tool_using_session_produces_native_requests() {
         .any(|(r, c)| r == "assistant" && c == "They freeze on Fridays."));
 }
 
+/// Verifies ADR-0039: a tool's output recorded as failed and to keep its tail survives a new
+/// runtime on the same SQLite file, reaches an Anthropic body with `is_error`, and is cut from
+/// its head when it does not fit; the exchange it belongs to is gathered whole although the
+/// output alone is over the history budget.
+#[test]
+fn a_failed_output_keeps_its_flag_and_its_tail_across_runtimes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let opts = TurnOptions {
+        context_window: Some(6_000),
+        ..TurnOptions::default()
+    };
+    {
+        let rt = runtime(&db, Provider::Anthropic);
+        let s = rt.session("s1");
+        s.prepare("Why did the build fail?", &opts).unwrap();
+        s.record_reply(&Reply::tool_call(
+            "call_1",
+            ToolName::new("file_read").unwrap(),
+            json!({"path": "build.log"}),
+        ))
+        .unwrap();
+        let log: String = (1..=2_000)
+            .map(|n| format!("step {n} ok\n"))
+            .collect::<String>()
+            + "FATAL build failed at the last step\n";
+        let out = ToolOutput::new("call_1", log).failed().keeping(Keep::Tail);
+        s.record_output(&out).unwrap();
+    }
+    let rt = runtime(&db, Provider::Anthropic);
+    let t = rt.session("s1").continue_turn(&opts).unwrap();
+    let results: Vec<&Value> = t.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert_eq!(
+        results.len(),
+        1,
+        "{}",
+        serde_json::to_string_pretty(&t.report()).unwrap()
+    );
+    assert_eq!(results[0]["is_error"], true);
+    // The output is larger than the history budget: the question it answers is still sent.
+    assert!(t.body.to_string().contains("Why did the build fail?"));
+    let text = results[0]["content"].as_str().unwrap();
+    assert!(
+        text.contains("FATAL build failed at the last step"),
+        "{text}"
+    );
+    assert!(!text.contains("\nstep 1 ok\n"), "the head was kept");
+    assert!(text.find("<strata:elided").unwrap() < text.find("FATAL").unwrap());
+
+    // A result recorded plainly carries no flag.
+    let s2 = rt.session("s2");
+    s2.prepare("Read it.", &TurnOptions::default()).unwrap();
+    s2.record_reply(&Reply::tool_call(
+        "c2",
+        ToolName::new("file_read").unwrap(),
+        json!({"path": "a"}),
+    ))
+    .unwrap();
+    s2.record_tool_result("c2", "fine").unwrap();
+    let t2 = s2.continue_turn(&TurnOptions::default()).unwrap();
+    let body = t2.body.to_string();
+    assert!(body.contains("\"tool_result\""), "{body}");
+    assert!(!body.contains("is_error"), "{body}");
+}
+
 /// Verifies ADR-0016: the conversation lives in the store, so a new runtime on the same file
 /// continues it; reset forgets it.
 #[test]

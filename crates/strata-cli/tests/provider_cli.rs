@@ -245,3 +245,130 @@ fn session_steps_run_a_conversation_across_processes() {
         serde_json::from_str(&run(&[&["prepare", "Hello"][..], &prepare[..]].concat())).unwrap();
     assert!(!after.to_string().contains("notes.txt say"));
 }
+
+/// Run `strata assemble` on `input` for `format` with a budget of `budget` tokens.
+fn assemble_input(input: &serde_json::Value, format: &str, budget: &str) -> serde_json::Value {
+    let demo = root().join("crates/strata-cli/demo");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input.json");
+    std::fs::write(&path, input.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["assemble", "--agent"])
+        .arg(demo.join("agent.signed.json"))
+        .arg("--trust")
+        .arg(demo.join("trust.toml"))
+        .arg("--input")
+        .arg(&path)
+        .args([
+            "--format",
+            format,
+            "--model",
+            "test-model",
+            "--max-tokens",
+            "512",
+        ])
+        .args(["--budget", budget])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Verifies ADR-0039 through the command line: a failed tool's result carries Anthropic's
+/// `is_error` (accepted by the official SDK's types), the OpenAI formats send the result
+/// alone, and a log recorded to keep its tail is cut from its head, its newest lines sent.
+#[test]
+fn a_failed_log_is_flagged_and_keeps_its_newest_lines() {
+    let log: String = (1..=600)
+        .map(|n| format!("line {n}: build step {n} ok\n"))
+        .collect::<String>()
+        + "FATAL: the build failed at step 601\n";
+    let input = serde_json::json!({
+        "turns": [
+            {"role": "user", "content": "Why did the build fail?"},
+            {"role": "tool_call", "call_id": "call_1", "name": "file_read", "arguments": {"path": "build.log"}},
+            {"role": "tool_result", "call_id": "call_1", "content": log, "is_error": true, "keep": "tail"},
+            {"role": "user", "content": "Summarise the failure."}
+        ],
+        "tools": [{"name": "file_read", "description": "Read a file in the workspace."}]
+    });
+    let an = assemble_input(&input, "anthropic", "3000");
+    let result = &an["messages"][2]["content"][0];
+    assert_eq!(result["type"], "tool_result", "{an}");
+    assert_eq!(result["is_error"], true);
+    let text = result["content"].as_str().unwrap();
+    assert!(
+        text.contains("FATAL&#58; the build failed at step 601"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("line 1&#58; build step 1 ok"),
+        "the head was kept: {text}"
+    );
+    assert!(text.contains("<strata:elided bytes=\""), "{text}");
+    // The marker stands before what was kept.
+    assert!(text.find("<strata:elided").unwrap() < text.find("FATAL").unwrap());
+
+    let chat = assemble_input(&input, "openai-chat", "3000");
+    let tool = chat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert!(tool.get("is_error").is_none(), "{tool}");
+    assert!(tool["content"].as_str().unwrap().contains("FATAL"));
+
+    // `is_error` and `keep` belong to tool results only.
+    let mut bad = input.clone();
+    bad["turns"][0]["is_error"] = serde_json::json!(true);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.json");
+    std::fs::write(&path, bad.to_string()).unwrap();
+    let demo = root().join("crates/strata-cli/demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["assemble", "--agent"])
+        .arg(demo.join("agent.signed.json"))
+        .arg("--trust")
+        .arg(demo.join("trust.toml"))
+        .arg("--input")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only tool results take `is_error`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    if std::env::var_os("STRATA_SKIP_SDK_TESTS").is_some() {
+        eprintln!("SDK check skipped: STRATA_SKIP_SDK_TESTS is set");
+        return;
+    }
+    let corpus = dir.path().join("flagged.jsonl");
+    let wire = serde_json::to_string(&an).unwrap();
+    std::fs::write(
+        &corpus,
+        serde_json::json!({"provider": "anthropic", "body": an, "wire": wire}).to_string() + "\n",
+    )
+    .unwrap();
+    let python = std::env::var("STRATA_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python)
+        .arg(root().join("crates/strata-cli/tests/sdk/check_requests.py"))
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().last().unwrap(), "1 passed, 0 failed");
+}

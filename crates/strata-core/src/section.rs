@@ -304,6 +304,10 @@ pub struct Turn {
     /// The tool called, for a tool call (its content is the call's JSON arguments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<crate::ToolName>,
+    /// For a tool result: the tool reported a failure. Providers that take the flag receive it
+    /// with the result (Anthropic's `is_error`); the text is sent either way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
 }
 
 impl Turn {
@@ -314,6 +318,7 @@ impl Turn {
             role,
             call_id: None,
             name: None,
+            is_error: false,
         }
     }
 
@@ -324,6 +329,7 @@ impl Turn {
             role: Role::ToolCall,
             call_id: Some(call_id.into()),
             name: Some(name),
+            is_error: false,
         }
     }
 
@@ -334,7 +340,14 @@ impl Turn {
             role: Role::ToolResult,
             call_id: Some(call_id.into()),
             name: None,
+            is_error: false,
         }
+    }
+
+    /// The same turn marked as a failed tool's result.
+    pub fn failed(mut self) -> Turn {
+        self.is_error = true;
+        self
     }
 }
 
@@ -872,12 +885,7 @@ mod tests {
             .record(Some("r1"), Some(7), Some(0.5))
             .build();
         let t = s.with_content("second");
-        let u = t.with_turn(Turn {
-            seq: 3,
-            role: Role::User,
-            call_id: None,
-            name: None,
-        });
+        let u = t.with_turn(Turn::new(3, Role::User));
         for (x, text) in [(&s, "first"), (&t, "second"), (&u, "second")] {
             assert_eq!(x.content_hash(), Content::from(text).hash());
             assert_eq!(x.provenance().content_hash, Content::from(text).hash());

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use strata_core::{Phase, RuntimeLayer, Section, SourceKind, Stability, Tokenizer};
+use strata_core::{Phase, Role, RuntimeLayer, Section, SourceKind, Stability, Tokenizer};
 use strata_registry::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
@@ -206,8 +206,9 @@ impl std::fmt::Debug for dyn LongTermMemory {
 }
 
 impl WorkingMemoryContributor {
-    /// Recent turns of `store` within `token_budget` tokens of `tokenizer`. Defaults: id
-    /// `working.recent`, phase `history`, priority 50, dynamic.
+    /// Recent turns of `store` within `token_budget` tokens of `tokenizer`, and always the
+    /// whole exchange in progress. Defaults: id `working.recent`, phase `history`, priority 50,
+    /// dynamic.
     pub fn new(
         store: Arc<dyn WorkingMemory>,
         tokenizer: Arc<dyn Tokenizer>,
@@ -250,6 +251,7 @@ impl WorkingMemoryContributor {
             )
             .map_err(core_err)?
             .turn(e.turn())
+            .keep(e.keep())
             .source(SourceKind::Store, self.store.store_name())
             .record(Some(&record), Some(e.at_ms), None)
             .build())
@@ -270,10 +272,26 @@ impl Contributor for WorkingMemoryContributor {
     }
 
     fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
-        let entries = self
+        let mut entries = self
             .store
             .recent_within(&ctx.session_id, self.token_budget, self.tokenizer.as_ref())
             .map_err(source_err)?;
+        // The exchange in progress (the newest user message and what followed it) is always
+        // gathered whole, whatever the history budget: a tool result larger than that budget
+        // must not take the question it answers out of the request. Cutting it to fit is the
+        // assembler's job, which reports it (ADR-0039).
+        if !entries.iter().any(|e| e.role == Role::User) {
+            let first_kept = entries.first().map(|e| e.seq);
+            let mut current: Vec<Entry> = self
+                .store
+                .current_exchange(&ctx.session_id)
+                .map_err(source_err)?
+                .into_iter()
+                .filter(|e| first_kept.is_none_or(|f| e.seq < f))
+                .collect();
+            current.append(&mut entries);
+            entries = current;
+        }
         entries.iter().map(|e| self.section_of(e)).collect()
     }
 }

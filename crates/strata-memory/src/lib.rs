@@ -81,6 +81,6 @@ pub use state::{
     record_session_file, session_files, FileAction, SessionFile, SessionState, StateDoc,
 };
 pub use working::{
-    check_links, check_operation_key, select_recent, Applied, Batch, Entry, NewEntry, Operation,
-    Tail, WorkingMemory, MAX_META_BYTES, OPERATION_TTL_MS,
+    check_links, check_operation_key, select_recent, Applied, Batch, Entry, EntryMeta, NewEntry,
+    Operation, Tail, WorkingMemory, MAX_META_BYTES, OPERATION_TTL_MS,
 };

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use strata_core::{Content, Role, Tokenizer, Turn};
+use strata_core::{Content, Keep, Role, Tokenizer, Turn};
 
 use crate::error::{MemoryError, Result};
 use crate::options::{check_label, StoreOptions};
@@ -110,13 +110,78 @@ pub struct Entry {
 
 impl Entry {
     /// The turn metadata the assembler uses to drop the oldest turns first and keep a tool
-    /// call and its result together (ADR-0008).
+    /// call and its result together (ADR-0008), with the failure flag of a tool result.
     pub fn turn(&self) -> Turn {
         Turn {
             seq: self.seq,
             role: self.role,
             call_id: self.call_id.clone(),
             name: None,
+            is_error: self.role == Role::ToolResult && self.meta().is_error,
+        }
+    }
+
+    /// Which end of the entry is kept when it is cut: what its `meta` asks for a tool result,
+    /// the head otherwise (the newest user message is kept at both ends by the assembler).
+    pub fn keep(&self) -> Keep {
+        if self.role == Role::ToolResult {
+            self.meta().keep
+        } else {
+            Keep::Head
+        }
+    }
+
+    /// What the runtime recorded in this entry's `meta` (ADR-0039). A key that is missing or
+    /// does not hold the type [`EntryMeta`] gives it reads as its default, so metadata written
+    /// by another program never makes an entry unreadable.
+    pub fn meta(&self) -> EntryMeta {
+        self.meta
+            .as_deref()
+            .map(EntryMeta::read)
+            .unwrap_or_default()
+    }
+}
+
+/// The properties of an entry that the runtime keeps in its `meta` object and the history
+/// contributor reads (ADR-0039). Other keys of the object are kept and ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntryMeta {
+    /// A tool result from a tool that failed (`"is_error": true`).
+    pub is_error: bool,
+    /// Which end of a tool result to keep when it is cut (`"keep": "tail"` for a log whose
+    /// newest lines matter); the head by default.
+    pub keep: Keep,
+}
+
+impl EntryMeta {
+    /// The `meta` text for these properties; `None` when all are defaults.
+    pub fn to_json(self) -> Option<String> {
+        let mut map = serde_json::Map::new();
+        if self.is_error {
+            map.insert("is_error".into(), serde_json::Value::Bool(true));
+        }
+        if self.keep != Keep::Head {
+            map.insert("keep".into(), self.keep.name().into());
+        }
+        (!map.is_empty()).then(|| serde_json::Value::Object(map).to_string())
+    }
+
+    /// Read the properties from a `meta` text, leniently.
+    pub fn read(meta: &str) -> EntryMeta {
+        let Ok(map) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(meta)
+        else {
+            return EntryMeta::default();
+        };
+        EntryMeta {
+            is_error: map
+                .get("is_error")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            keep: map
+                .get("keep")
+                .and_then(serde_json::Value::as_str)
+                .and_then(Keep::from_name)
+                .unwrap_or_default(),
         }
     }
 }

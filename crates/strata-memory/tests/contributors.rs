@@ -116,6 +116,7 @@ fn working_memory_contributor() {
     store
         .append(s, NewEntry::assistant("Paris is sunny at 21 C."))
         .unwrap();
+    store.append(s, NewEntry::user("And tomorrow?")).unwrap();
     store
         .append("other", NewEntry::user("not this session"))
         .unwrap();
@@ -124,7 +125,7 @@ fn working_memory_contributor() {
     let all = WorkingMemoryContributor::new(store.clone(), tok.clone(), 10_000)
         .contribute(&ctx(None))
         .unwrap();
-    assert_eq!(all.len(), 6);
+    assert_eq!(all.len(), 7);
     for (sec, e) in all.iter().zip(store.entries(s).unwrap()) {
         assert_eq!(sec.layer(), RuntimeLayer::WorkingMemory);
         assert_eq!(sec.phase(), Phase::History);
@@ -144,19 +145,36 @@ fn working_memory_contributor() {
 
     // A budget that fits the last three entries but would split w2 from its call: the
     // selection goes back to the call, or stops before the pair.
-    let last_two: usize = all[4..]
+    let last_three: usize = all[4..]
         .iter()
         .map(|s| tok.count(s.content().as_str()))
         .sum();
-    let got = WorkingMemoryContributor::new(store.clone(), tok.clone(), last_two + 3)
+    let got = WorkingMemoryContributor::new(store.clone(), tok.clone(), last_three + 3)
         .contribute(&ctx(None))
         .unwrap();
+    let roles: Vec<Role> = got.iter().map(|s| s.turn().unwrap().role).collect();
     assert_eq!(
-        got.len(),
-        1,
-        "only the assistant turn fits without splitting w2"
+        roles,
+        [Role::Assistant, Role::User],
+        "only the answer and the new question fit without splitting w2"
     );
-    assert_eq!(got[0].turn().unwrap().role, Role::Assistant);
+
+    // The exchange in progress is gathered whole whatever the budget (ADR-0039): here the
+    // newest user message is followed by a call and a result larger than the budget.
+    let t = "session-2";
+    store.append(t, NewEntry::user("Read the build log.")).unwrap();
+    store
+        .append(t, NewEntry::tool_call("b1", r#"{"path":"build.log"}"#))
+        .unwrap();
+    store
+        .append(t, NewEntry::tool_result("b1", "step ok\n".repeat(500)))
+        .unwrap();
+    let ctx2 = ContributionContext::new("ada", ContentHash::of("digest"), t, 0);
+    let got = WorkingMemoryContributor::new(store.clone(), tok.clone(), 10)
+        .contribute(&ctx2)
+        .unwrap();
+    let roles: Vec<Role> = got.iter().map(|s| s.turn().unwrap().role).collect();
+    assert_eq!(roles, [Role::User, Role::ToolCall, Role::ToolResult]);
 }
 
 fn seed_memories(store: &dyn LongTermMemory, clock: &ManualClock) -> Vec<MemoryRecord> {

@@ -165,6 +165,34 @@ pub struct ToolResultRequest {
     pub call_id: String,
     /// The tool's output (data: it is fenced, never followed as instructions).
     pub output: String,
+    /// The tool failed: sent as Anthropic's `is_error` with the result.
+    #[serde(default)]
+    pub is_error: bool,
+    /// Which end of the output to keep when it is cut (the head by default).
+    #[serde(default)]
+    pub keep: Option<KeepEnd>,
+}
+
+/// Which end of a tool's output is kept when it is cut to fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepEnd {
+    /// The beginning.
+    Head,
+    /// The end: a log's newest lines.
+    Tail,
+    /// Both ends, the middle left out.
+    Both,
+}
+
+impl From<KeepEnd> for strata_core::Keep {
+    fn from(k: KeepEnd) -> strata_core::Keep {
+        match k {
+            KeepEnd::Head => strata_core::Keep::Head,
+            KeepEnd::Tail => strata_core::Keep::Tail,
+            KeepEnd::Both => strata_core::Keep::Both,
+        }
+    }
 }
 
 /// The tool result was recorded.

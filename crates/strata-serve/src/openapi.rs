@@ -43,7 +43,7 @@ use crate::error;
     components(schemas(
         api::Status, api::AgentInfo, api::ReloadInfo, api::ToolSpec, api::TurnRequest,
         api::TurnResponse, api::RefusedToolView, api::ToolCallSpec, api::ReplyRequest, api::ReplyResponse,
-        api::ToolResultRequest, api::Recorded, api::TurnEntry, api::SessionView, api::Removed,
+        api::ToolResultRequest, api::KeepEnd, api::Recorded, api::TurnEntry, api::SessionView, api::Removed,
         api::MemoryRequest, api::MemoryCreated, api::SearchRequest, api::MemoryHit,
         api::SearchResponse, error::ErrorBody, error::ErrorDetail, error::ErrorCode,
     )),

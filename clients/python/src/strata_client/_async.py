@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -177,10 +177,25 @@ class AsyncStrataClient:
         return RecordedReply.from_json(data)
 
     async def record_tool_result(
-        self, session_id: str, call_id: str, output: str, *, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        call_id: str,
+        output: str,
+        *,
+        is_error: bool = False,
+        keep: Literal["head", "tail", "both"] | None = None,
+        idempotency_key: str | None = None,
     ) -> bool:
-        """Records a tool's output for the call ``call_id``; true once it is stored."""
-        body = {"call_id": call_id, "output": output}
+        """Records a tool's output for the call ``call_id``; true once it is stored.
+
+        ``is_error`` marks the output of a tool that failed (sent as Anthropic's ``is_error``);
+        ``keep`` names the end of the output kept when it is cut (``"tail"`` for a log).
+        """
+        body: dict[str, object] = {"call_id": call_id, "output": output}
+        if is_error:
+            body["is_error"] = True
+        if keep is not None:
+            body["keep"] = keep
         data = await self._json("record_tool_result", session_id, body, idempotency_key)
         return recorded(data)
 

@@ -160,6 +160,7 @@ impl Assembler {
                     let block = Block::ToolResult {
                         id: t.call_id.as_deref().unwrap_or_default().to_owned(),
                         content: text,
+                        is_error: t.is_error,
                     };
                     let only_results = |m: &Message| {
                         m.role == MessageRole::User

@@ -162,7 +162,7 @@ pub fn channel_rows(c: &Conversation) -> Vec<[String; 5]> {
             .map(|b| match b {
                 Block::Text { text } => format!("text ({} bytes)", text.len()),
                 Block::ToolUse { id, name, .. } => format!("tool call {name} [{id}]"),
-                Block::ToolResult { id, content } => {
+                Block::ToolResult { id, content, .. } => {
                     format!("tool result [{id}] ({} bytes, fenced)", content.len())
                 }
             })

@@ -6,7 +6,10 @@ use std::io::Read as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use strata_assembler::{Provider, Reply, Runtime, RuntimeInput, ToolCall, ToolName, TurnOptions};
+use strata_assembler::{
+    Provider, Reply, Runtime, RuntimeInput, ToolCall, ToolName, ToolOutput, TurnOptions,
+};
+use strata_core::Keep;
 
 use crate::cmd::assemble::load_agent;
 use crate::error::CliError;
@@ -106,9 +109,19 @@ pub enum Step {
         call_id: String,
         /// The output (`-` reads standard input).
         output: String,
+        /// The tool failed (sent as Anthropic's `is_error` with the result).
+        #[arg(long)]
+        error: bool,
+        /// Which end of the output to keep when it is cut: head, tail (a log) or both.
+        #[arg(long, value_name = "END", default_value = "head", value_parser = parse_keep)]
+        keep: Keep,
     },
     /// Forget the conversation.
     Reset,
+}
+
+fn parse_keep(s: &str) -> Result<Keep, String> {
+    Keep::from_name(s).ok_or_else(|| format!("`{s}` is not head, tail or both"))
 }
 
 fn stdin_or(text: &str) -> Result<String, CliError> {
@@ -247,10 +260,17 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
             ));
             Ok(())
         }
-        Step::ToolResult { call_id, output } => {
+        Step::ToolResult {
+            call_id,
+            output,
+            error,
+            keep,
+        } => {
             let rt = builder.build().map_err(fail)?;
+            let mut recorded = ToolOutput::new(call_id, stdin_or(output)?).keeping(*keep);
+            recorded.is_error = *error;
             rt.session(args.id.as_str())
-                .record_tool_result(call_id, &stdin_or(output)?)
+                .record_output(&recorded)
                 .map_err(fail)?;
             out.status(&format!(
                 "recorded the result of {call_id} in session {}",

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use strata_assembler::{
     AnnouncedTool, AssemblyPath, OperationId, Outcome, PreparedTurn, PromptMode, Reply,
-    SectionSpec, Session, SessionError, ToolCall, ToolName, TurnOptions,
+    SectionSpec, Session, SessionError, ToolCall, ToolName, ToolOutput, TurnOptions,
 };
 
 use super::extract::{blocking, Keyed, KeyedJson, SessionId};
@@ -326,15 +326,16 @@ pub(super) async fn record_tool_result(
             return Err(ApiError::unknown_session(&id));
         }
         let body = to_json(&Recorded { recorded: true })?;
+        let mut output = ToolOutput::new(req.call_id, req.output)
+            .keeping(req.keep.map(Into::into).unwrap_or_default());
+        output.is_error = req.is_error;
         Ok(match &op {
-            Some(op) => {
-                match session.record_tool_result_once(op, &req.call_id, &req.output, &body)? {
-                    Outcome::Done(()) => answer(body, false),
-                    Outcome::Repeated(a) => answer(a, true),
-                }
-            }
+            Some(op) => match session.record_output_once(op, &output, &body)? {
+                Outcome::Done(()) => answer(body, false),
+                Outcome::Repeated(a) => answer(a, true),
+            },
             None => {
-                session.record_tool_result(&req.call_id, &req.output)?;
+                session.record_output(&output)?;
                 answer(body, false)
             }
         })
