@@ -668,6 +668,23 @@ impl SessionSpan {
     pub(crate) fn len(self) -> u64 {
         self.next.saturating_sub(self.first)
     }
+
+    /// The span a database row of `session` at `location` holds: damage unless
+    /// `1 <= first <= next`.
+    pub(crate) fn stored(
+        location: &str,
+        session: &str,
+        first: i64,
+        next: i64,
+    ) -> Result<SessionSpan> {
+        match (u64::try_from(first), u64::try_from(next)) {
+            (Ok(first), Ok(next)) if first >= 1 && first <= next => Ok(SessionSpan { first, next }),
+            _ => Err(MemoryError::Corrupt {
+                location: location.to_owned(),
+                detail: format!("wm_sessions row `{session}` holds the span {first}..{next}"),
+            }),
+        }
+    }
 }
 
 /// Which part of a session a read returned, for [`check_span`].

@@ -56,4 +56,16 @@ impl SqliteStore {
         self.check_count(conn, name, n)?;
         Ok(n)
     }
+
+    /// The text column a query with one parameter selects: the keys of a group, read to
+    /// confirm a lookup that missed.
+    pub(super) fn texts(&self, conn: &Connection, sql: &str, param: &str) -> Result<Vec<String>> {
+        let mut st = conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([param], |r| r.get(0))
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(|e| self.err(e));
+        rows
+    }
 }

@@ -48,18 +48,11 @@ impl crate::state::SessionState for SqliteStore {
         if found.is_none() {
             // A miss is checked (ADR-0036): the session's documents, counted, must be all
             // there, and none of them this one.
-            let names: Vec<String> = {
-                let mut st = inner
-                    .conn
-                    .prepare_cached("SELECT name FROM session_state WHERE session = ?1")
-                    .map_err(|e| self.err(e))?;
-                let rows = st
-                    .query_map([session], |r| r.get(0))
-                    .map_err(|e| self.err(e))?
-                    .collect::<rusqlite::Result<_>>()
-                    .map_err(|e| self.err(e))?;
-                rows
-            };
+            let names = self.texts(
+                &inner.conn,
+                "SELECT name FROM session_state WHERE session = ?1",
+                session,
+            )?;
             self.check_count(
                 &inner.conn,
                 &format!("session_state/{session}"),

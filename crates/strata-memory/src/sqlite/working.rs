@@ -187,13 +187,7 @@ impl SqliteStore {
             stored.as_deref(),
             &session_sum(session.as_bytes(), first, next),
         )?;
-        match (u64::try_from(first), u64::try_from(next)) {
-            (Ok(first), Ok(next)) if first >= 1 && first <= next => Ok(SessionSpan { first, next }),
-            _ => Err(MemoryError::Corrupt {
-                location: self.location.clone(),
-                detail: format!("wm_sessions row `{session}` holds the span {first}..{next}"),
-            }),
-        }
+        SessionSpan::stored(&self.location, session, first, next)
     }
 
     /// The newest entry of a session with span `span`, found by its number and checked.
@@ -244,17 +238,11 @@ impl SqliteStore {
         session: &str,
         missed: Option<&str>,
     ) -> Result<Vec<Operation>> {
-        let keys: Vec<String> = {
-            let mut st = conn
-                .prepare_cached("SELECT key FROM wm_operations WHERE session = ?1")
-                .map_err(|e| self.err(e))?;
-            let rows = st
-                .query_map([session], |r| r.get(0))
-                .map_err(|e| self.err(e))?
-                .collect::<rusqlite::Result<_>>()
-                .map_err(|e| self.err(e))?;
-            rows
-        };
+        let keys = self.texts(
+            conn,
+            "SELECT key FROM wm_operations WHERE session = ?1",
+            session,
+        )?;
         self.check_count(conn, &format!("wm_operations/{session}"), keys.len() as u64)?;
         if let Some(k) = missed.filter(|k| keys.iter().any(|x| x == k)) {
             return Err(self.inconsistent(
