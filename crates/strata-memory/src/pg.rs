@@ -39,8 +39,8 @@ use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWri
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
     check_batch, check_batch_links, check_operation_key, check_page, check_span, check_tail,
-    operation_live, Applied, Batch, CallState, Entry, Operation, SessionSpan, SpanPart,
-    WorkingMemory, OPERATION_TTL_MS,
+    confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry, Operation,
+    SessionSpan, SpanPart, WorkingMemory, OPERATION_TTL_MS,
 };
 
 /// The schema version this build writes.
@@ -705,14 +705,6 @@ impl PgStore {
         Ok(all)
     }
 
-    /// A read whose parts disagree.
-    fn inconsistent(&self, session: &str, what: &str) -> MemoryError {
-        MemoryError::Corrupt {
-            location: self.location.clone(),
-            detail: format!("session `{session}`: {what}; an index or a table was damaged"),
-        }
-    }
-
     /// A read-only transaction that sees one snapshot.
     fn snapshot<'c>(&self, c: &'c mut Client) -> Result<postgres::Transaction<'c>> {
         c.build_transaction()
@@ -794,7 +786,8 @@ impl WorkingMemory for PgStore {
                     )
                     .map_err(|e| self.err(e))?;
                 if n != span.len() {
-                    return Err(self.inconsistent(
+                    return Err(inconsistent(
+                        &self.location,
                         session,
                         &format!("a clear found {n} entries where the session holds {}", span.len()),
                     ));
@@ -934,14 +927,20 @@ impl WorkingMemory for PgStore {
                 check_span(&self.location, session, span, &found, SpanPart::Newest)?;
             }
             if found.iter().skip(1).any(|e| e.role == Role::User) {
-                return Err(
-                    self.inconsistent(session, "the exchange read holds a newer user entry")
-                );
+                return Err(inconsistent(
+                    &self.location,
+                    session,
+                    "the exchange read holds a newer user entry",
+                ));
             }
             if found.is_empty() && span.len() > 0 {
                 let all = self.session_pg(&mut tx, session)?;
                 if all.iter().any(|e| e.role == Role::User) {
-                    return Err(self.inconsistent(session, "the exchange read missed a user entry"));
+                    return Err(inconsistent(
+                        &self.location,
+                        session,
+                        "the exchange read missed a user entry",
+                    ));
                 }
             }
             tx.commit().map_err(|e| self.err(e))?;
@@ -1005,16 +1004,7 @@ impl WorkingMemory for PgStore {
                     // A result always follows its call: look in the whole session before
                     // taking the result as an orphan.
                     let all = self.session_pg(&mut *tx.borrow_mut(), session)?;
-                    if all
-                        .iter()
-                        .any(|e| e.role == Role::ToolCall && e.call_id.as_deref() == Some(id))
-                    {
-                        return Err(self.inconsistent(
-                            session,
-                            &format!("the call index misses tool call `{id}`"),
-                        ));
-                    }
-                    Ok(false)
+                    confirm_no_call(&self.location, session, id, &all)
                 },
             )?;
             tx.into_inner().commit().map_err(|e| self.err(e))?;

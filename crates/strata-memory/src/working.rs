@@ -751,6 +751,38 @@ pub(crate) fn check_span(
     Ok(())
 }
 
+/// A database read of a session whose parts disagree: damage to an index or a page.
+pub(crate) fn inconsistent(location: &str, session: &str, what: &str) -> MemoryError {
+    MemoryError::Corrupt {
+        location: location.to_owned(),
+        detail: format!(
+            "session `{session}`: {what}; an index or a page of its entries was damaged on disk"
+        ),
+    }
+}
+
+/// For a paged read, a tool call its index did not find: `all`, the whole session read and
+/// checked, must not hold it either (a result always follows its call), and then the result
+/// is an orphan (`false`).
+pub(crate) fn confirm_no_call(
+    location: &str,
+    session: &str,
+    call: &str,
+    all: &[Entry],
+) -> Result<bool> {
+    if all
+        .iter()
+        .any(|e| e.role == Role::ToolCall && e.call_id.as_deref() == Some(call))
+    {
+        return Err(inconsistent(
+            location,
+            session,
+            &format!("the call index misses tool call `{call}`"),
+        ));
+    }
+    Ok(false)
+}
+
 /// Check one page of a paged read, newest first, against the session's span: it must start at
 /// number `expect` (the one below the oldest entry read so far; `span.next - 1` at first),
 /// count down by one, and, when it is the last page (`complete`), end at the oldest entry.

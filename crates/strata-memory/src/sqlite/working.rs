@@ -19,8 +19,8 @@ use crate::error::{MemoryError, Result};
 use crate::options::check_label;
 use crate::working::{
     check_batch, check_batch_links, check_operation_key, check_page, check_span, check_tail,
-    operation_live, Applied, Batch, CallState, Entry, Operation, SessionSpan, SpanPart,
-    WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
+    confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry, Operation,
+    SessionSpan, SpanPart, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
 };
 
 /// The columns every read of entries selects, in the order `entries_on` reads them.
@@ -245,7 +245,8 @@ impl SqliteStore {
         )?;
         self.check_count(conn, &format!("wm_operations/{session}"), keys.len() as u64)?;
         if let Some(k) = missed.filter(|k| keys.iter().any(|x| x == k)) {
-            return Err(self.inconsistent(
+            return Err(inconsistent(
+                &self.location,
                 session,
                 &format!("operation `{k}` was not found by its key"),
             ));
@@ -257,16 +258,6 @@ impl SqliteStore {
             }
         }
         Ok(out)
-    }
-
-    /// A read whose parts disagree: damage.
-    fn inconsistent(&self, session: &str, what: &str) -> MemoryError {
-        MemoryError::Corrupt {
-            location: self.location.clone(),
-            detail: format!(
-                "session `{session}`: {what}; an index or a page of wm_entries was damaged on disk"
-            ),
-        }
     }
 }
 
@@ -328,7 +319,8 @@ impl WorkingMemory for SqliteStore {
                 .execute("DELETE FROM wm_entries WHERE session = ?1", [session])
                 .map_err(|e| self.err(e))?;
             if applied.cleared as u64 != span.len() {
-                return Err(self.inconsistent(
+                return Err(inconsistent(
+                    &self.location,
                     session,
                     &format!(
                         "a clear found {} entries where the session holds {}",
@@ -502,13 +494,21 @@ impl WorkingMemory for SqliteStore {
             check_span(&self.location, session, span, &found, SpanPart::Newest)?;
         }
         if found.iter().skip(1).any(|e| e.role == Role::User) {
-            return Err(self.inconsistent(session, "the exchange read holds a newer user entry"));
+            return Err(inconsistent(
+                &self.location,
+                session,
+                "the exchange read holds a newer user entry",
+            ));
         }
         if found.is_empty() && span.len() > 0 {
             // No user entry: read the session whole to be sure none was missed.
             let all = self.session_on(&tx, session)?;
             if all.iter().any(|e| e.role == Role::User) {
-                return Err(self.inconsistent(session, "the exchange read missed a user entry"));
+                return Err(inconsistent(
+                    &self.location,
+                    session,
+                    "the exchange read missed a user entry",
+                ));
             }
         }
         tx.finish().map_err(|e| self.err(e))?;
@@ -568,16 +568,7 @@ impl WorkingMemory for SqliteStore {
                     return Ok(true);
                 }
                 let all = self.session_on(&tx, session)?;
-                if all
-                    .iter()
-                    .any(|e| e.role == Role::ToolCall && e.call_id.as_deref() == Some(call))
-                {
-                    return Err(self.inconsistent(
-                        session,
-                        &format!("the call index misses tool call `{call}`"),
-                    ));
-                }
-                Ok(false)
+                confirm_no_call(&self.location, session, call, &all)
             },
         )?;
         tx.finish().map_err(|e| self.err(e))?;
