@@ -856,6 +856,8 @@ impl Session<'_> {
                 content: user_message.into(),
                 at_ms: opts.now_ms.unwrap_or_else(now_ms),
                 meta: None,
+                // Given by the store when the batch is applied; nothing here reads it.
+                session_seq: 0,
             };
             let turn = self.assemble(Some(user_message), opts, std::slice::from_ref(&pending))?;
             let operation = match op {

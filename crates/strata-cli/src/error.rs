@@ -5,7 +5,8 @@
 //! exits with 2 on its own), 3 a signed definition was refused by verification (ADR-0010: the
 //! loader fails closed, and the command says why with the loader's stable cause name; a
 //! missing or damaged rollback state is such a refusal, ADR-0017), or an assembly receipt or
-//! receipt log was refused (ADR-0021).
+//! receipt log was refused (ADR-0021), 4 `strata memory check` found damage in a memory store
+//! (ADR-0036).
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,8 @@ pub const EXIT_ERROR: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code: a signed agent definition was refused.
 pub const EXIT_REFUSED: u8 = 3;
+/// Exit code: a check found damage in a memory store.
+pub const EXIT_DAMAGED: u8 = 4;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +66,9 @@ pub enum CliError {
     /// Anything else, with a message that says what to do.
     #[error("{0}")]
     Other(String),
+    /// A check found damage in a memory store (exit code 4); the findings were printed.
+    #[error("{0}")]
+    Damaged(String),
     /// The reader of standard output went away (`strata demo | head -1`): not a failure of
     /// the command, which stops quietly with exit code 0.
     #[error("standard output was closed by its reader")]
@@ -82,6 +88,7 @@ impl CliError {
             ) => EXIT_ERROR,
             CliError::LogRefused(_) => EXIT_REFUSED,
             CliError::Usage(_) => EXIT_USAGE,
+            CliError::Damaged(_) => EXIT_DAMAGED,
             CliError::OutputClosed => EXIT_OK,
             CliError::AgentDef { .. }
             | CliError::Io { .. }

@@ -68,6 +68,7 @@ Examples:
   strata memory import ./notes --agent ada
   strata memory import memories.jsonl --agent ada
   strata memory stats --json
+  strata memory check
 
 The store is ./.strata/memory.db unless --store (or STRATA_MEMORY_STORE) names another; `add`
 and `import` create it. A JSONL import reads one memory per line, for example:
@@ -148,7 +149,13 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
         Command::Sign(args) => cmd::sign::run(&args, out),
         Command::Verify(args) => cmd::verify::run(&args, out),
         Command::Inspect(args) => cmd::inspect::run(&args, out),
-        Command::Memory(args) => memory_cmd::run(args).map_err(CliError::Failed),
+        Command::Memory(args) => memory_cmd::run(args).map_err(|e| {
+            if e.is::<memory_cmd::StoreDamaged>() {
+                CliError::Damaged(e.to_string())
+            } else {
+                CliError::Failed(e)
+            }
+        }),
         Command::Assemble(args) => cmd::assemble::run(&args, out),
         Command::Session(args) => cmd::session::run(&args, out),
         Command::Serve(args) => cmd::serve::run(&args, out),

@@ -7,11 +7,12 @@
 //! strata memory import ./notes            # a folder of Markdown notes ([[wikilinks]] kept)
 //! strata memory import memories.jsonl     # one {"content": ..., "agent_id": ..., "tags": [...]} per line
 //! strata memory stats --json
+//! strata memory check                     # exit 0 clean, 4 damaged (ADR-0036)
 //! ```
 //!
 //! The store defaults to `./.strata/memory.db`. Results go to the writer given to
-//! [`run_with`] (stdout for [`run`]). `search` and `stats` open the store read-only: they never
-//! create, migrate or write it (ADR-0019).
+//! [`run_with`] (stdout for [`run`]). `search`, `stats` and `check` open the store read-only:
+//! they never create, migrate or write it (ADR-0019).
 //!
 //! Imports (ADR-0019) stream the JSONL file line by line, so memory use does not grow with
 //! the file. A line without an `id` is stored under an id derived from its agent and text
@@ -31,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_memory::{
-    check_tag, HashEmbedder, LongTermMemory, MemoryError, MemoryId, NewMemory, NoteGraph,
-    SearchMode, SearchOptions, SqliteStore, StoreOptions,
+    check_tag, HashEmbedder, IntegrityFinding, IntegrityReport, LongTermMemory, MemoryError,
+    MemoryId, NewMemory, NoteGraph, SearchMode, SearchOptions, SqliteStore, StoreOptions,
 };
 
 /// The default store path.
@@ -94,7 +95,42 @@ Examples:
   strata memory stats
   strata memory stats --store team.db --json")]
     Stats,
+    /// Check the whole store for damage: every table, every index, every row checksum.
+    #[command(after_help = "\
+Examples:
+  strata memory check
+  strata memory check --store team.db --json
+
+Exit codes: 0 the store is undamaged, 4 damage was found (each finding is listed), 1 the
+check could not run (no store, a store of another schema version). The store is opened
+read-only, so the full-text index, whose own check needs a writable handle, is listed as
+skipped; searches rank without it.")]
+    Check,
 }
+
+/// The error `strata memory check` ends with when it found damage: the binary maps it to its
+/// own exit code (4), apart from the errors that kept a command from running (1).
+#[derive(Debug)]
+pub struct StoreDamaged {
+    /// The store.
+    pub store: PathBuf,
+    /// How many findings were listed.
+    pub findings: usize,
+}
+
+impl std::fmt::Display for StoreDamaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the memory store {} is damaged ({} finding{}, listed above); restore it from a backup or move it aside; strata never repairs or recreates a damaged store by itself",
+            self.store.display(),
+            self.findings,
+            if self.findings == 1 { "" } else { "s" }
+        )
+    }
+}
+
+impl Error for StoreDamaged {}
 
 /// Arguments of `strata memory add`.
 #[derive(Debug, clap::Args)]
@@ -208,7 +244,7 @@ fn run_with_progress(
         MemoryCommand::Add(a) => a.tags.as_slice(),
         MemoryCommand::Import(a) => a.tags.as_slice(),
         MemoryCommand::Search(a) => a.tags.as_slice(),
-        MemoryCommand::Stats => &[],
+        MemoryCommand::Stats | MemoryCommand::Check => &[],
     };
     for t in tags {
         check_tag(t).map_err(|e| format!("--tag {t:?}: {e}"))?;
@@ -218,6 +254,7 @@ fn run_with_progress(
         MemoryCommand::Search(a) => search(&args.store, args.json, &a, out),
         MemoryCommand::Import(a) => import(&args.store, args.json, &a, out, progress, terminal),
         MemoryCommand::Stats => stats(&args.store, args.json, out),
+        MemoryCommand::Check => check(&args.store, args.json, out),
     };
     out.flush()?;
     res
@@ -727,6 +764,77 @@ fn stats(path: &Path, json: bool, out: &mut dyn Write) -> Result<(), Box<dyn Err
         writeln!(out, "file size       {} bytes", s.file_bytes)?;
     }
     Ok(())
+}
+
+/// `strata memory check`: run every check of the store and list what was found.
+fn check(path: &Path, json: bool, out: &mut dyn Write) -> Result<(), Box<dyn Error>> {
+    let report = match open_existing(path) {
+        Ok(store) => store.integrity_report(),
+        Err(e) => match e.downcast::<MemoryError>() {
+            // A store that its own open refuses as damaged is a finding, not a failure to run.
+            Ok(m) => match *m {
+                MemoryError::Corrupt { location, detail } => IntegrityReport {
+                    location,
+                    checks: vec!["open"],
+                    skipped: Vec::new(),
+                    findings: vec![IntegrityFinding {
+                        check: "open",
+                        detail,
+                    }],
+                },
+                other => return Err(other.into()),
+            },
+            Err(e) => return Err(e),
+        },
+    };
+    if json {
+        let v = serde_json::json!({
+            "store": path,
+            "clean": report.is_clean(),
+            "checks": report.checks,
+            "skipped": report
+                .skipped
+                .iter()
+                .map(|(c, why)| serde_json::json!({"check": c, "reason": why}))
+                .collect::<Vec<_>>(),
+            "findings": report.findings,
+        });
+        serde_json::to_writer_pretty(&mut *out, &v)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "store     {}", path.display())?;
+        writeln!(
+            out,
+            "checks    {} run: {}",
+            report.checks.len(),
+            report.checks.join(", ")
+        )?;
+        for (c, why) in &report.skipped {
+            writeln!(out, "skipped   {c}: {why}")?;
+        }
+        if report.is_clean() {
+            writeln!(out, "result    clean: no damage found")?;
+        } else {
+            writeln!(
+                out,
+                "result    DAMAGED: {} finding{}",
+                report.findings.len(),
+                if report.findings.len() == 1 { "" } else { "s" }
+            )?;
+            for f in &report.findings {
+                writeln!(out, "  {}: {}", f.check, f.detail)?;
+            }
+        }
+    }
+    if report.is_clean() {
+        Ok(())
+    } else {
+        out.flush()?;
+        Err(Box::new(StoreDamaged {
+            store: path.to_path_buf(),
+            findings: report.findings.len(),
+        }))
+    }
 }
 
 fn tags_suffix(tags: &[std::sync::Arc<str>]) -> String {

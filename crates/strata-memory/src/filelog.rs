@@ -107,6 +107,9 @@ struct State {
     len: u64,
     next_seq: u64,
     sessions: HashMap<Arc<str>, Vec<Entry>>,
+    /// The session number each session's next entry gets (ADR-0036), kept across clears and
+    /// rebuilt by the replay, which numbers a session's entries in the order of the log.
+    next_session_seq: HashMap<Arc<str>, u64>,
     /// Operation records by session, then key (ADR-0031).
     operations: Operations,
     /// Set when a failed append could not be rolled back: the file's end is unknown.
@@ -278,6 +281,12 @@ impl FileLog {
         let mut next_seq = 0u64;
         let mut sessions: HashMap<Arc<str>, Vec<Entry>> = HashMap::new();
         let mut operations: Operations = HashMap::new();
+        let mut next_session_seq: HashMap<Arc<str>, u64> = HashMap::new();
+        let mut number = |session: &Arc<str>| -> u64 {
+            let next = next_session_seq.entry(session.clone()).or_insert(1);
+            *next += 1;
+            *next - 1
+        };
         while pos < total {
             let rest = total - pos;
             let torn = |why: &str| {
@@ -343,9 +352,11 @@ impl FileLog {
                     }
                     next_seq = seq;
                     let session: Arc<str> = Arc::from(session);
+                    let session_seq = number(&session);
                     sessions.entry(session.clone()).or_default().push(Entry {
                         seq,
                         session,
+                        session_seq,
                         role,
                         call_id: call_id.map(|c| Arc::from(c.as_str())),
                         content: Content::from(content),
@@ -375,9 +386,11 @@ impl FileLog {
                             )));
                         }
                         next_seq = e.seq;
+                        let session_seq = number(&session);
                         sessions.entry(session.clone()).or_default().push(Entry {
                             seq: e.seq,
                             session: session.clone(),
+                            session_seq,
                             role: e.role,
                             call_id: e.call_id.map(|c| Arc::from(c.as_str())),
                             content: Content::from(e.content),
@@ -419,6 +432,7 @@ impl FileLog {
                 len: pos,
                 next_seq,
                 sessions,
+                next_session_seq,
                 operations,
                 poisoned: false,
             }),
@@ -550,9 +564,13 @@ impl WorkingMemory for FileLog {
         };
         for e in entries {
             st.next_seq = e.seq;
+            let next = st.next_session_seq.entry(key.clone()).or_insert(1);
+            let session_seq = *next;
+            *next += 1;
             let stored = Entry {
                 seq: e.seq,
                 session: key.clone(),
+                session_seq,
                 role: e.role,
                 call_id: e.call_id.map(|c| Arc::from(c.as_str())),
                 content: Content::from(e.content),

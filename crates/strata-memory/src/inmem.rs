@@ -25,6 +25,8 @@ use crate::working::{
 struct Working {
     next_seq: u64,
     sessions: HashMap<Arc<str>, Vec<Entry>>,
+    /// The session number each session's next entry gets (ADR-0036), kept across clears.
+    next_session_seq: HashMap<Arc<str>, u64>,
     /// Operation records by session, then key (ADR-0031).
     operations: HashMap<Arc<str>, HashMap<String, Operation>>,
 }
@@ -141,9 +143,13 @@ impl WorkingMemory for InMemoryStore {
         let key: Arc<str> = Arc::from(session);
         for entry in batch.entries {
             w.next_seq += 1;
+            let next = w.next_session_seq.entry(key.clone()).or_insert(1);
+            let session_seq = *next;
+            *next += 1;
             let stored = Entry {
                 seq: w.next_seq,
                 session: key.clone(),
+                session_seq,
                 role: entry.role,
                 call_id: entry.call_id.map(|c| Arc::from(c.as_str())),
                 content: Content::from(entry.content),

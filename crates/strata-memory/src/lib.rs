@@ -76,7 +76,7 @@ pub use options::{StoreOptions, DEFAULT_MAX_ENTRY_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::PgStore;
 pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
-pub use sqlite::{SqliteStore, VectorCacheStats};
+pub use sqlite::{IntegrityFinding, IntegrityReport, SqliteStore, VectorCacheStats};
 pub use state::{
     record_session_file, session_files, FileAction, SessionFile, SessionState, StateDoc,
 };

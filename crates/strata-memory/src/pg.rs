@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::types::ToSql;
-use postgres::{Client, NoTls};
+use postgres::{Client, GenericClient, NoTls};
 use strata_core::{Content, Role};
 
 use crate::embed::{embed_checked, Embedder, HashEmbedder};
@@ -38,12 +38,13 @@ use crate::quant::{top_positions, CodeCache};
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
-    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
-    Batch, CallState, Entry, Operation, WorkingMemory, OPERATION_TTL_MS,
+    check_batch, check_batch_links, check_operation_key, check_page, check_span, check_tail,
+    confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry, Operation,
+    SessionSpan, SpanPart, WorkingMemory, OPERATION_TTL_MS,
 };
 
 /// The schema version this build writes.
-pub const PG_SCHEMA_VERSION: i64 = 5;
+pub const PG_SCHEMA_VERSION: i64 = 6;
 
 /// The default PostgreSQL schema (namespace) holding the tables.
 pub const DEFAULT_PG_SCHEMA: &str = "strata";
@@ -154,6 +155,28 @@ CREATE INDEX wm_operations_at ON {s}.wm_operations (at_ms);
         5,
         r"
 ALTER TABLE {s}.wm_entries ADD COLUMN meta text;
+",
+    ),
+    // Version 6 (ADR-0036): each entry's number within its session, and each session's first
+    // live and next number, so a read that misses an entry sees the gap.
+    (
+        6,
+        r"
+ALTER TABLE {s}.wm_entries ADD COLUMN session_seq bigint;
+UPDATE {s}.wm_entries e SET session_seq = n.rn
+    FROM (SELECT seq, row_number() OVER (PARTITION BY session ORDER BY seq) AS rn
+          FROM {s}.wm_entries) n
+    WHERE e.seq = n.seq;
+ALTER TABLE {s}.wm_entries ALTER COLUMN session_seq SET NOT NULL;
+CREATE UNIQUE INDEX wm_entries_session_seq ON {s}.wm_entries (session, session_seq);
+CREATE TABLE {s}.wm_sessions (
+    session   text PRIMARY KEY,
+    first_seq bigint NOT NULL,
+    next_seq  bigint NOT NULL,
+    CHECK (first_seq >= 1 AND first_seq <= next_seq)
+);
+INSERT INTO {s}.wm_sessions (session, first_seq, next_seq)
+    SELECT session, 1, count(*) + 1 FROM {s}.wm_entries GROUP BY session;
 ",
     ),
 ];
@@ -583,21 +606,6 @@ fn refs(params: &[Box<dyn ToSql + Sync>]) -> Vec<&(dyn ToSql + Sync)> {
 const RECORD_COLUMNS: &str = "m.id, m.agent_id, m.content, m.tags, m.created_ms, m.updated_ms";
 
 impl PgStore {
-    /// The entries of `session` that `sql` selects (the columns as in `entries`, the session
-    /// as `$1`, then `more`).
-    fn entries_where(
-        &self,
-        session: &str,
-        sql: &str,
-        more: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<Entry>> {
-        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
-        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&session];
-        params.extend_from_slice(more);
-        let rows = self.with_client(|c| c.query(sql, &params).map_err(|e| self.err(e)))?;
-        self.entries_of(session, &rows)
-    }
-
     /// Entries from rows with the columns of `entries`.
     fn entries_of(&self, session: &str, rows: &[postgres::Row]) -> Result<Vec<Entry>> {
         let session: Arc<str> = Arc::from(session);
@@ -606,6 +614,7 @@ impl PgStore {
                 Ok(Entry {
                     seq: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
                     session: session.clone(),
+                    session_seq: u64::try_from(r.get::<_, i64>(6)).unwrap_or(0),
                     role: role_from(&self.location, r.get(1))?,
                     call_id: r.get::<_, Option<String>>(2).map(Arc::from),
                     content: Content::from(r.get::<_, String>(3)),
@@ -616,6 +625,98 @@ impl PgStore {
             .collect()
     }
 }
+
+impl PgStore {
+    /// The span of `session` from `wm_sessions` (ADR-0036). A session without a row must have
+    /// no entries.
+    fn span_pg(&self, c: &mut impl GenericClient, session: &str) -> Result<SessionSpan> {
+        let s = self.s();
+        let row = c
+            .query_opt(
+                &format!("SELECT first_seq, next_seq FROM {s}.wm_sessions WHERE session = $1"),
+                &[&session],
+            )
+            .map_err(|e| self.err(e))?;
+        let Some(row) = row else {
+            let orphans: bool = c
+                .query_one(
+                    &format!("SELECT EXISTS (SELECT 1 FROM {s}.wm_entries WHERE session = $1)"),
+                    &[&session],
+                )
+                .map_err(|e| self.err(e))?
+                .get(0);
+            if orphans {
+                return Err(MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!("session `{session}` has entries but no wm_sessions row"),
+                });
+            }
+            return Ok(SessionSpan::NEW);
+        };
+        let (first, next): (i64, i64) = (row.get(0), row.get(1));
+        match (u64::try_from(first), u64::try_from(next)) {
+            (Ok(first), Ok(next)) if first >= 1 && first <= next => Ok(SessionSpan { first, next }),
+            _ => Err(MemoryError::Corrupt {
+                location: self.location.clone(),
+                detail: format!("wm_sessions row `{session}` holds the span {first}..{next}"),
+            }),
+        }
+    }
+
+    /// The newest entry of a session with span `span`, found by its number.
+    fn newest_pg(
+        &self,
+        c: &mut impl GenericClient,
+        session: &str,
+        span: SessionSpan,
+    ) -> Result<Option<Entry>> {
+        if span.len() == 0 {
+            return Ok(None);
+        }
+        let s = self.s();
+        let number = i64::try_from(span.next - 1).unwrap_or(i64::MAX);
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {PG_ENTRY_COLUMNS} FROM {s}.wm_entries WHERE session = $1 AND session_seq = $2"
+                ),
+                &[&session, &number],
+            )
+            .map_err(|e| self.err(e))?;
+        let found = self.entries_of(session, &rows)?;
+        check_span(&self.location, session, span, &found, SpanPart::Newest)?;
+        Ok(found.into_iter().next())
+    }
+
+    /// Every entry of `session`, checked whole against its span.
+    fn session_pg(&self, c: &mut impl GenericClient, session: &str) -> Result<Vec<Entry>> {
+        let s = self.s();
+        let span = self.span_pg(c, session)?;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {PG_ENTRY_COLUMNS} FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
+                ),
+                &[&session],
+            )
+            .map_err(|e| self.err(e))?;
+        let all = self.entries_of(session, &rows)?;
+        check_span(&self.location, session, span, &all, SpanPart::Whole)?;
+        Ok(all)
+    }
+
+    /// A read-only transaction that sees one snapshot.
+    fn snapshot<'c>(&self, c: &'c mut Client) -> Result<postgres::Transaction<'c>> {
+        c.build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(|e| self.err(e))
+    }
+}
+
+/// The columns every read of entries selects, in the order `entries_of` reads them.
+const PG_ENTRY_COLUMNS: &str = "seq, role, call_id, content, at_ms, meta, session_seq";
 
 impl WorkingMemory for PgStore {
     fn store_name(&self) -> &str {
@@ -635,14 +736,9 @@ impl WorkingMemory for PgStore {
                 &[&self.schema, &session],
             )
             .map_err(|e| self.err(e))?;
-            let last: Option<i64> = tx
-                .query_one(
-                    &format!("SELECT max(seq) FROM {s}.wm_entries WHERE session = $1"),
-                    &[&session],
-                )
-                .map_err(|e| self.err(e))?
-                .get(0);
-            check_tail(session, batch.tail, last.map(|l| u64::try_from(l).unwrap_or(0)))?;
+            let span = self.span_pg(&mut tx, session)?;
+            let last = self.newest_pg(&mut tx, session, span)?.map(|e| e.seq);
+            check_tail(session, batch.tail, last)?;
             if let Some(op) = &batch.operation {
                 let found: Option<i64> = tx
                     .query_opt(
@@ -681,6 +777,7 @@ impl WorkingMemory for PgStore {
                 Ok(state)
             })?;
             let mut applied = Applied::default();
+            let mut first = span.first;
             if batch.clear {
                 let n = tx
                     .execute(
@@ -688,29 +785,56 @@ impl WorkingMemory for PgStore {
                         &[&session],
                     )
                     .map_err(|e| self.err(e))?;
+                if n != span.len() {
+                    return Err(inconsistent(
+                        &self.location,
+                        session,
+                        &format!("a clear found {n} entries where the session holds {}", span.len()),
+                    ));
+                }
                 applied.cleared = usize::try_from(n).unwrap_or(usize::MAX);
+                first = span.next;
             }
             let insert = format!(
-                "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms, meta) VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq"
+                "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms, meta, session_seq) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq"
             );
             let key: Arc<str> = Arc::from(session);
+            let mut next = span.next;
             for entry in batch.entries {
+                let number = i64::try_from(next).unwrap_or(i64::MAX);
                 let seq: i64 = tx
                     .query_one(
                         &insert,
-                        &[&session, &entry.role.name(), &entry.call_id, &entry.content, &now, &entry.meta],
+                        &[&session, &entry.role.name(), &entry.call_id, &entry.content, &now, &entry.meta, &number],
                     )
                     .map_err(|e| self.err(e))?
                     .get(0);
                 applied.entries.push(Entry {
                     seq: u64::try_from(seq).unwrap_or(0),
                     session: key.clone(),
+                    session_seq: next,
                     role: entry.role,
                     call_id: entry.call_id.as_deref().map(Arc::from),
                     content: Content::from(entry.content),
                     at_ms: now,
                     meta: entry.meta.map(Arc::from),
                 });
+                next += 1;
+            }
+            if (first, next) != (span.first, span.next) {
+                let (f, n) = (
+                    i64::try_from(first).unwrap_or(i64::MAX),
+                    i64::try_from(next).unwrap_or(i64::MAX),
+                );
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {s}.wm_sessions (session, first_seq, next_seq) VALUES ($1, $2, $3) \
+                         ON CONFLICT (session) DO UPDATE SET first_seq = excluded.first_seq, next_seq = excluded.next_seq"
+                    ),
+                    &[&session, &f, &n],
+                )
+                .map_err(|e| self.err(e))?;
             }
             if let Some(op) = &batch.operation {
                 tx.execute(
@@ -760,57 +884,68 @@ impl WorkingMemory for PgStore {
 
     fn last_seq(&self, session: &str) -> Result<Option<u64>> {
         crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
-        let s = self.s();
         self.with_client(|c| {
-            c.query_one(
-                &format!("SELECT max(seq) FROM {s}.wm_entries WHERE session = $1"),
-                &[&session],
-            )
-            .map_err(|e| self.err(e))
-        })
-        .map(|row| {
-            row.get::<_, Option<i64>>(0)
-                .map(|l| u64::try_from(l).unwrap_or(0))
+            let mut tx = self.snapshot(c)?;
+            let span = self.span_pg(&mut tx, session)?;
+            let newest = self.newest_pg(&mut tx, session, span)?;
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(newest.map(|e| e.seq))
         })
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
-        let s = self.s();
-        self.entries_where(
-            session,
-            &format!(
-                "SELECT seq, role, call_id, content, at_ms, meta FROM {s}.wm_entries WHERE session = $1 ORDER BY seq"
-            ),
-            &[],
-        )
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
+        self.with_client(|c| {
+            let mut tx = self.snapshot(c)?;
+            let all = self.session_pg(&mut tx, session)?;
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(all)
+        })
     }
 
     fn has_session(&self, session: &str) -> Result<bool> {
         crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
-        let s = self.s();
-        self.with_client(|c| {
-            c.query_one(
-                &format!("SELECT EXISTS (SELECT 1 FROM {s}.wm_entries WHERE session = $1)"),
-                &[&session],
-            )
-            .map_err(|e| self.err(e))
-        })
-        .map(|row| row.get(0))
+        self.with_client(|c| Ok(self.span_pg(c, session)?.len() > 0))
     }
 
     fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
+        crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
         // The inner query walks the (session, seq) index backwards to the newest user entry; a
         // session without one compares with NULL and selects nothing.
         let s = self.s();
-        self.entries_where(
-            session,
-            &format!(
-                "SELECT seq, role, call_id, content, at_ms, meta FROM {s}.wm_entries WHERE session = $1 \
-                 AND seq >= (SELECT seq FROM {s}.wm_entries WHERE session = $1 AND role = 'user' \
-                 ORDER BY seq DESC LIMIT 1) ORDER BY seq"
-            ),
-            &[],
-        )
+        let sql = format!(
+            "SELECT {PG_ENTRY_COLUMNS} FROM {s}.wm_entries WHERE session = $1 \
+             AND seq >= (SELECT seq FROM {s}.wm_entries WHERE session = $1 AND role = 'user' \
+             ORDER BY seq DESC LIMIT 1) ORDER BY seq"
+        );
+        self.with_client(|c| {
+            let mut tx = self.snapshot(c)?;
+            let span = self.span_pg(&mut tx, session)?;
+            let rows = tx.query(&sql, &[&session]).map_err(|e| self.err(e))?;
+            let found = self.entries_of(session, &rows)?;
+            if !found.is_empty() {
+                check_span(&self.location, session, span, &found, SpanPart::Newest)?;
+            }
+            if found.iter().skip(1).any(|e| e.role == Role::User) {
+                return Err(inconsistent(
+                    &self.location,
+                    session,
+                    "the exchange read holds a newer user entry",
+                ));
+            }
+            if found.is_empty() && span.len() > 0 {
+                let all = self.session_pg(&mut tx, session)?;
+                if all.iter().any(|e| e.role == Role::User) {
+                    return Err(inconsistent(
+                        &self.location,
+                        session,
+                        "the exchange read missed a user entry",
+                    ));
+                }
+            }
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(found)
+        })
     }
 
     fn recent_within(
@@ -822,7 +957,7 @@ impl WorkingMemory for PgStore {
         crate::options::check_label("session id", session, crate::working::MAX_LABEL_BYTES)?;
         let s = self.s();
         let page = format!(
-            "SELECT seq, role, call_id, content, at_ms, meta FROM {s}.wm_entries \
+            "SELECT {PG_ENTRY_COLUMNS} FROM {s}.wm_entries \
              WHERE session = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
         );
         let call = format!(
@@ -832,12 +967,9 @@ impl WorkingMemory for PgStore {
         self.with_client(|c| {
             // One read-only snapshot over every page and lookup, whatever other runtimes
             // append or clear meanwhile.
-            let tx = c
-                .build_transaction()
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .map_err(|e| self.err(e))?;
+            let mut tx = self.snapshot(c)?;
+            let span = self.span_pg(&mut tx, session)?;
+            let expect = std::cell::Cell::new(span.next.saturating_sub(1));
             let tx = std::cell::RefCell::new(tx);
             let chosen = crate::working::select_recent_paged(
                 token_budget,
@@ -848,13 +980,31 @@ impl WorkingMemory for PgStore {
                         .borrow_mut()
                         .query(&page, &[&session, &before, &limit])
                         .map_err(|e| self.err(e))?;
-                    self.entries_of(session, &rows)
+                    let found = self.entries_of(session, &rows)?;
+                    let complete = i64::try_from(found.len()).unwrap_or(i64::MAX) < limit;
+                    expect.set(check_page(
+                        &self.location,
+                        session,
+                        span,
+                        expect.get(),
+                        &found,
+                        complete,
+                    )?);
+                    Ok(found)
                 },
                 |id| {
-                    tx.borrow_mut()
+                    let found: bool = tx
+                        .borrow_mut()
                         .query_one(&call, &[&session, &id])
                         .map(|row| row.get(0))
-                        .map_err(|e| self.err(e))
+                        .map_err(|e| self.err(e))?;
+                    if found {
+                        return Ok(true);
+                    }
+                    // A result always follows its call: look in the whole session before
+                    // taking the result as an orphan.
+                    let all = self.session_pg(&mut *tx.borrow_mut(), session)?;
+                    confirm_no_call(&self.location, session, id, &all)
                 },
             )?;
             tx.into_inner().commit().map_err(|e| self.err(e))?;

@@ -94,6 +94,11 @@ pub struct Entry {
     pub seq: u64,
     /// The session.
     pub session: Arc<str>,
+    /// Position within the session: 1, 2, 3... in the order of appending, never reused, not
+    /// even after a clear (ADR-0036). A store that reads a session whose numbers have a gap
+    /// or a repeat reports damage instead of a shorter history.
+    #[serde(default)]
+    pub session_seq: u64,
     /// Who spoke.
     pub role: Role,
     /// The tool call id, for tool calls and results.
@@ -526,6 +531,7 @@ pub(crate) fn select_recent_paged(
                 .map(|c| Entry {
                     seq: 0,
                     session: Arc::from(""),
+                    session_seq: 0,
                     role: Role::ToolCall,
                     call_id: Some(c.clone()),
                     content: Content::from(""),
@@ -708,6 +714,181 @@ pub(crate) fn check_tail(session: &str, tail: Tail, last: Option<u64>) -> Result
     }
 }
 
+/// The numbering of one session's entries as a database keeps it beside them (ADR-0036): the
+/// session number of its oldest live entry and the number the next entry gets. The session
+/// holds `next - first` entries, numbered `first..next`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SessionSpan {
+    /// The session number of the oldest live entry (equal to `next` when there is none).
+    pub first: u64,
+    /// The session number the next entry gets.
+    pub next: u64,
+}
+
+impl SessionSpan {
+    /// The span of a session that never held an entry.
+    pub(crate) const NEW: SessionSpan = SessionSpan { first: 1, next: 1 };
+
+    /// How many entries the session holds.
+    pub(crate) fn len(self) -> u64 {
+        self.next.saturating_sub(self.first)
+    }
+
+    /// The span a database row of `session` at `location` holds: damage unless
+    /// `1 <= first <= next`.
+    pub(crate) fn stored(
+        location: &str,
+        session: &str,
+        first: i64,
+        next: i64,
+    ) -> Result<SessionSpan> {
+        match (u64::try_from(first), u64::try_from(next)) {
+            (Ok(first), Ok(next)) if first >= 1 && first <= next => Ok(SessionSpan { first, next }),
+            _ => Err(MemoryError::Corrupt {
+                location: location.to_owned(),
+                detail: format!("wm_sessions row `{session}` holds the span {first}..{next}"),
+            }),
+        }
+    }
+}
+
+/// Which part of a session a read returned, for [`check_span`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpanPart {
+    /// Every entry.
+    Whole,
+    /// The newest entries, down to some entry (at least one when the session has any).
+    Newest,
+}
+
+/// Check entries read from a database (oldest first) against the session's span: numbered
+/// without a gap or a repeat, ending at the newest entry and, for a whole read, starting at
+/// the oldest. Anything else is damage ([`MemoryError::Corrupt`] at `location`): an index or a
+/// page lost entries, or a number was changed, and a shorter history must not be served as
+/// if it were the whole one.
+pub(crate) fn check_span(
+    location: &str,
+    session: &str,
+    span: SessionSpan,
+    entries: &[Entry],
+    part: SpanPart,
+) -> Result<()> {
+    let damaged = |what: String| {
+        MemoryError::Corrupt {
+        location: location.to_owned(),
+        detail: format!(
+            "session `{session}` should hold entries {} to {} (of its numbering), but {what}; entries were lost or changed on disk",
+            span.first,
+            span.next.saturating_sub(1)
+        ),
+    }
+    };
+    if span.first > span.next {
+        return Err(damaged(
+            "its record says the first is after the next".into(),
+        ));
+    }
+    let Some(newest) = entries.last() else {
+        return if span.len() > 0 {
+            Err(damaged("none was found".into()))
+        } else {
+            Ok(())
+        };
+    };
+    if newest.session_seq + 1 != span.next {
+        return Err(damaged(format!(
+            "the newest found is number {}",
+            newest.session_seq
+        )));
+    }
+    for w in entries.windows(2) {
+        if w[0].session_seq + 1 != w[1].session_seq {
+            return Err(damaged(format!(
+                "number {} is followed by number {}",
+                w[0].session_seq, w[1].session_seq
+            )));
+        }
+    }
+    let oldest = entries[0].session_seq;
+    if oldest < span.first || (part == SpanPart::Whole && oldest != span.first) {
+        return Err(damaged(format!("the oldest found is number {oldest}")));
+    }
+    Ok(())
+}
+
+/// A database read of a session whose parts disagree: damage to an index or a page.
+pub(crate) fn inconsistent(location: &str, session: &str, what: &str) -> MemoryError {
+    MemoryError::Corrupt {
+        location: location.to_owned(),
+        detail: format!(
+            "session `{session}`: {what}; an index or a page of its entries was damaged on disk"
+        ),
+    }
+}
+
+/// For a paged read, a tool call its index did not find: `all`, the whole session read and
+/// checked, must not hold it either (a result always follows its call), and then the result
+/// is an orphan (`false`).
+pub(crate) fn confirm_no_call(
+    location: &str,
+    session: &str,
+    call: &str,
+    all: &[Entry],
+) -> Result<bool> {
+    if all
+        .iter()
+        .any(|e| e.role == Role::ToolCall && e.call_id.as_deref() == Some(call))
+    {
+        return Err(inconsistent(
+            location,
+            session,
+            &format!("the call index misses tool call `{call}`"),
+        ));
+    }
+    Ok(false)
+}
+
+/// Check one page of a paged read, newest first, against the session's span: it must start at
+/// number `expect` (the one below the oldest entry read so far; `span.next - 1` at first),
+/// count down by one, and, when it is the last page (`complete`), end at the oldest entry.
+/// Returns the number the next page must start at.
+pub(crate) fn check_page(
+    location: &str,
+    session: &str,
+    span: SessionSpan,
+    expect: u64,
+    page: &[Entry],
+    complete: bool,
+) -> Result<u64> {
+    let mut want = expect;
+    for e in page {
+        if e.session_seq != want || want < span.first {
+            return Err(MemoryError::Corrupt {
+                location: location.to_owned(),
+                detail: format!(
+                    "session `{session}` should hold entries {} to {}, and number {want} was expected next (newest first), but number {} was found; entries were lost or changed on disk",
+                    span.first,
+                    span.next.saturating_sub(1),
+                    e.session_seq
+                ),
+            });
+        }
+        want = want.saturating_sub(1);
+    }
+    if complete && want.saturating_add(1) != span.first {
+        return Err(MemoryError::Corrupt {
+            location: location.to_owned(),
+            detail: format!(
+                "session `{session}` should hold entries {} to {}, but its oldest found is number {}; entries were lost on disk",
+                span.first,
+                span.next.saturating_sub(1),
+                want.saturating_add(1)
+            ),
+        });
+    }
+    Ok(want)
+}
+
 /// Whether an operation recorded at `at_ms` is still live at `now_ms`.
 pub(crate) fn operation_live(at_ms: i64, now_ms: i64) -> bool {
     at_ms > now_ms.saturating_sub(OPERATION_TTL_MS)
@@ -751,6 +932,7 @@ mod tests {
         Entry {
             seq,
             session: Arc::from("s"),
+            session_seq: seq,
             role,
             call_id: call.map(Arc::from),
             content: Content::from(text),

@@ -154,6 +154,53 @@ fn lost_connection_is_reported_and_nothing_stored_is_lost() {
     assert_eq!(store.entries("s").unwrap().len(), 21);
 }
 
+/// Verifies ADR-0036: entries are numbered within their session, the numbers go on after a
+/// clear, and an entry lost from a session is a gap that the reads report instead of a
+/// shorter history; a clear that finds another number of entries than recorded is refused.
+#[test]
+fn a_lost_entry_is_a_gap() {
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("gap");
+    let store = PgStore::connect_with(
+        &server.test_params(),
+        &schema,
+        Arc::new(HashEmbedder::default()),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    store.append("s", NewEntry::user("gone")).unwrap();
+    store.clear("s").unwrap();
+    for i in 0..4 {
+        store.append("s", NewEntry::user(format!("m{i}"))).unwrap();
+    }
+    let numbers: Vec<u64> = store
+        .entries("s")
+        .unwrap()
+        .iter()
+        .map(|e| e.session_seq)
+        .collect();
+    assert_eq!(numbers, [2, 3, 4, 5]);
+    let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "DELETE FROM \"{schema}\".wm_entries WHERE session = 's' AND session_seq = 3"
+    ))
+    .unwrap();
+    let tok = strata_core::EstimateTokenizer::new();
+    for r in [
+        store.entries("s").map(drop),
+        store.recent_within("s", 10_000, &tok).map(drop),
+        store.clear("s").map(drop),
+    ] {
+        assert!(matches!(r, Err(MemoryError::Corrupt { .. })), "{r:?}");
+    }
+    c.batch_execute(&format!(
+        "DELETE FROM \"{schema}\".wm_entries WHERE session = 's' AND session_seq = 5"
+    ))
+    .unwrap();
+    let r = store.last_seq("s");
+    assert!(matches!(r, Err(MemoryError::Corrupt { .. })), "{r:?}");
+}
+
 /// Verifies ADR-0012: a schema version this build does not know is refused by name.
 #[test]
 fn wrong_schema_version_is_refused() {
@@ -278,7 +325,9 @@ fn codes_are_filled_by_migration_and_rank_like_exact_search() {
     drop(store);
     let mut c = postgres::Client::connect(&server.test_params(), postgres::NoTls).unwrap();
     c.batch_execute(&format!(
-        "ALTER TABLE \"{schema}\".wm_entries DROP COLUMN meta;
+        "DROP TABLE \"{schema}\".wm_sessions;
+         ALTER TABLE \"{schema}\".wm_entries DROP COLUMN session_seq;
+         ALTER TABLE \"{schema}\".wm_entries DROP COLUMN meta;
          DROP TABLE \"{schema}\".wm_operations;
          DROP TABLE \"{schema}\".session_state;
          DROP TRIGGER memories_deleted ON \"{schema}\".memories;

@@ -8,7 +8,6 @@ mod conformance;
 
 use std::sync::Arc;
 
-use strata_memory::sqlite::SQLITE_SCHEMA_VERSION;
 use strata_memory::{HashEmbedder, ManualClock, SqliteStore, StoreOptions};
 
 fn open(dir: &tempfile::TempDir, clock: &Arc<ManualClock>) -> SqliteStore {
@@ -60,39 +59,6 @@ fn entry_meta_conforms_and_survives_reopening() {
     let reopened = open(&dir, &clock);
     assert_eq!(reopened.entries("k").unwrap(), held);
     reopened.check_integrity().unwrap();
-}
-
-/// A store of schema version 4 (no `meta` column) is migrated: its rows read back with no
-/// metadata and their checksums still hold.
-#[test]
-fn a_version_4_store_is_migrated_to_entry_meta() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(conformance::T0));
-    let store = open(&dir, &clock);
-    let held = vec![
-        store.append("s", NewEntry::user("before")).unwrap(),
-        store
-            .append("s", NewEntry::assistant("the migration"))
-            .unwrap(),
-    ];
-    drop(store);
-    let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
-    c.execute_batch(
-        "ALTER TABLE wm_entries DROP COLUMN meta; UPDATE schema_version SET version = 4;",
-    )
-    .unwrap();
-    drop(c);
-    let store = open(&dir, &clock);
-    assert_eq!(store.stats().unwrap().schema_version, SQLITE_SCHEMA_VERSION);
-    assert_eq!(store.entries("s").unwrap(), held);
-    let with = store
-        .append(
-            "s",
-            NewEntry::user("after").with_meta(conformance::METAS[1]),
-        )
-        .unwrap();
-    assert_eq!(store.entries("s").unwrap().last(), Some(&with));
-    store.check_integrity().unwrap();
 }
 
 /// Verifies ADR-0012: SQLite long-term memory conforms.

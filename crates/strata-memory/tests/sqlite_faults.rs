@@ -464,7 +464,26 @@ fn version_1_store_is_migrated_with_checksums() {
     // Turn it back into a version 1 store.
     let raw = rusqlite::Connection::open(&path).unwrap();
     raw.execute_batch(
-        "ALTER TABLE wm_entries DROP COLUMN meta;
+        "DROP TRIGGER memories_count_insert;
+         DROP TRIGGER memories_count_delete;
+         DROP TRIGGER memories_count_update;
+         DROP TRIGGER memory_vectors_count_insert;
+         DROP TRIGGER memory_vectors_count_delete;
+         DROP TRIGGER memory_tags_count_insert;
+         DROP TRIGGER memory_tags_count_delete;
+         DROP TRIGGER wm_entries_count_insert;
+         DROP TRIGGER wm_entries_count_delete;
+         DROP TRIGGER shared_facts_count_insert;
+         DROP TRIGGER shared_facts_count_delete;
+         DROP TRIGGER session_state_count_insert;
+         DROP TRIGGER session_state_count_delete;
+         DROP TRIGGER wm_operations_count_insert;
+         DROP TRIGGER wm_operations_count_delete;
+         DROP TABLE row_counts;
+         DROP TABLE wm_sessions;
+         DROP INDEX wm_entries_session_seq;
+         ALTER TABLE wm_entries DROP COLUMN session_seq;
+         ALTER TABLE wm_entries DROP COLUMN meta;
          DROP TABLE wm_operations;
          DROP TABLE session_state;
          ALTER TABLE memories DROP COLUMN checksum;

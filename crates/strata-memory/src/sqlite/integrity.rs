@@ -1,15 +1,11 @@
 //! Damage detection in a SQLite store (ADR-0019): the 128-bit checksum every row carries,
-//! computed on write and verified on every read, SQLite's own `quick_check` and
-//! `integrity_check`, and [`SqliteStore::check_integrity`], which runs every check over the
-//! whole file.
+//! computed on write and verified on every read, and SQLite's own `quick_check` and
+//! `integrity_check`. The check of a whole store is in `check.rs`.
 
 use rusqlite::Connection;
 
-use super::{db_err, SqliteStore};
+use super::db_err;
 use crate::error::{MemoryError, Result};
-use crate::long_term::{ListOptions, LongTermMemory};
-use crate::shared::{Scope, SharedContext};
-use crate::working::WorkingMemory;
 
 /// Run `PRAGMA quick_check` or `PRAGMA integrity_check`: [`MemoryError::Corrupt`] unless it
 /// answers `ok`.
@@ -98,29 +94,47 @@ pub(super) fn vector_sum(key: i64, blob: &[u8]) -> [u8; 16] {
     RowSum::new("memory_vectors").int(key).bytes(blob).finish()
 }
 
-/// The checksum of a `wm_entries` row. An entry without `meta` hashes exactly as rows did
-/// before schema version 5, so their stored checksums stay valid; one with `meta` hashes it
-/// last, length-prefixed, so a `meta` set to NULL or changed fails the check.
-pub(super) fn entry_sum(
-    seq: i64,
-    session: &[u8],
-    role: &[u8],
-    call_id: Option<&[u8]>,
-    content: &[u8],
-    at_ms: i64,
-    meta: Option<&[u8]>,
-) -> [u8; 16] {
-    let sum = RowSum::new("wm_entries")
-        .int(seq)
-        .bytes(session)
-        .bytes(role)
-        .opt(call_id)
-        .bytes(content)
-        .int(at_ms);
-    match meta {
-        None => sum.finish(),
-        Some(m) => sum.opt(Some(m)).finish(),
+/// The fields of a `wm_entries` row, as stored.
+pub(super) struct EntryRow<'a> {
+    pub seq: i64,
+    pub session: &'a [u8],
+    pub role: &'a [u8],
+    pub call_id: Option<&'a [u8]>,
+    pub content: &'a [u8],
+    pub at_ms: i64,
+    pub meta: Option<&'a [u8]>,
+    /// The number within the session (schema version 6); `None` for the checksum of a row
+    /// written before, which the migration to version 6 checks.
+    pub session_seq: Option<i64>,
+}
+
+impl EntryRow<'_> {
+    /// The row's checksum. Rows of schema versions before 6 hash as they did (an entry without
+    /// `meta` as before version 5), so the migration can check them; a row of version 6 hashes
+    /// `meta` (present or not) and its number within the session last.
+    pub(super) fn sum(&self) -> [u8; 16] {
+        let sum = RowSum::new("wm_entries")
+            .int(self.seq)
+            .bytes(self.session)
+            .bytes(self.role)
+            .opt(self.call_id)
+            .bytes(self.content)
+            .int(self.at_ms);
+        match (self.session_seq, self.meta) {
+            (None, None) => sum.finish(),
+            (None, Some(m)) => sum.opt(Some(m)).finish(),
+            (Some(n), meta) => sum.opt(meta).int(n).finish(),
+        }
     }
+}
+
+/// The checksum of a `wm_sessions` row (ADR-0036).
+pub(super) fn session_sum(session: &[u8], first: i64, next: i64) -> [u8; 16] {
+    RowSum::new("wm_sessions")
+        .bytes(session)
+        .int(first)
+        .int(next)
+        .finish()
 }
 
 pub(super) fn fact_sum(scope: &[u8], key: &[u8], value: &[u8], updated: i64) -> [u8; 16] {
@@ -226,92 +240,4 @@ pub(super) fn utf8(
             row_name()
         ),
     })
-}
-
-impl SqliteStore {
-    /// Check the whole store (ADR-0019): SQLite's `integrity_check` (page structure and that
-    /// every index matches its table), the FTS5 index against the memories (on a writable
-    /// handle: FTS5's check runs as a statement that needs one), and the checksum of every
-    /// row. [`MemoryError::Corrupt`] names the first damage found. Reads the whole file.
-    pub fn check_integrity(&self) -> Result<()> {
-        {
-            let inner = self.lock();
-            run_quick_check(&inner.conn, &self.location, "PRAGMA integrity_check")?;
-            if !self.read_only {
-                inner
-                    .conn
-                    .execute(
-                        "INSERT INTO memories_fts (memories_fts, rank) VALUES ('integrity-check', 1)",
-                        [],
-                    )
-                    .map_err(|e| MemoryError::Corrupt {
-                        location: self.location.clone(),
-                        detail: format!("the full-text index does not match the memories: {e}"),
-                    })?;
-            }
-        }
-        self.list(&ListOptions::all())?;
-        {
-            let mut inner = self.lock();
-            inner.vectors = None;
-            self.fresh_vectors(&mut inner)?;
-        }
-        let sessions: Vec<String> = {
-            let inner = self.lock();
-            let mut stmt = inner
-                .conn
-                .prepare("SELECT DISTINCT session FROM wm_entries")
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| r.get(0))
-                .map_err(|e| self.err(e))?
-                .collect::<rusqlite::Result<_>>()
-                .map_err(|e| self.err(e))?;
-            rows
-        };
-        for s in sessions {
-            self.entries(&s)?;
-        }
-        let scopes: Vec<String> = {
-            let inner = self.lock();
-            let mut stmt = inner
-                .conn
-                .prepare("SELECT DISTINCT scope FROM shared_facts")
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| r.get(0))
-                .map_err(|e| self.err(e))?
-                .collect::<rusqlite::Result<_>>()
-                .map_err(|e| self.err(e))?;
-            rows
-        };
-        let scopes = scopes
-            .into_iter()
-            .map(|s| {
-                Scope::new(&s).map_err(|_| MemoryError::Corrupt {
-                    location: self.location.clone(),
-                    detail: format!("invalid scope `{s}` in shared_facts"),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.facts(&scopes)?;
-        // Every operation record against its checksum (ADR-0031).
-        let inner = self.lock();
-        let ops: Vec<(String, String)> = {
-            let mut stmt = inner
-                .conn
-                .prepare("SELECT session, key FROM wm_operations")
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .map_err(|e| self.err(e))?
-                .collect::<rusqlite::Result<_>>()
-                .map_err(|e| self.err(e))?;
-            rows
-        };
-        for (session, key) in ops {
-            self.operation_in(&inner.conn, &session, &key)?;
-        }
-        Ok(())
-    }
 }

@@ -179,7 +179,8 @@ impl SqliteStore {
         };
         let vsum = vector_sum(key, &blob);
         tx.prepare_cached(
-            "INSERT OR REPLACE INTO memory_vectors (key, embedding, checksum) VALUES (?1, ?2, ?3)",
+            "INSERT INTO memory_vectors (key, embedding, checksum) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (key) DO UPDATE SET embedding = excluded.embedding, checksum = excluded.checksum",
         )
         .and_then(|mut s| s.execute(params![key, blob, &vsum[..]]))
         .map_err(|e| self.err(e))?;
@@ -212,6 +213,64 @@ impl SqliteStore {
             .transpose()
     }
 
+    /// Compare what a read filtered by `agent` and `tags` found through an index with the
+    /// counts (ADR-0036). A read by agent (or of everything) that reached the end (`complete`)
+    /// found every row after `offset`; a tag's index entries are counted before the rows they
+    /// select are trusted. A page in the middle of a listing filtered by tags is checked row
+    /// by row only.
+    fn check_filtered(
+        &self,
+        conn: &Connection,
+        agent: Option<&str>,
+        tags: &[Arc<str>],
+        offset: usize,
+        complete: bool,
+        found: usize,
+    ) -> Result<()> {
+        if !tags.is_empty() {
+            for t in tags {
+                self.check_counted(
+                    conn,
+                    &format!("memory_tags/{t}"),
+                    "SELECT count(*) FROM memory_tags WHERE tag = ?1",
+                    Some(t),
+                )?;
+            }
+            return Ok(());
+        }
+        if !complete {
+            return Ok(());
+        }
+        let group = agent.map_or_else(|| "memories".to_owned(), |a| format!("memories/{a}"));
+        let kept = self.kept_count(conn, &group)?;
+        if kept.saturating_sub(offset as u64) != found as u64 {
+            return Err(MemoryError::Corrupt {
+                location: self.location.clone(),
+                detail: format!(
+                    "a read of `{group}` from {offset} found {found} memories but the store counted {kept}; rows or an index were damaged on disk"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A memory the search indexes hold but whose row was not found: damage, unless another
+    /// connection wrote since the indexes were brought up to date (it may have deleted it).
+    fn missing_row(&self, conn: &Connection, data_version: i64, key: i64) -> Result<()> {
+        let now: i64 = conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        if now == data_version {
+            return Err(MemoryError::Corrupt {
+                location: self.location.clone(),
+                detail: format!(
+                    "memory {key} is in the search indexes but its row was not found; a page was damaged on disk"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn allowed_keys(
         &self,
         conn: &Connection,
@@ -224,8 +283,11 @@ impl SqliteStore {
         let rows = stmt
             .query_map(params_from_iter(fparams.iter()), |r| r.get::<_, i64>(0))
             .map_err(|e| self.err(e))?;
-        rows.collect::<rusqlite::Result<HashSet<i64>>>()
-            .map_err(|e| self.err(e))
+        let keys = rows
+            .collect::<rusqlite::Result<HashSet<i64>>>()
+            .map_err(|e| self.err(e))?;
+        self.check_filtered(conn, agent, tags, 0, true, keys.len())?;
+        Ok(keys)
     }
 }
 
@@ -269,7 +331,7 @@ impl LongTermMemory for SqliteStore {
     fn get(&self, id: &MemoryId) -> Result<Option<MemoryRecord>> {
         let inner = self.lock();
         let sql = format!("SELECT {RECORD_COLUMNS} FROM memories m WHERE m.id = ?1");
-        inner
+        let found = inner
             .conn
             .prepare_cached(&sql)
             .and_then(|mut s| {
@@ -277,7 +339,25 @@ impl LongTermMemory for SqliteStore {
                     .optional()
             })
             .map_err(|e| self.err(e))?
-            .transpose()
+            .transpose()?;
+        if found.is_none() {
+            // A miss is checked without the id index (ADR-0036): a scan of the table must not
+            // find the id either. Misses cost a scan; hits do not.
+            let scanned: i64 = inner
+                .conn
+                .prepare_cached("SELECT count(*) FROM memories NOT INDEXED WHERE id = ?1")
+                .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)))
+                .map_err(|e| self.err(e))?;
+            if scanned > 0 {
+                return Err(MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!(
+                        "memory `{id}` is in the memories table but not in its id index; the index was damaged on disk"
+                    ),
+                });
+            }
+        }
+        Ok(found)
     }
 
     fn delete(&self, id: &MemoryId) -> Result<bool> {
@@ -331,6 +411,25 @@ impl LongTermMemory for SqliteStore {
         for r in rows {
             out.push(r.map_err(|e| self.err(e))??);
         }
+        drop(stmt);
+        let mut seen = HashSet::new();
+        if let Some(twice) = out.iter().find(|r| !seen.insert(&r.id)) {
+            return Err(MemoryError::Corrupt {
+                location: self.location.clone(),
+                detail: format!(
+                    "memory `{}` was listed twice; a page was damaged on disk",
+                    twice.id
+                ),
+            });
+        }
+        self.check_filtered(
+            &inner.conn,
+            options.agent_id.as_deref(),
+            &tags,
+            options.offset,
+            options.limit.is_none_or(|l| out.len() < l),
+            out.len(),
+        )?;
         Ok(out)
     }
 
@@ -339,18 +438,21 @@ impl LongTermMemory for SqliteStore {
             check_label("agent id", a, MAX_LABEL_BYTES)?;
         }
         let inner = self.lock();
-        let n: i64 = match agent_id {
-            Some(a) => inner.conn.query_row(
+        let n = match agent_id {
+            Some(a) => self.check_counted(
+                &inner.conn,
+                &format!("memories/{a}"),
                 "SELECT count(*) FROM memories WHERE agent_id = ?1",
-                [a],
-                |r| r.get(0),
+                Some(a),
             ),
-            None => inner
-                .conn
-                .query_row("SELECT count(*) FROM memories", [], |r| r.get(0)),
-        }
-        .map_err(|e| self.err(e))?;
-        Ok(usize::try_from(n).unwrap_or(0))
+            None => self.check_counted(
+                &inner.conn,
+                "memories",
+                "SELECT count(*) FROM memories",
+                None,
+            ),
+        }?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
@@ -377,6 +479,7 @@ impl LongTermMemory for SqliteStore {
         };
         self.fresh_vectors(inner)?;
         let cache = self.cache_ref(inner)?;
+        let data_version = cache.data_version;
         let mut keys: HashMap<MemoryId, i64> = HashMap::new();
         let lexical: Vec<MemoryId> = if options.mode == SearchMode::Vector {
             Vec::new()
@@ -414,6 +517,7 @@ impl LongTermMemory for SqliteStore {
                     let key = cache.keys[i];
                     let mut rows = stmt.query([key]).map_err(|e| self.err(e))?;
                     let Some(row) = rows.next().map_err(|e| self.err(e))? else {
+                        self.missing_row(&inner.conn, data_version, key)?;
                         continue;
                     };
                     let blob = raw(row, 0).map_err(|e| self.err(e))?;
@@ -443,13 +547,14 @@ impl LongTermMemory for SqliteStore {
         let mut hits = Vec::new();
         for (id, score, lr, vr) in fuse(&lexical, &vector, options) {
             let Some(&key) = keys.get(&id) else { continue };
-            if let Some(record) = self.record_by_key(&inner.conn, key)? {
-                hits.push(SearchHit {
+            match self.record_by_key(&inner.conn, key)? {
+                Some(record) => hits.push(SearchHit {
                     record,
                     score,
                     lexical_rank: lr,
                     vector_rank: vr,
-                });
+                }),
+                None => self.missing_row(&inner.conn, data_version, key)?,
             }
         }
         Ok(hits)

@@ -12,14 +12,22 @@
 //!
 //! Damage is detected, never served (ADR-0019):
 //!
-//! - Every row of `memories`, `memory_vectors`, `wm_entries` and `shared_facts` carries a
+//! - Every row of `memories`, `memory_vectors`, `wm_entries`, `wm_sessions`, `shared_facts`,
+//!   `session_state` and `wm_operations` carries a
 //!   128-bit BLAKE3 checksum of its fields (key, text, metadata, timestamps, vector bytes),
 //!   checked on every read: a row that does not match, or whose text is not valid UTF-8, is
 //!   [`MemoryError::Corrupt`] naming the table and the row. What per-row checksums cannot see
 //!   (a page of rows lost as a whole, damage inside the full-text index that changes which rows
 //!   match) is what SQLite's own checks look for: [`StoreOptions::with_check_on_open`] runs
 //!   `PRAGMA quick_check` at open, and [`SqliteStore::check_integrity`] runs the full
-//!   `integrity_check`, the FTS5 index check and every row checksum.
+//!   `integrity_check`, the FTS5 index check, every row checksum and the structure of the
+//!   tables without one (ADR-0036).
+//! - Rows a damaged page or index hides from a read (ADR-0036). Row checksums cannot see a
+//!   row that is not read, so reads compare what they found with what the store recorded in
+//!   the writing transaction: a session's entries are numbered and `wm_sessions` keeps each
+//!   session's span (a gap is damage), `row_counts` keeps the rows of each table and of each
+//!   group a read selects through an index, and a lookup that misses is confirmed without the
+//!   index. Such a read answers [`MemoryError::Corrupt`], never a shorter result.
 //! - Committed transactions lost from the write-ahead log. SQLite checksums every WAL frame,
 //!   but when a frame fails its checksum it silently stops replaying there: every later
 //!   committed transaction is dropped without an error, and the loss becomes permanent at the
@@ -41,11 +49,14 @@
 //! one, is refused with [`MemoryError::Corrupt`] and never recreated.
 //!
 //! The code is split by job: `schema` creates a store and migrates it, `integrity` holds the
-//! row checksums and the integrity checks, `vectors` the handle's in-process search indexes
+//! row checksums, `counts` the kept row counts, `check` the check of the whole store,
+//! `vectors` the handle's in-process search indexes
 //! and the change log, and `working`, `long_term`, `shared` and `state` implement the store
 //! traits on their tables. This file holds the handle itself: opening, locking, and counting
 //! commits.
 
+mod check;
+mod counts;
 mod integrity;
 mod long_term;
 mod schema;
@@ -68,6 +79,7 @@ use integrity::run_quick_check;
 use schema::{check_embedder, create_new, migrate, schema_version};
 use vectors::VectorCache;
 
+pub use check::{IntegrityFinding, IntegrityReport};
 pub use schema::SQLITE_SCHEMA_VERSION;
 
 #[derive(Debug)]
@@ -482,10 +494,21 @@ impl SqliteStore {
                 .map_err(|e| self.err(e))?,
             embedder: meta("embedder")?,
             dims: self.embedder.dims(),
-            memories: one("SELECT count(*) FROM memories")?,
-            entries: one("SELECT count(*) FROM wm_entries")?,
-            sessions: one("SELECT count(DISTINCT session) FROM wm_entries")?,
-            facts: one("SELECT count(*) FROM shared_facts")?,
+            // Counts an index may answer are compared with the kept counts (ADR-0036).
+            memories: self.check_counted(c, "memories", "SELECT count(*) FROM memories", None)?,
+            entries: self.check_counted(
+                c,
+                "wm_entries",
+                "SELECT count(*) FROM wm_entries",
+                None,
+            )?,
+            sessions: one("SELECT count(*) FROM wm_sessions WHERE next_seq > first_seq")?,
+            facts: self.check_counted(
+                c,
+                "shared_facts",
+                "SELECT count(*) FROM shared_facts",
+                None,
+            )?,
             file_bytes: one(
                 "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
             )?,

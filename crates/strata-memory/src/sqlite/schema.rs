@@ -8,12 +8,14 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use super::db_err;
-use super::integrity::{entry_sum, fact_sum, memory_sum, raw, raw_opt, vector_sum};
+use super::integrity::{
+    fact_sum, memory_sum, raw, raw_opt, session_sum, utf8, vector_sum, verify_sum, EntryRow,
+};
 use crate::embed::Embedder;
 use crate::error::{MemoryError, Result};
 
 /// The schema version this build writes.
-pub const SQLITE_SCHEMA_VERSION: i64 = 5;
+pub const SQLITE_SCHEMA_VERSION: i64 = 6;
 
 /// Forward migrations: `(version reached, SQL)`, applied in order.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -158,7 +160,209 @@ CREATE INDEX wm_operations_at ON wm_operations (at_ms);
 ALTER TABLE wm_entries ADD COLUMN meta TEXT;
 ",
     ),
+    // Version 6 (ADR-0036): damage never hides data. Each entry gets its number within the
+    // session, and `wm_sessions` (checksummed) the first live and the next number of each
+    // session, so a read that misses an entry sees the gap; `upgrade_to_6` numbers the
+    // entries already there, after checking their checksums, and rewrites the checksums to
+    // cover the numbers. `row_counts` holds the rows of each table (and of each group that a
+    // read selects by index), kept by triggers in the writing transaction, for reads that
+    // answer from an index to compare with. The change log gets a check value a trigger can
+    // compute (`chk`, a function of the key that any change of one field breaks).
+    (
+        6,
+        r"
+ALTER TABLE wm_entries ADD COLUMN session_seq INTEGER;
+CREATE TABLE wm_sessions (
+    session   TEXT PRIMARY KEY,
+    first_seq INTEGER NOT NULL,
+    next_seq  INTEGER NOT NULL,
+    checksum  BLOB NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE row_counts (
+    name TEXT PRIMARY KEY,
+    n    INTEGER NOT NULL
+) WITHOUT ROWID;
+
+ALTER TABLE memory_changes ADD COLUMN chk INTEGER;
+UPDATE memory_changes SET chk = (key % 2147483629) * 1103515245 % 2147483629;
+DROP TRIGGER memory_vectors_changed_insert;
+DROP TRIGGER memory_vectors_changed_update;
+DROP TRIGGER memories_changed_delete;
+CREATE TRIGGER memory_vectors_changed_insert AFTER INSERT ON memory_vectors BEGIN
+    INSERT INTO memory_changes (key, chk)
+        VALUES (new.key, (new.key % 2147483629) * 1103515245 % 2147483629);
+END;
+CREATE TRIGGER memory_vectors_changed_update AFTER UPDATE ON memory_vectors BEGIN
+    INSERT INTO memory_changes (key, chk)
+        VALUES (new.key, (new.key % 2147483629) * 1103515245 % 2147483629);
+END;
+CREATE TRIGGER memories_changed_delete AFTER DELETE ON memories BEGIN
+    INSERT INTO memory_changes (key, chk)
+        VALUES (old.key, (old.key % 2147483629) * 1103515245 % 2147483629);
+END;
+
+CREATE TRIGGER memories_count_insert AFTER INSERT ON memories BEGIN
+    INSERT INTO row_counts (name, n) VALUES ('memories', 1), ('memories/' || new.agent_id, 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER memories_count_delete AFTER DELETE ON memories BEGIN
+    UPDATE row_counts SET n = n - 1 WHERE name IN ('memories', 'memories/' || old.agent_id);
+    DELETE FROM row_counts WHERE name = 'memories/' || old.agent_id AND n = 0;
+END;
+CREATE TRIGGER memories_count_update AFTER UPDATE OF agent_id ON memories
+    WHEN old.agent_id IS NOT new.agent_id BEGIN
+    UPDATE row_counts SET n = n - 1 WHERE name = 'memories/' || old.agent_id;
+    DELETE FROM row_counts WHERE name = 'memories/' || old.agent_id AND n = 0;
+    INSERT INTO row_counts (name, n) VALUES ('memories/' || new.agent_id, 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER memory_vectors_count_insert AFTER INSERT ON memory_vectors BEGIN
+    INSERT INTO row_counts (name, n) VALUES ('memory_vectors', 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER memory_vectors_count_delete AFTER DELETE ON memory_vectors BEGIN
+    UPDATE row_counts SET n = n - 1 WHERE name = 'memory_vectors';
+END;
+CREATE TRIGGER memory_tags_count_insert AFTER INSERT ON memory_tags BEGIN
+    INSERT INTO row_counts (name, n) VALUES ('memory_tags', 1), ('memory_tags/' || new.tag, 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER memory_tags_count_delete AFTER DELETE ON memory_tags BEGIN
+    UPDATE row_counts SET n = n - 1 WHERE name IN ('memory_tags', 'memory_tags/' || old.tag);
+    DELETE FROM row_counts WHERE name = 'memory_tags/' || old.tag AND n = 0;
+END;
+CREATE TRIGGER wm_entries_count_insert AFTER INSERT ON wm_entries BEGIN
+    INSERT INTO row_counts (name, n) VALUES ('wm_entries', 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER wm_entries_count_delete AFTER DELETE ON wm_entries BEGIN
+    UPDATE row_counts SET n = n - 1 WHERE name = 'wm_entries';
+END;
+CREATE TRIGGER wm_sessions_count_insert AFTER INSERT ON wm_sessions BEGIN
+    INSERT INTO row_counts (name, n) VALUES ('wm_sessions', 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER wm_sessions_count_delete AFTER DELETE ON wm_sessions BEGIN
+    UPDATE row_counts SET n = n - 1 WHERE name = 'wm_sessions';
+END;
+CREATE TRIGGER shared_facts_count_insert AFTER INSERT ON shared_facts BEGIN
+    INSERT INTO row_counts (name, n) VALUES ('shared_facts', 1), ('shared_facts/' || new.scope, 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER shared_facts_count_delete AFTER DELETE ON shared_facts BEGIN
+    UPDATE row_counts SET n = n - 1 WHERE name IN ('shared_facts', 'shared_facts/' || old.scope);
+    DELETE FROM row_counts WHERE name = 'shared_facts/' || old.scope AND n = 0;
+END;
+CREATE TRIGGER session_state_count_insert AFTER INSERT ON session_state BEGIN
+    INSERT INTO row_counts (name, n)
+        VALUES ('session_state', 1), ('session_state/' || new.session, 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER session_state_count_delete AFTER DELETE ON session_state BEGIN
+    UPDATE row_counts SET n = n - 1
+        WHERE name IN ('session_state', 'session_state/' || old.session);
+    DELETE FROM row_counts WHERE name = 'session_state/' || old.session AND n = 0;
+END;
+CREATE TRIGGER wm_operations_count_insert AFTER INSERT ON wm_operations BEGIN
+    INSERT INTO row_counts (name, n)
+        VALUES ('wm_operations', 1), ('wm_operations/' || new.session, 1)
+        ON CONFLICT (name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER wm_operations_count_delete AFTER DELETE ON wm_operations BEGIN
+    UPDATE row_counts SET n = n - 1
+        WHERE name IN ('wm_operations', 'wm_operations/' || old.session);
+    DELETE FROM row_counts WHERE name = 'wm_operations/' || old.session AND n = 0;
+END;
+",
+    ),
 ];
+
+/// The row counts `row_counts` keeps (ADR-0036), as one query: every count the triggers
+/// maintain, computed from the tables themselves. `upgrade_to_6` fills the table with it and
+/// `check_integrity` compares the table with it.
+pub(super) const COUNTS_FROM_TABLES: &str = "
+SELECT 'memories', count(*) FROM memories
+UNION ALL SELECT 'memories/' || agent_id, count(*) FROM memories GROUP BY agent_id
+UNION ALL SELECT 'memory_vectors', count(*) FROM memory_vectors
+UNION ALL SELECT 'memory_tags', count(*) FROM memory_tags
+UNION ALL SELECT 'memory_tags/' || tag, count(*) FROM memory_tags GROUP BY tag
+UNION ALL SELECT 'wm_entries', count(*) FROM wm_entries
+UNION ALL SELECT 'wm_sessions', count(*) FROM wm_sessions
+UNION ALL SELECT 'shared_facts', count(*) FROM shared_facts
+UNION ALL SELECT 'shared_facts/' || scope, count(*) FROM shared_facts GROUP BY scope
+UNION ALL SELECT 'session_state', count(*) FROM session_state
+UNION ALL SELECT 'session_state/' || session, count(*) FROM session_state GROUP BY session
+UNION ALL SELECT 'wm_operations', count(*) FROM wm_operations
+UNION ALL SELECT 'wm_operations/' || session, count(*) FROM wm_operations GROUP BY session";
+
+/// Number the entries of a store of version 5 within their sessions and record each
+/// session's span (ADR-0036). Every row's checksum is checked first, so that damage is
+/// reported rather than sealed under a new checksum.
+fn upgrade_to_6(tx: &Transaction<'_>, location: &str) -> Result<()> {
+    let e = |err| db_err(location, err);
+    let mut rows: Vec<(i64, i64, [u8; 16])> = Vec::new();
+    let mut spans: Vec<(String, i64)> = Vec::new();
+    {
+        let mut stmt = tx
+            .prepare(
+                "SELECT seq, session, role, call_id, content, at_ms, checksum, meta FROM wm_entries \
+                 ORDER BY session, seq",
+            )
+            .map_err(e)?;
+        let mut q = stmt.query([]).map_err(e)?;
+        while let Some(r) = q.next().map_err(e)? {
+            let mut row = EntryRow {
+                seq: r.get(0).map_err(e)?,
+                session: raw(r, 1).map_err(e)?,
+                role: raw(r, 2).map_err(e)?,
+                call_id: raw_opt(r, 3).map_err(e)?,
+                content: raw(r, 4).map_err(e)?,
+                at_ms: r.get(5).map_err(e)?,
+                meta: raw_opt(r, 7).map_err(e)?,
+                session_seq: None,
+            };
+            let seq = row.seq;
+            let name = || format!("seq {seq}");
+            verify_sum(
+                location,
+                "wm_entries",
+                &name,
+                raw_opt(r, 6).map_err(e)?,
+                &row.sum(),
+            )?;
+            let session = utf8(location, "wm_entries", &name, row.session)?;
+            match spans.last_mut() {
+                Some((s, n)) if *s == session => *n += 1,
+                _ => spans.push((session, 1)),
+            }
+            let n = spans.last().map_or(1, |(_, n)| *n);
+            row.session_seq = Some(n);
+            rows.push((seq, n, row.sum()));
+        }
+    }
+    for (seq, n, sum) in &rows {
+        tx.execute(
+            "UPDATE wm_entries SET session_seq = ?2, checksum = ?3 WHERE seq = ?1",
+            params![seq, n, &sum[..]],
+        )
+        .map_err(e)?;
+    }
+    for (session, n) in spans {
+        let sum = session_sum(session.as_bytes(), 1, n + 1);
+        tx.execute(
+            "INSERT INTO wm_sessions (session, first_seq, next_seq, checksum) VALUES (?1, 1, ?2, ?3)",
+            params![session, n + 1, &sum[..]],
+        )
+        .map_err(e)?;
+    }
+    tx.execute_batch(&format!(
+        "CREATE UNIQUE INDEX wm_entries_session_seq ON wm_entries (session, session_seq);
+         DELETE FROM row_counts;
+         INSERT INTO row_counts (name, n) {COUNTS_FROM_TABLES};"
+    ))
+    .map_err(e)
+}
 
 /// Remove a file that may not exist, logging other failures.
 fn remove_quietly(path: &Path) {
@@ -301,6 +505,9 @@ pub(super) fn migrate(
         if *version == 2 {
             fill_checksums(&tx, location)?;
         }
+        if *version == 6 {
+            upgrade_to_6(&tx, location)?;
+        }
         tx.execute(
             "UPDATE schema_version SET version = ?1 WHERE id = 1",
             [version],
@@ -373,15 +580,17 @@ fn fill_checksums(tx: &Transaction<'_>, location: &str) -> Result<()> {
         let mut rows = stmt.query([]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let seq: i64 = r.get(0).map_err(e)?;
-            let sum = entry_sum(
+            let sum = EntryRow {
                 seq,
-                raw(r, 1).map_err(e)?,
-                raw(r, 2).map_err(e)?,
-                raw_opt(r, 3).map_err(e)?,
-                raw(r, 4).map_err(e)?,
-                r.get(5).map_err(e)?,
-                None,
-            );
+                session: raw(r, 1).map_err(e)?,
+                role: raw(r, 2).map_err(e)?,
+                call_id: raw_opt(r, 3).map_err(e)?,
+                content: raw(r, 4).map_err(e)?,
+                at_ms: r.get(5).map_err(e)?,
+                meta: None,
+                session_seq: None,
+            }
+            .sum();
             sums.push((seq, sum));
         }
     }
@@ -475,5 +684,98 @@ pub(super) fn check_embedder(
             }
             Ok(false)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::HashEmbedder;
+    use crate::working::WorkingMemory;
+    use crate::{MemoryError, SqliteStore};
+
+    /// A store file at `version`, built by the migrations up to it, holding `rows` of
+    /// `(session, content)` as entries with the checksums of that version (a wrong one for
+    /// the row at `damaged`).
+    fn store_at(path: &Path, version: i64, rows: &[(&str, &str)], damaged: Option<usize>) {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+             INSERT INTO schema_version (id, version) VALUES (1, 0);",
+        )
+        .unwrap();
+        for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= version) {
+            c.execute_batch(sql).unwrap();
+            c.execute("UPDATE schema_version SET version = ?1", [v])
+                .unwrap();
+        }
+        check_embedder(&c, "test", &HashEmbedder::default(), false).unwrap();
+        for (i, (session, content)) in rows.iter().enumerate() {
+            let seq = i64::try_from(i).unwrap() + 1;
+            let mut sum = EntryRow {
+                seq,
+                session: session.as_bytes(),
+                role: b"user",
+                call_id: None,
+                content: content.as_bytes(),
+                at_ms: 7,
+                meta: None,
+                session_seq: None,
+            }
+            .sum();
+            if damaged == Some(i) {
+                sum[0] ^= 1;
+            }
+            c.execute(
+                "INSERT INTO wm_entries (seq, session, role, content, at_ms, checksum) VALUES (?1, ?2, 'user', ?3, 7, ?4)",
+                params![seq, session, content, &sum[..]],
+            )
+            .unwrap();
+        }
+    }
+
+    const ROWS: &[(&str, &str)] = &[("a", "a1"), ("b", "b1"), ("a", "a2"), ("a", "a3")];
+
+    /// Verifies ADR-0036: a store of version 4 (before entry metadata and session numbers)
+    /// is migrated: its entries are numbered within their sessions in order, have no
+    /// metadata, pass their new checksums and the whole check, and numbering goes on from
+    /// there.
+    #[test]
+    fn a_version_4_store_gets_meta_and_session_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v4.db");
+        store_at(&path, 4, ROWS, None);
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.stats().unwrap().schema_version, SQLITE_SCHEMA_VERSION);
+        let a = store.entries("a").unwrap();
+        let got: Vec<(u64, &str, Option<&str>)> = a
+            .iter()
+            .map(|e| (e.session_seq, e.content.as_str(), e.meta.as_deref()))
+            .collect();
+        assert_eq!(got, [(1, "a1", None), (2, "a2", None), (3, "a3", None)]);
+        assert_eq!(store.entries("b").unwrap()[0].session_seq, 1);
+        let next = store
+            .append("a", crate::NewEntry::user("a4").with_meta("{}"))
+            .unwrap();
+        assert_eq!((next.session_seq, next.seq), (4, 5));
+        store.check_integrity().unwrap();
+        assert_eq!(store.stats().unwrap().entries, 5);
+    }
+
+    /// Verifies ADR-0036: a damaged row stops the migration to version 6 (its checksum is
+    /// checked before a new one would seal it), and the store is left at its version.
+    #[test]
+    fn a_damaged_row_stops_the_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v5.db");
+        store_at(&path, 5, ROWS, Some(2));
+        match SqliteStore::open(&path) {
+            Err(MemoryError::Corrupt { detail, .. }) => {
+                assert!(detail.contains("seq 3"), "{detail}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(schema_version(&c, "test").unwrap(), 5);
     }
 }

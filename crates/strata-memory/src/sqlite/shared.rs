@@ -35,6 +35,45 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Every fact of `scope`, checked row by row and counted against the scope's count
+    /// (ADR-0036).
+    pub(super) fn facts_on(&self, conn: &rusqlite::Connection, scope: &Scope) -> Result<Vec<Fact>> {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT value, updated_ms, checksum, key FROM shared_facts WHERE scope = ?1 ORDER BY key",
+            )
+            .map_err(|e| self.err(e))?;
+        let loc = self.location.as_str();
+        let rows = stmt
+            .query_map([scope.as_str()], |r| {
+                let key = raw(r, 3)?;
+                let key = std::str::from_utf8(key).map_err(rusqlite::Error::Utf8Error)?;
+                Ok(self.verified_fact(loc, scope, key, r))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(|e| self.err(e))??);
+        }
+        if out.windows(2).any(|w| w[0].key >= w[1].key) {
+            return Err(crate::error::MemoryError::Corrupt {
+                location: self.location.clone(),
+                detail: format!(
+                    "the facts of scope `{}` were not read once each in key order; a page was damaged on disk",
+                    scope.as_str()
+                ),
+            });
+        }
+        self.check_count(
+            conn,
+            &format!("shared_facts/{}", scope.as_str()),
+            out.len() as u64,
+        )?;
+        Ok(out)
+    }
+}
+
 impl SharedContext for SqliteStore {
     fn store_name(&self) -> &str {
         &self.name
@@ -43,7 +82,7 @@ impl SharedContext for SqliteStore {
     fn fact(&self, scope: &Scope, key: &str) -> Result<Option<Fact>> {
         let inner = self.lock();
         let loc = self.location.as_str();
-        inner
+        let found = inner
             .conn
             .query_row(
                 "SELECT value, updated_ms, checksum FROM shared_facts WHERE scope = ?1 AND key = ?2",
@@ -52,30 +91,29 @@ impl SharedContext for SqliteStore {
             )
             .optional()
             .map_err(|e| self.err(e))?
-            .transpose()
+            .transpose()?;
+        if found.is_none() {
+            // A miss is checked (ADR-0036): the scope, read whole and counted, must not hold
+            // the key.
+            let all = self.facts_on(&inner.conn, scope)?;
+            if all.iter().any(|f| &*f.key == key) {
+                return Err(crate::error::MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!(
+                        "shared_facts row ({}, {key}) was not found by its key; the table was damaged on disk",
+                        scope.as_str()
+                    ),
+                });
+            }
+        }
+        Ok(found)
     }
 
     fn facts(&self, scopes: &[Scope]) -> Result<Vec<Fact>> {
         let inner = self.lock();
-        let mut stmt = inner
-            .conn
-            .prepare_cached(
-                "SELECT value, updated_ms, checksum, key FROM shared_facts WHERE scope = ?1 ORDER BY key",
-            )
-            .map_err(|e| self.err(e))?;
-        let loc = self.location.as_str();
         let mut out = Vec::new();
         for scope in scopes {
-            let rows = stmt
-                .query_map([scope.as_str()], |r| {
-                    let key = raw(r, 3)?;
-                    let key = std::str::from_utf8(key).map_err(rusqlite::Error::Utf8Error)?;
-                    Ok(self.verified_fact(loc, scope, key, r))
-                })
-                .map_err(|e| self.err(e))?;
-            for row in rows {
-                out.push(row.map_err(|e| self.err(e))??);
-            }
+            out.extend(self.facts_on(&inner.conn, scope)?);
         }
         Ok(out)
     }

@@ -14,7 +14,7 @@ impl crate::state::SessionState for SqliteStore {
         let inner = self.lock();
         let loc = self.location.as_str();
         let row_name = || format!("({session}, {name})");
-        inner
+        let found = inner
             .conn
             .query_row(
                 "SELECT value, version, updated_ms, checksum FROM session_state WHERE session = ?1 AND name = ?2",
@@ -44,7 +44,30 @@ impl crate::state::SessionState for SqliteStore {
             )
             .optional()
             .map_err(|e| self.err(e))?
-            .transpose()
+            .transpose()?;
+        if found.is_none() {
+            // A miss is checked (ADR-0036): the session's documents, counted, must be all
+            // there, and none of them this one.
+            let names = self.texts(
+                &inner.conn,
+                "SELECT name FROM session_state WHERE session = ?1",
+                session,
+            )?;
+            self.check_count(
+                &inner.conn,
+                &format!("session_state/{session}"),
+                names.len() as u64,
+            )?;
+            if names.iter().any(|n| n == name) {
+                return Err(crate::error::MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!(
+                        "session_state row ({session}, {name}) is missing from its index"
+                    ),
+                });
+            }
+        }
+        Ok(found)
     }
 
     fn put_state(

@@ -281,12 +281,26 @@ impl SqliteStore {
         );
         let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        let mut keys = std::collections::HashSet::new();
         while let Some(row) = rows.next().map_err(|e| self.err(e))? {
             let key: i64 = row.get(0).map_err(|e| self.err(e))?;
             let (id, v, content) = self.checked_row(row, key)?;
+            if !keys.insert(key) {
+                // A damaged cell pointer can make a page yield one row twice and hide another.
+                return Err(MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!(
+                        "memory {key} was read twice from its table; a page was damaged on disk"
+                    ),
+                });
+            }
             cache.upsert(dims, key, &id, &v, &content);
         }
-        Ok(())
+        let n = keys.len() as u64;
+        // Every memory and every vector was read, once (ADR-0036): a row lost from either
+        // table would leave a memory out of every search.
+        self.check_count(conn, "memories", n)?;
+        self.check_count(conn, "memory_vectors", n)
     }
 
     fn apply_changes(&self, conn: &Connection, cache: &mut VectorCache, last: i64) -> Result<u64> {
@@ -316,6 +330,12 @@ impl SqliteStore {
                 None => cache.remove(dims, *key),
             }
         }
+        // A row the log names but the table lacks was taken as deleted; the counts, read in
+        // the same transaction, tell a deletion from a row a damaged page hides (ADR-0036).
+        let held = cache.codes.len() as u64;
+        self.check_count(conn, "memories", held)?;
+        self.check_count(conn, "memory_vectors", held)?;
+        self.check_count(conn, "memories", cache.lexical.len() as u64)?;
         tracing::debug!(store = %self.name, changed = keys.len(), "refreshed vector cache");
         cache.change_seq = last;
         Ok(keys.len() as u64)

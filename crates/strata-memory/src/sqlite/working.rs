@@ -2,20 +2,29 @@
 //! per entry in sequence order, with the tool-call pairing checked on append, and the
 //! `wm_operations` table of retry-safe operations, written in the same transaction as the
 //! entries they appended (ADR-0031).
+//!
+//! Every entry is numbered within its session, and `wm_sessions` keeps each session's first
+//! live and next number under a checksum (ADR-0036). Every read of a session checks what it
+//! found against that span: an entry lost from a page or an index is a gap, and the read
+//! fails with [`MemoryError::Corrupt`] instead of serving a shorter history.
 
 use std::sync::Arc;
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use strata_core::{Content, Role};
 
-use super::integrity::{entry_sum, operation_sum, raw, raw_opt, utf8, verify_sum};
+use super::integrity::{operation_sum, raw, raw_opt, session_sum, utf8, verify_sum, EntryRow};
 use super::SqliteStore;
 use crate::error::{MemoryError, Result};
 use crate::options::check_label;
 use crate::working::{
-    check_batch, check_batch_links, check_operation_key, check_tail, operation_live, Applied,
-    Batch, CallState, Entry, Operation, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
+    check_batch, check_batch_links, check_operation_key, check_page, check_span, check_tail,
+    confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry, Operation,
+    SessionSpan, SpanPart, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
 };
+
+/// The columns every read of entries selects, in the order `entries_on` reads them.
+const ENTRY_COLUMNS: &str = "seq, role, call_id, content, at_ms, checksum, meta, session_seq";
 
 fn role_from(location: &str, s: &str) -> Result<Role> {
     match s {
@@ -31,19 +40,6 @@ fn role_from(location: &str, s: &str) -> Result<Role> {
 }
 
 impl SqliteStore {
-    /// The entries of `session` that `sql` selects (its columns as in `entries`, the session
-    /// as `?1`, then `more`), each checked against its checksum.
-    fn entries_where(
-        &self,
-        session: &str,
-        sql: &str,
-        more: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<Entry>> {
-        check_label("session id", session, MAX_LABEL_BYTES)?;
-        let inner = self.lock();
-        self.entries_on(&inner.conn, session, sql, more)
-    }
-
     /// The record of operation `key` of `session`, live or not, checked against its checksum.
     pub(super) fn operation_in(
         &self,
@@ -101,27 +97,33 @@ impl SqliteStore {
         params.extend_from_slice(more);
         let rows = stmt
             .query_map(params.as_slice(), |r| {
-                let seq: i64 = r.get(0)?;
-                let role = raw(r, 1)?;
-                let call_id = raw_opt(r, 2)?;
-                let content = raw(r, 3)?;
-                let at_ms: i64 = r.get(4)?;
+                let row = EntryRow {
+                    seq: r.get(0)?,
+                    session: session.as_bytes(),
+                    role: raw(r, 1)?,
+                    call_id: raw_opt(r, 2)?,
+                    content: raw(r, 3)?,
+                    at_ms: r.get(4)?,
+                    meta: raw_opt(r, 6)?,
+                    session_seq: Some(r.get(7)?),
+                };
                 let stored = raw_opt(r, 5)?;
-                let meta = raw_opt(r, 6)?;
+                let seq = row.seq;
                 let name = || format!("seq {seq}");
-                let sum = entry_sum(seq, session.as_bytes(), role, call_id, content, at_ms, meta);
                 Ok((|| -> Result<_> {
-                    verify_sum(loc, "wm_entries", &name, stored, &sum)?;
+                    verify_sum(loc, "wm_entries", &name, stored, &row.sum())?;
                     Ok((
                         seq,
-                        utf8(loc, "wm_entries", &name, role)?,
-                        call_id
+                        utf8(loc, "wm_entries", &name, row.role)?,
+                        row.call_id
                             .map(|c| utf8(loc, "wm_entries", &name, c))
                             .transpose()?,
-                        utf8(loc, "wm_entries", &name, content)?,
-                        at_ms,
-                        meta.map(|m| utf8(loc, "wm_entries", &name, m))
+                        utf8(loc, "wm_entries", &name, row.content)?,
+                        row.at_ms,
+                        row.meta
+                            .map(|m| utf8(loc, "wm_entries", &name, m))
                             .transpose()?,
+                        row.session_seq.unwrap_or(0),
                     ))
                 })())
             })
@@ -129,16 +131,131 @@ impl SqliteStore {
         let session: Arc<str> = Arc::from(session);
         let mut out = Vec::new();
         for row in rows {
-            let (seq, role, call_id, content, at_ms, meta) = row.map_err(|e| self.err(e))??;
+            let (seq, role, call_id, content, at_ms, meta, session_seq) =
+                row.map_err(|e| self.err(e))??;
             out.push(Entry {
                 seq: u64::try_from(seq).unwrap_or(0),
                 session: session.clone(),
+                session_seq: u64::try_from(session_seq).unwrap_or(0),
                 role: role_from(&self.location, &role)?,
                 call_id: call_id.map(Arc::from),
                 content: Content::from(content),
                 at_ms,
                 meta: meta.map(Arc::from),
             });
+        }
+        Ok(out)
+    }
+}
+
+impl SqliteStore {
+    /// The span of `session` from `wm_sessions`, checked against its checksum (ADR-0036). A
+    /// session without a record must have no entries: one that has some lost its record.
+    pub(super) fn span_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+    ) -> Result<SessionSpan> {
+        let found: Option<(i64, i64, Option<Vec<u8>>)> = conn
+            .prepare_cached(
+                "SELECT first_seq, next_seq, checksum FROM wm_sessions WHERE session = ?1",
+            )
+            .and_then(|mut st| {
+                st.query_row([session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
+            .map_err(|e| self.err(e))?;
+        let Some((first, next, stored)) = found else {
+            let orphans: bool = conn
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM wm_entries WHERE session = ?1)")
+                .and_then(|mut st| st.query_row([session], |r| r.get(0)))
+                .map_err(|e| self.err(e))?;
+            if orphans {
+                return Err(MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!(
+                        "session `{session}` has entries but no wm_sessions row; the row was lost on disk"
+                    ),
+                });
+            }
+            return Ok(SessionSpan::NEW);
+        };
+        verify_sum(
+            &self.location,
+            "wm_sessions",
+            &|| format!("`{session}`"),
+            stored.as_deref(),
+            &session_sum(session.as_bytes(), first, next),
+        )?;
+        SessionSpan::stored(&self.location, session, first, next)
+    }
+
+    /// The newest entry of a session with span `span`, found by its number and checked.
+    fn newest_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        span: SessionSpan,
+    ) -> Result<Option<Entry>> {
+        if span.len() == 0 {
+            return Ok(None);
+        }
+        let number = i64::try_from(span.next - 1).unwrap_or(i64::MAX);
+        let found = self.entries_on(
+            conn,
+            session,
+            &format!(
+                "SELECT {ENTRY_COLUMNS} FROM wm_entries WHERE session = ?1 AND session_seq = ?2"
+            ),
+            &[&number],
+        )?;
+        check_span(&self.location, session, span, &found, SpanPart::Newest)?;
+        Ok(found.into_iter().next())
+    }
+
+    /// Every entry of `session`, checked whole against its span.
+    pub(super) fn session_on(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+    ) -> Result<Vec<Entry>> {
+        let span = self.span_in(conn, session)?;
+        let all = self.entries_on(
+            conn,
+            session,
+            &format!("SELECT {ENTRY_COLUMNS} FROM wm_entries WHERE session = ?1 ORDER BY seq"),
+            &[],
+        )?;
+        check_span(&self.location, session, span, &all, SpanPart::Whole)?;
+        Ok(all)
+    }
+
+    /// Every operation record of `session`, checked and counted (ADR-0036); damage when
+    /// `missed`, a key its lookup did not find, is among them.
+    pub(super) fn operations_on(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        missed: Option<&str>,
+    ) -> Result<Vec<Operation>> {
+        let keys = self.texts(
+            conn,
+            "SELECT key FROM wm_operations WHERE session = ?1",
+            session,
+        )?;
+        self.check_count(conn, &format!("wm_operations/{session}"), keys.len() as u64)?;
+        if let Some(k) = missed.filter(|k| keys.iter().any(|x| x == k)) {
+            return Err(inconsistent(
+                &self.location,
+                session,
+                &format!("operation `{k}` was not found by its key"),
+            ));
+        }
+        let mut out = Vec::new();
+        for k in &keys {
+            if let Some(op) = self.operation_in(conn, session, k)? {
+                out.push(op);
+            }
         }
         Ok(out)
     }
@@ -155,20 +272,15 @@ impl WorkingMemory for SqliteStore {
         let now = self.options.now_ms();
         let mut inner = self.lock();
         // One immediate transaction: the tail, the key and the pairing are checked against
-        // what no other writer can change before the commit (ADR-0031).
+        // what no other writer can change before the commit (ADR-0031). A refusal, damage
+        // found included, returns before the commit and so changes nothing.
         let tx = inner
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
-        let last: Option<i64> = tx
-            .prepare_cached("SELECT max(seq) FROM wm_entries WHERE session = ?1")
-            .and_then(|mut st| st.query_row([session], |r| r.get(0)))
-            .map_err(|e| self.err(e))?;
-        check_tail(
-            session,
-            batch.tail,
-            last.map(|l| u64::try_from(l).unwrap_or(0)),
-        )?;
+        let span = self.span_in(&tx, session)?;
+        let last = self.newest_in(&tx, session, span)?.map(|e| e.seq);
+        check_tail(session, batch.tail, last)?;
         if let Some(op) = &batch.operation {
             if self
                 .operation_in(&tx, session, &op.key)?
@@ -201,10 +313,23 @@ impl WorkingMemory for SqliteStore {
             Ok(state)
         })?;
         let mut applied = Applied::default();
+        let mut first = span.first;
         if batch.clear {
             applied.cleared = tx
                 .execute("DELETE FROM wm_entries WHERE session = ?1", [session])
                 .map_err(|e| self.err(e))?;
+            if applied.cleared as u64 != span.len() {
+                return Err(inconsistent(
+                    &self.location,
+                    session,
+                    &format!(
+                        "a clear found {} entries where the session holds {}",
+                        applied.cleared,
+                        span.len()
+                    ),
+                ));
+            }
+            first = span.next;
         }
         // Sequence numbers are chosen here (as AUTOINCREMENT would: above every number ever
         // used) so that each row's checksum can cover its own.
@@ -217,33 +342,54 @@ impl WorkingMemory for SqliteStore {
             )
             .map_err(|e| self.err(e))?;
         let key: Arc<str> = Arc::from(session);
+        let mut next = span.next;
         for entry in batch.entries {
             seq += 1;
-            let sum = entry_sum(
+            let number = i64::try_from(next).unwrap_or(i64::MAX);
+            let sum = EntryRow {
                 seq,
-                session.as_bytes(),
-                entry.role.name().as_bytes(),
-                entry.call_id.as_deref().map(str::as_bytes),
-                entry.content.as_bytes(),
-                now,
-                entry.meta.as_deref().map(str::as_bytes),
-            );
+                session: session.as_bytes(),
+                role: entry.role.name().as_bytes(),
+                call_id: entry.call_id.as_deref().map(str::as_bytes),
+                content: entry.content.as_bytes(),
+                at_ms: now,
+                meta: entry.meta.as_deref().map(str::as_bytes),
+                session_seq: Some(number),
+            }
+            .sum();
             tx.prepare_cached(
-                "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum, meta, session_seq) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )
             .and_then(|mut s| {
-                s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, now, &sum[..], entry.meta])
+                s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, now, &sum[..], entry.meta, number])
             })
             .map_err(|e| self.err(e))?;
             applied.entries.push(Entry {
                 seq: u64::try_from(seq).unwrap_or(0),
                 session: key.clone(),
+                session_seq: next,
                 role: entry.role,
                 call_id: entry.call_id.as_deref().map(Arc::from),
                 content: Content::from(entry.content),
                 at_ms: now,
                 meta: entry.meta.map(Arc::from),
             });
+            next += 1;
+        }
+        if (first, next) != (span.first, span.next) {
+            let (f, n) = (
+                i64::try_from(first).unwrap_or(i64::MAX),
+                i64::try_from(next).unwrap_or(i64::MAX),
+            );
+            let sum = session_sum(session.as_bytes(), f, n);
+            tx.prepare_cached(
+                "INSERT INTO wm_sessions (session, first_seq, next_seq, checksum) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (session) DO UPDATE SET first_seq = excluded.first_seq, \
+                 next_seq = excluded.next_seq, checksum = excluded.checksum",
+            )
+            .and_then(|mut st| st.execute(params![session, f, n, &sum[..]]))
+            .map_err(|e| self.err(e))?;
         }
         if let Some(op) = &batch.operation {
             tx.prepare_cached("DELETE FROM wm_operations WHERE at_ms <= ?1")
@@ -256,12 +402,23 @@ impl WorkingMemory for SqliteStore {
                 op.answer.as_bytes(),
                 now,
             );
+            // An upsert, not INSERT OR REPLACE: a replacement would bypass the delete trigger
+            // that keeps the row counts (ADR-0036).
             tx.prepare_cached(
-                "INSERT OR REPLACE INTO wm_operations (session, key, fingerprint, answer, at_ms, checksum) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO wm_operations (session, key, fingerprint, answer, at_ms, checksum) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session, key) DO UPDATE SET \
+                 fingerprint = excluded.fingerprint, answer = excluded.answer, \
+                 at_ms = excluded.at_ms, checksum = excluded.checksum",
             )
             .and_then(|mut st| {
-                st.execute(params![session, op.key, op.fingerprint, op.answer, now, &sum[..]])
+                st.execute(params![
+                    session,
+                    op.key,
+                    op.fingerprint,
+                    op.answer,
+                    now,
+                    &sum[..]
+                ])
             })
             .map_err(|e| self.err(e))?;
         }
@@ -279,51 +436,83 @@ impl WorkingMemory for SqliteStore {
         check_operation_key(key)?;
         let now = self.options.now_ms();
         let inner = self.lock();
-        Ok(self
-            .operation_in(&inner.conn, session, key)?
-            .filter(|o| operation_live(o.at_ms, now)))
+        let found = self.operation_in(&inner.conn, session, key)?;
+        if found.is_none() {
+            // A miss is checked: the session's records, read and counted, must not hold it.
+            self.operations_on(&inner.conn, session, Some(key))?;
+        }
+        Ok(found.filter(|o| operation_live(o.at_ms, now)))
     }
 
     fn last_seq(&self, session: &str) -> Result<Option<u64>> {
         check_label("session id", session, MAX_LABEL_BYTES)?;
         let inner = self.lock();
-        let last: Option<i64> = inner
-            .conn
-            .prepare_cached("SELECT max(seq) FROM wm_entries WHERE session = ?1")
-            .and_then(|mut st| st.query_row([session], |r| r.get(0)))
-            .map_err(|e| self.err(e))?;
-        Ok(last.map(|l| u64::try_from(l).unwrap_or(0)))
+        let span = self.span_in(&inner.conn, session)?;
+        Ok(self.newest_in(&inner.conn, session, span)?.map(|e| e.seq))
     }
 
     fn entries(&self, session: &str) -> Result<Vec<Entry>> {
-        self.entries_where(
-            session,
-            "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries WHERE session = ?1 ORDER BY seq",
-            &[],
-        )
+        check_label("session id", session, MAX_LABEL_BYTES)?;
+        let inner = self.lock();
+        let tx = inner
+            .conn
+            .unchecked_transaction()
+            .map_err(|e| self.err(e))?;
+        let all = self.session_on(&tx, session)?;
+        tx.finish().map_err(|e| self.err(e))?;
+        Ok(all)
     }
 
     fn has_session(&self, session: &str) -> Result<bool> {
         check_label("session id", session, MAX_LABEL_BYTES)?;
         let inner = self.lock();
-        inner
-            .conn
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM wm_entries WHERE session = ?1)")
-            .and_then(|mut st| st.query_row([session], |r| r.get(0)))
-            .map_err(|e| self.err(e))
+        Ok(self.span_in(&inner.conn, session)?.len() > 0)
     }
 
     fn current_exchange(&self, session: &str) -> Result<Vec<Entry>> {
+        check_label("session id", session, MAX_LABEL_BYTES)?;
+        let inner = self.lock();
+        let tx = inner
+            .conn
+            .unchecked_transaction()
+            .map_err(|e| self.err(e))?;
+        let span = self.span_in(&tx, session)?;
         // Both walk the (session, seq) index, the inner one backwards from the newest entry to
         // the newest user entry; a session without a user entry compares with NULL and
         // selects nothing.
-        self.entries_where(
+        let found = self.entries_on(
+            &tx,
             session,
-            "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries WHERE session = ?1 \
-             AND seq >= (SELECT seq FROM wm_entries WHERE session = ?1 AND role = 'user' \
-             ORDER BY seq DESC LIMIT 1) ORDER BY seq",
+            &format!(
+                "SELECT {ENTRY_COLUMNS} FROM wm_entries WHERE session = ?1 \
+                 AND seq >= (SELECT seq FROM wm_entries WHERE session = ?1 AND role = 'user' \
+                 ORDER BY seq DESC LIMIT 1) ORDER BY seq"
+            ),
             &[],
-        )
+        )?;
+        if !found.is_empty() {
+            check_span(&self.location, session, span, &found, SpanPart::Newest)?;
+        }
+        if found.iter().skip(1).any(|e| e.role == Role::User) {
+            return Err(inconsistent(
+                &self.location,
+                session,
+                "the exchange read holds a newer user entry",
+            ));
+        }
+        if found.is_empty() && span.len() > 0 {
+            // No user entry: read the session whole to be sure none was missed.
+            let all = self.session_on(&tx, session)?;
+            if all.iter().any(|e| e.role == Role::User) {
+                return Err(inconsistent(
+                    &self.location,
+                    session,
+                    "the exchange read missed a user entry",
+                ));
+            }
+        }
+        tx.finish().map_err(|e| self.err(e))?;
+        Ok(found)
     }
 
     fn recent_within(
@@ -340,30 +529,46 @@ impl WorkingMemory for SqliteStore {
             .conn
             .unchecked_transaction()
             .map_err(|e| self.err(e))?;
+        let span = self.span_in(&tx, session)?;
+        let expect = std::cell::Cell::new(span.next.saturating_sub(1));
+        let page_sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM wm_entries \
+             WHERE session = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3"
+        );
+        let call_sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM wm_entries \
+             WHERE session = ?1 AND call_id = ?2 AND role = 'tool_call'"
+        );
         let chosen = crate::working::select_recent_paged(
             token_budget,
             tokenizer,
             crate::working::FIRST_PAGE,
             |before, limit| {
-                self.entries_on(
-                    &tx,
+                let page = self.entries_on(&tx, session, &page_sql, &[&before, &limit])?;
+                let complete = i64::try_from(page.len()).unwrap_or(i64::MAX) < limit;
+                expect.set(check_page(
+                    &self.location,
                     session,
-                    "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries \
-                     WHERE session = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
-                    &[&before, &limit],
-                )
+                    span,
+                    expect.get(),
+                    &page,
+                    complete,
+                )?);
+                Ok(page)
             },
             // The call's row is read and checked like any other: a damaged one is an error,
-            // not a missing call.
+            // not a missing call. A result always follows its call in a session, so a call
+            // not found by the index is looked for in the whole session before the result is
+            // taken as an orphan.
             |call| {
-                self.entries_on(
-                    &tx,
-                    session,
-                    "SELECT seq, role, call_id, content, at_ms, checksum, meta FROM wm_entries \
-                     WHERE session = ?1 AND call_id = ?2 AND role = 'tool_call'",
-                    &[&call],
-                )
-                .map(|found| !found.is_empty())
+                if !self
+                    .entries_on(&tx, session, &call_sql, &[&call])?
+                    .is_empty()
+                {
+                    return Ok(true);
+                }
+                let all = self.session_on(&tx, session)?;
+                confirm_no_call(&self.location, session, call, &all)
             },
         )?;
         tx.finish().map_err(|e| self.err(e))?;

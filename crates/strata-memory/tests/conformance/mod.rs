@@ -47,6 +47,9 @@ pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
         .append("s1", NewEntry::assistant("It is sunny."))
         .unwrap();
     assert!(a.seq < b.seq && b.seq < other.seq && other.seq < c.seq && c.seq < d.seq);
+    // Numbers within a session (ADR-0036).
+    let numbers = [a.session_seq, b.session_seq, c.session_seq, d.session_seq];
+    assert_eq!((numbers, other.session_seq), ([1, 2, 3, 4], 1));
     assert_eq!(a.at_ms, T0);
     assert_eq!(b.at_ms, T0 + 5);
     assert_eq!(a.role, Role::User);
@@ -134,6 +137,10 @@ pub fn working_memory(wm: &dyn WorkingMemory, clock: &ManualClock) {
     assert_eq!(wm.entries("s2").unwrap(), vec![other]);
     let e = wm.append("s1", NewEntry::user("after clear")).unwrap();
     assert!(e.seq > at_limit.seq);
+    assert_eq!(
+        e.session_seq, 5,
+        "session numbers are not reused after a clear"
+    );
     // A cleared call id may be used again.
     wm.append("s1", NewEntry::tool_call("c1", "again")).unwrap();
     wm.clear("s1").unwrap();
