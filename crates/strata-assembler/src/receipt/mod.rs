@@ -16,8 +16,10 @@
 //! same bytes, and a verifier refuses a statement that is not in this form.
 //!
 //! Verification follows "verify, then read": [`verify`] checks the envelope's signature against
-//! a [`TrustStore`] over DSSE's pre-authentication encoding, and only then parses the statement
-//! from the exact signed bytes into a [`VerifiedReceipt`], which nothing else can construct.
+//! a [`TrustStore`] over DSSE's pre-authentication encoding, through the same
+//! `strata_agentdef::envelope::verify` that checks agent definitions, and only then parses the
+//! statement from the exact signed bytes into a [`VerifiedReceipt`], which nothing else can
+//! construct.
 
 mod build;
 mod describe;

@@ -1,9 +1,8 @@
 //! Verifying a receipt, then reading it: [`verify`] is the only maker of a
 //! [`VerifiedReceipt`] (ADR-0021).
 
-use ed25519_dalek::Signature;
-use strata_agentdef::envelope::{pae, Envelope};
-use strata_agentdef::{KeyId, TrustStore, VerifiedAgent};
+use strata_agentdef::envelope::{self, Envelope, KeyWindows, Policy, Threshold};
+use strata_agentdef::{AgentDefError, TrustStore, VerifiedAgent};
 
 use super::statement::{AgentRecord, Statement, Subject};
 use super::{sha256_hex, PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE};
@@ -209,58 +208,34 @@ pub fn verify(envelope: &[u8], trust: &TrustStore) -> Result<VerifiedReceipt, Re
     result
 }
 
+/// What a receipt envelope must satisfy: the in-toto payload type and one trusted runtime key;
+/// key windows are not checked, because a receipt carries no trusted signing time.
+const POLICY: Policy = Policy {
+    payload_type: PAYLOAD_TYPE,
+    threshold: Threshold::One,
+    key_windows: KeyWindows::NotChecked,
+};
+
+/// The receipt's own words for a refusal of the shared envelope check.
+fn refusal(e: AgentDefError) -> ReceiptError {
+    match e {
+        AgentDefError::NoSignatures => ReceiptError::NoSignatures,
+        AgentDefError::BadSignature { keyid } => ReceiptError::BadSignature { keyid },
+        AgentDefError::RevokedKey { keyid, reason } => ReceiptError::RevokedKey { keyid, reason },
+        AgentDefError::UnknownKey { keyids } => ReceiptError::UnknownKey { keyids },
+        AgentDefError::WrongPayloadType { found, .. } => ReceiptError::WrongPayloadType { found },
+        // Parse errors, and what the receipt policy never yields (an expired key, a threshold
+        // above one): a refusal all the same.
+        other => ReceiptError::MalformedEnvelope(other.to_string()),
+    }
+}
+
 fn verify_inner(bytes: &[u8], trust: &TrustStore) -> Result<VerifiedReceipt, ReceiptError> {
-    let env = Envelope::parse(bytes).map_err(|e| ReceiptError::MalformedEnvelope(e.to_string()))?;
-    if env.signatures.is_empty() {
-        return Err(ReceiptError::NoSignatures);
-    }
-    let message = pae(&env.payload_type, &env.payload);
-    let (mut signer, mut bad, mut revoked, mut unknown) = (None, None, None, Vec::new());
-    for s in &env.signatures {
-        // Every byte of a receipt counts: only the canonical key id (64 lower-case hex digits)
-        // names a key in an envelope, though trust stores accept other spellings.
-        if !KeyId::parse(&s.keyid).is_ok_and(|id| id.as_str() == s.keyid) {
-            unknown.push(s.keyid.clone());
-            continue;
-        }
-        if let Some(reason) = trust.revoked(&s.keyid) {
-            revoked.get_or_insert((s.keyid.clone(), reason.to_owned()));
-            continue;
-        }
-        let Some(key) = trust.key(&s.keyid) else {
-            unknown.push(s.keyid.clone());
-            continue;
-        };
-        if key
-            .key
-            .verify_strict(&message, &Signature::from_bytes(&s.sig))
-            .is_ok()
-        {
-            signer = Some(key.id.to_string());
-            break;
-        }
-        bad.get_or_insert(s.keyid.clone());
-    }
-    let signer = match (signer, bad, revoked) {
-        (Some(s), _, _) => s,
-        (None, Some(keyid), _) => return Err(ReceiptError::BadSignature { keyid }),
-        (None, None, Some((keyid, reason))) => {
-            return Err(ReceiptError::RevokedKey { keyid, reason })
-        }
-        (None, None, None) => {
-            return Err(ReceiptError::UnknownKey {
-                keyids: unknown.join(", "),
-            })
-        }
-    };
-    // The payload type is signed (it is part of the pre-authentication encoding).
-    if env.payload_type != PAYLOAD_TYPE {
-        return Err(ReceiptError::WrongPayloadType {
-            found: env.payload_type,
-        });
-    }
+    let env = Envelope::parse(bytes).map_err(refusal)?;
+    let verified = envelope::verify(&env, trust, &POLICY).map_err(refusal)?;
+    let payload = verified.payload();
     // Verify, then read: parse only the exact verified bytes.
-    let statement: Statement = serde_json::from_slice(&env.payload)
+    let statement: Statement = serde_json::from_slice(payload)
         .map_err(|e| ReceiptError::MalformedStatement(e.to_string()))?;
     if statement.statement_type != STATEMENT_TYPE {
         return Err(ReceiptError::WrongStatementType {
@@ -274,19 +249,31 @@ fn verify_inner(bytes: &[u8], trust: &TrustStore) -> Result<VerifiedReceipt, Rec
             expected: PREDICATE_TYPE,
         });
     }
-    if statement.canonical_bytes() != env.payload.as_ref() {
+    if statement.canonical_bytes() != payload.as_ref() {
         return Err(ReceiptError::NotCanonical);
     }
-    if statement.predicate.runtime_key_id != signer {
+    // The runtime key the statement names must be one whose signature verified.
+    let recorded = &statement.predicate.runtime_key_id;
+    let Some(signer) = verified
+        .signers()
+        .iter()
+        .find(|k| k.as_str() == recorded.as_str())
+        .map(|k| k.to_string())
+    else {
         return Err(ReceiptError::KeyMismatch {
-            recorded: statement.predicate.runtime_key_id.clone(),
-            signer,
+            recorded: recorded.clone(),
+            signer: verified
+                .signers()
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
         });
-    }
+    };
     Ok(VerifiedReceipt {
         statement,
         signer,
-        payload: env.payload.to_vec(),
+        payload: payload.to_vec(),
     })
 }
 
