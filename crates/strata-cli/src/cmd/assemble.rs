@@ -225,7 +225,7 @@ pub fn load_agent(
     ignore_expiry: bool,
 ) -> Result<VerifiedAgent, CliError> {
     super::require_file(agent, "signed agent definition")?;
-    let trust = super::verify::read_trust_pinned(trust, trust_pin)?;
+    let trust = super::read_trust(trust, trust_pin)?;
     let guard = match rollback {
         Some(p) => RollbackGuard::open(p).map_err(|e| super::rollback_error(p, e))?,
         None => {
