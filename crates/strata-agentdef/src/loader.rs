@@ -2,20 +2,20 @@
 //!
 //! Order of checks: strict envelope parse with size limits; signatures over DSSE's
 //! pre-authentication encoding with `verify_strict`, counting distinct trusted, unrevoked,
-//! currently valid keys against the threshold; payload type; only then the payload is parsed
+//! currently valid keys against the trust store's threshold, then the payload type (both in
+//! [`envelope::verify`], which receipts share); only then the payload is parsed
 //! (from the exact verified bytes) and referenced files are checked against their digests;
 //! validity window; rollback guard. Any failure is a rejection (fail closed).
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
-use ed25519_dalek::Signature;
 use sha2::{Digest as _, Sha256};
 
 use crate::definition::parse_payload;
-use crate::envelope::{pae, Envelope, MAX_ENVELOPE_BYTES, PAYLOAD_TYPE};
+use crate::envelope::{
+    self, Envelope, KeyWindows, Policy, Threshold, MAX_ENVELOPE_BYTES, PAYLOAD_TYPE,
+};
 use crate::error::AgentDefError;
-use crate::keys::KeyId;
 use crate::rollback::RollbackGuard;
 use crate::time::format_rfc3339;
 use crate::trust::TrustStore;
@@ -169,15 +169,18 @@ impl<'a> Loader<'a> {
             self.expiry.warn_if_weakened("loading an agent definition");
         }
         let now = self.expiry.instant(now_unix());
-        let signers = verify_signatures(&env, self.trust, now)?;
-        if env.payload_type != PAYLOAD_TYPE {
-            return Err(AgentDefError::WrongPayloadType {
-                found: env.payload_type.clone(),
-                expected: PAYLOAD_TYPE,
-            });
-        }
+        let verified = envelope::verify(
+            &env,
+            self.trust,
+            &Policy {
+                payload_type: PAYLOAD_TYPE,
+                threshold: Threshold::TrustStore,
+                key_windows: KeyWindows::At(now),
+            },
+        )?;
         // Verify, then read: the payload is parsed only now, from the exact verified bytes.
-        let parsed = parse_payload(&env.payload, base)?;
+        let parsed = parse_payload(verified.payload(), base)?;
+        let signers = verified.into_signers();
         if self.expiry != Expiry::IgnoreDangerously {
             check_window(&parsed.def.id, parsed.not_before, parsed.not_after, now)?;
         }
@@ -226,70 +229,4 @@ pub(crate) fn check_window(
         });
     }
     Ok(())
-}
-
-/// Check every signature; succeed only with `threshold` distinct trusted, unrevoked, currently
-/// valid keys whose signatures verify strictly. Returns the distinct signer ids, sorted.
-fn verify_signatures(
-    env: &Envelope,
-    trust: &TrustStore,
-    now: i64,
-) -> Result<Vec<KeyId>, AgentDefError> {
-    if env.signatures.is_empty() {
-        return Err(AgentDefError::NoSignatures);
-    }
-    let message = pae(&env.payload_type, &env.payload);
-    let mut valid = BTreeSet::new();
-    let (mut bad, mut revoked, mut expired, mut unknown) = (None, None, None, Vec::new());
-    for s in &env.signatures {
-        // An envelope is machine-written and every byte of it must count (I5): only the
-        // canonical form of a key id (64 lower-case hex digits) names a key there; trust stores,
-        // written by people, are normalised instead (ADR-0017).
-        if !KeyId::parse(&s.keyid).is_ok_and(|id| id.as_str() == s.keyid) {
-            unknown.push(s.keyid.clone());
-            continue;
-        }
-        if let Some(reason) = trust.revoked(&s.keyid) {
-            revoked.get_or_insert((s.keyid.clone(), reason.to_owned()));
-            continue;
-        }
-        let Some(key) = trust.key(&s.keyid) else {
-            unknown.push(s.keyid.clone());
-            continue;
-        };
-        if !key.valid_at(now) {
-            expired.get_or_insert((s.keyid.clone(), key.window()));
-            continue;
-        }
-        if key
-            .key
-            .verify_strict(&message, &Signature::from_bytes(&s.sig))
-            .is_ok()
-        {
-            valid.insert(key.id.clone());
-        } else {
-            bad.get_or_insert(s.keyid.clone());
-        }
-    }
-    if valid.len() >= trust.threshold() {
-        return Ok(valid.into_iter().collect());
-    }
-    if let Some(keyid) = bad {
-        return Err(AgentDefError::BadSignature { keyid });
-    }
-    if let Some((keyid, reason)) = revoked {
-        return Err(AgentDefError::RevokedKey { keyid, reason });
-    }
-    if let Some((keyid, window)) = expired {
-        return Err(AgentDefError::KeyNotValid { keyid, window });
-    }
-    if valid.is_empty() {
-        return Err(AgentDefError::UnknownKey {
-            keyids: unknown.join(", "),
-        });
-    }
-    Err(AgentDefError::ThresholdNotMet {
-        valid: valid.len(),
-        threshold: trust.threshold(),
-    })
 }

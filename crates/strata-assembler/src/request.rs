@@ -97,3 +97,53 @@ pub struct AssemblyRequest {
     /// The assembler reads no clock of its own.
     pub now_ms: Option<i64>,
 }
+
+impl AssemblyRequest {
+    /// Refuse a working-memory history whose tool turns do not pair up: a call without a
+    /// result after it, or a result without a call before it (ADR-0015). A provider-native
+    /// assembly checks this itself (with the rest of its history rules, honouring
+    /// [`crate::PairPolicy`]); a caller that wants the plain-text and JSON outputs to refuse
+    /// the same histories calls this before assembling, so that the output format does not
+    /// decide whether an input is accepted.
+    pub fn check_tool_pairs(&self) -> Result<(), crate::AssembleError> {
+        use std::collections::BTreeMap;
+        use strata_core::Role;
+        let mut calls: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut results: BTreeMap<&str, u64> = BTreeMap::new();
+        for s in &self.sections {
+            let Some(t) = s
+                .turn()
+                .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
+            else {
+                continue;
+            };
+            let Some(id) = t.call_id.as_deref() else {
+                continue;
+            };
+            match t.role {
+                Role::ToolCall => calls.insert(id, t.seq),
+                Role::ToolResult => results.insert(id, t.seq),
+                Role::User | Role::Assistant => None,
+            };
+        }
+        let unpaired = calls
+            .iter()
+            .filter(|(id, seq)| results.get(*id).is_none_or(|r| r < seq))
+            .map(|(id, _)| (*id, "result"))
+            .chain(
+                results
+                    .keys()
+                    .filter(|id| !calls.contains_key(*id))
+                    .map(|id| (*id, "call")),
+            )
+            .min();
+        match unpaired {
+            None => Ok(()),
+            Some((id, missing)) => Err(crate::AssembleError::History {
+                why: format!(
+                    "tool call `{id}` has no {missing}; record the missing turn, or leave unpaired tool turns out with `--drop-unpaired`"
+                ),
+            }),
+        }
+    }
+}

@@ -386,6 +386,78 @@ fn verification_checks_signature_body_and_definition() {
     );
 }
 
+/// Verifies ADR-0010 and ADR-0021: definitions and receipts go through one DSSE check, so a
+/// revoked key, a wrong payload type and an unknown or non-canonical key id are refused with
+/// the same cause for both, under the same trust store.
+#[test]
+fn definitions_and_receipts_are_refused_the_same_way() {
+    let key = runtime_key();
+    let other = KeyPair::from_seed(&OTHER_SEED);
+    let definition = support::definition(16_384, "You are Tester.").into_bytes();
+    let statement = receipted(None).receipt.envelope().payload.to_vec();
+    let trusting = trust_toml();
+    // A revocation needs another usable key in the store.
+    let revoking = TrustStore::toml_for(&[("runtime", &key.public()), ("other", &other.public())])
+        + &format!(
+            "\n[[revoked]]\nid = \"{}\"\nreason = \"leaked\"\n",
+            key.key_id()
+        );
+    let upper = |envelope: Vec<u8>| {
+        let id = key.key_id().to_string();
+        String::from_utf8(envelope)
+            .unwrap()
+            .replace(&id, &id.to_ascii_uppercase())
+            .into_bytes()
+    };
+    // (case, trust store, definition envelope, receipt envelope, expected cause)
+    let cases = [
+        (
+            "valid",
+            &trusting,
+            signed(strata_agentdef::PAYLOAD_TYPE, &definition, &key),
+            signed(PAYLOAD_TYPE, &statement, &key),
+            "ok",
+        ),
+        (
+            "revoked key",
+            &revoking,
+            signed(strata_agentdef::PAYLOAD_TYPE, &definition, &key),
+            signed(PAYLOAD_TYPE, &statement, &key),
+            "revoked_key",
+        ),
+        (
+            "wrong payload type",
+            &trusting,
+            signed("application/json", &definition, &key),
+            signed("application/json", &statement, &key),
+            "wrong_payload_type",
+        ),
+        (
+            "unknown key id",
+            &trusting,
+            signed(strata_agentdef::PAYLOAD_TYPE, &definition, &other),
+            signed(PAYLOAD_TYPE, &statement, &other),
+            "unknown_key",
+        ),
+        (
+            "key id not in canonical form",
+            &trusting,
+            upper(signed(strata_agentdef::PAYLOAD_TYPE, &definition, &key)),
+            upper(signed(PAYLOAD_TYPE, &statement, &key)),
+            "unknown_key",
+        ),
+    ];
+    for (case, trust, def_envelope, receipt_envelope, expect) in cases {
+        let trust = TrustStore::from_toml(trust).unwrap();
+        let guard = RollbackGuard::in_memory();
+        let def = Loader::new(&trust, &guard)
+            .load_bytes(&def_envelope, None)
+            .map_or_else(|e| e.cause(), |_| "ok");
+        let rec = receipt::verify(&receipt_envelope, &trust).map_or_else(|e| e.cause(), |_| "ok");
+        assert_eq!((def, rec), (expect, expect), "{case}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tamper fixtures.
 

@@ -57,8 +57,9 @@ Exit codes:
      stderr reads `REFUSED <cause>: <message>`
 
 Logging:
-  Logs go to stderr. The default level is `warn`; -v shows info, -vv debug, -vvv trace;
-  --quiet shows errors only and silences status lines. RUST_LOG, when set, replaces the level
+  Logs go to stderr. The default level is `warn` (`info` for `strata serve`, which logs its
+  requests and lifecycle); each -v shows one level more (info, debug, trace); --quiet shows
+  errors only and silences status lines. RUST_LOG, when set, replaces the level
   chosen by these flags (for example RUST_LOG=strata_agentdef=debug).";
 
 const MEMORY_EXAMPLES: &str = "\
@@ -105,7 +106,8 @@ struct Cli {
     )]
     quiet: bool,
 
-    /// Show more logs on stderr (repeat for more: -v info, -vv debug, -vvv trace).
+    /// Show more logs on stderr, one level per -v: info, debug, trace (`serve`, which logs at
+    /// info by default: debug, trace).
     #[arg(short, long, global = true, action = ArgAction::Count, display_order = 901)]
     verbose: u8,
 
@@ -173,8 +175,10 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
 fn log_filter(quiet: bool, verbose: u8, serving: bool) -> EnvFilter {
     let from_flags = match (quiet, verbose) {
         (true, _) => "error",
-        // A service logs its requests and lifecycle (never their content) by default.
+        // A service logs its requests and lifecycle (never their content) by default, and
+        // each -v goes one level further from there.
         (false, 0) if serving => "info",
+        (false, 1) if serving => "debug",
         (false, 0) => "warn,strata_agentdef::loader=error,strata_assembler::receipt=error",
         (false, 1) => "info",
         (false, 2) => "debug",

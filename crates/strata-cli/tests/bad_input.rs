@@ -94,6 +94,76 @@ fn sign_refuses_a_broken_template_an_unlisted_preferred_tool_and_version_zero() 
     }
 }
 
+/// Verifies ADR-0015: an unpaired tool call in the input history gets the same exit code and
+/// message whatever `--format` (plain text, JSON and every provider format), and
+/// `--drop-unpaired` lets it through in every format.
+#[test]
+fn an_unpaired_tool_call_is_refused_the_same_way_in_every_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    example(dir);
+    assert_eq!(strata(dir, &["sign", "ada.toml", "--key", "k.key"]).code, 0);
+    for (name, turns) in [
+        (
+            "call.json",
+            r#"{"role": "tool_call", "call_id": "c1", "name": "file_read", "arguments": {"path": "notes.txt"}}"#,
+        ),
+        (
+            "result.json",
+            r#"{"role": "tool_result", "call_id": "c1", "content": "Fridays."}"#,
+        ),
+    ] {
+        std::fs::write(
+            dir.join(name),
+            format!(
+                r#"{{"turns": [{{"role": "user", "content": "Read notes.txt"}}, {turns}, {{"role": "user", "content": "And?"}}]}}"#
+            ),
+        )
+        .unwrap();
+        let missing = if name == "call.json" {
+            "result"
+        } else {
+            "call"
+        };
+        for format in [
+            "text",
+            "json",
+            "openai-chat",
+            "openai-responses",
+            "anthropic",
+        ] {
+            let args = [
+                "assemble",
+                "--agent",
+                "ada.signed.json",
+                "--trust",
+                "trust.toml",
+                "--input",
+                name,
+                "--format",
+                format,
+                "--model",
+                "m",
+                "--max-tokens",
+                "256",
+            ];
+            let r = strata(dir, &args);
+            assert_eq!(r.code, 1, "{name} {format}: {}", r.stderr);
+            assert!(
+                r.stderr
+                    .contains(&format!("invalid history: tool call `c1` has no {missing}")),
+                "{name} {format}: {}",
+                r.stderr
+            );
+            assert!(r.stdout.is_empty(), "{name} {format}");
+            let mut dropping = args.to_vec();
+            dropping.push("--drop-unpaired");
+            let r = strata(dir, &dropping);
+            assert_eq!(r.code, 0, "{name} {format} --drop-unpaired: {}", r.stderr);
+        }
+    }
+}
+
 #[test]
 fn assemble_refuses_duplicate_section_ids_in_one_layer() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! `strata receipt` end to end (ADR-0021): a runtime key from `strata keygen`, a receipt from
 //! `strata receipt assemble` for each output format, `verify` with the body and the definition,
 //! `show` in words, `audit` of the log, and each kind of tampering refused with exit code 3 and
-//! its own cause.
+//! its own cause; a trust store pin (`--trust-sha256`) on every command that reads one.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -21,6 +21,7 @@ fn strata(dir: &Path, args: &[&str]) -> Run {
         .args(args)
         .current_dir(dir)
         .env_remove("RUST_LOG")
+        .env_remove("STRATA_TRUST_SHA256")
         .output()
         .unwrap();
     Run {
@@ -98,6 +99,89 @@ fn setup(dir: &Path) -> Vec<String> {
         heads.push(head.split_whitespace().next().unwrap().to_owned());
     }
     heads
+}
+
+/// Verifies ADR-0017: every command that reads a trust store takes its pin, and a wrong pin
+/// refuses it (exit code 1, nothing on stdout) before anything is verified; the right pin
+/// passes.
+#[test]
+fn a_wrong_trust_pin_refuses_every_reader_of_a_trust_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    setup(dir);
+    let pin = |path: &Path| format!("sha256:{}", sha256_hex(&std::fs::read(path).unwrap()));
+    let runtime_pin = pin(&dir.join("runtime-trust.toml"));
+    let agent_pin = pin(Path::new(&demo("trust.toml")));
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let agent = demo("agent.signed.json");
+    let agent_trust = demo("trust.toml");
+    let verify = |pin: &str, agent_pin: &str| {
+        vec![
+            "receipt".to_owned(),
+            "verify".into(),
+            "receipt0.json".into(),
+            "--trust".into(),
+            "runtime-trust.toml".into(),
+            "--trust-sha256".into(),
+            pin.into(),
+            "--agent".into(),
+            agent.clone(),
+            "--agent-trust".into(),
+            agent_trust.clone(),
+            "--agent-trust-sha256".into(),
+            agent_pin.into(),
+        ]
+    };
+    let runtime = |command: &[&str], pin: &str| {
+        let mut args: Vec<String> = command.iter().map(|a| (*a).to_owned()).collect();
+        args.extend(["--trust", "runtime-trust.toml", "--trust-sha256", pin].map(String::from));
+        args
+    };
+    let inspect = |pin: &str| {
+        [
+            "inspect",
+            &agent,
+            "--trust",
+            &agent_trust,
+            "--trust-sha256",
+            pin,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let cases = [
+        (
+            "receipt verify",
+            verify(&wrong, &agent_pin),
+            verify(&runtime_pin, &agent_pin),
+        ),
+        (
+            "receipt verify --agent-trust",
+            verify(&runtime_pin, &wrong),
+            verify(&runtime_pin, &agent_pin),
+        ),
+        (
+            "receipt show",
+            runtime(&["receipt", "show", "receipt0.json"], &wrong),
+            runtime(&["receipt", "show", "receipt0.json"], &runtime_pin),
+        ),
+        (
+            "receipt audit",
+            runtime(&["receipt", "audit", "receipts.log"], &wrong),
+            runtime(&["receipt", "audit", "receipts.log"], &runtime_pin),
+        ),
+        ("inspect", inspect(&wrong), inspect(&agent_pin)),
+    ];
+    for (name, refused, accepted) in cases {
+        let args: Vec<&str> = refused.iter().map(String::as_str).collect();
+        let r = strata(dir, &args);
+        assert_eq!(r.code, 1, "{name}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains("is pinned"), "{name}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{name}: {}", r.stdout);
+        let args: Vec<&str> = accepted.iter().map(String::as_str).collect();
+        let r = strata(dir, &args);
+        assert_eq!(r.code, 0, "{name}: {}", r.stderr);
+    }
 }
 
 /// Verifies ADR-0021: the five-command audit story works, and what `receipt assemble` wrote

@@ -14,6 +14,7 @@ mod serve_harness;
 
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -772,4 +773,65 @@ fn every_prepared_turn_is_receipted_into_a_locked_log_that_audits() {
         ],
     );
     assert!(audit.starts_with("OK 3 entries chained"), "{audit}");
+}
+
+/// Verifies ADR-0022: a start on an address already in use fails with exit code 1 and an error
+/// naming the address, before it creates the token file or the store (both default to files
+/// under `.strata/`, which must not appear).
+#[test]
+fn an_address_in_use_fails_the_start_before_anything_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (agent, trust) = serve_harness::demo_agent();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("serve")
+        .arg("--agent")
+        .arg(&agent)
+        .arg("--trust")
+        .arg(&trust)
+        .args([
+            "--listen",
+            &addr,
+            "--model",
+            "test-model",
+            "--watch-secs",
+            "0",
+        ])
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env_remove("STRATA_POSTGRES")
+        .env_remove("STRATA_MODEL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!dir.join(".strata").exists(), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0);
+    drop(taken);
+}
+
+/// Verifies ADR-0022: the log level `strata serve --help` states is the one it logs at: `info`
+/// by default (lifecycle lines, no debug ones, even for a prepared turn), `debug` with one -v.
+#[test]
+fn the_default_log_level_is_the_one_the_help_states() {
+    let help = serve_harness::strata(Path::new("."), &["serve", "--help"]);
+    assert!(help.contains("the default level is `info`"), "{help}");
+    assert!(help.contains("-v shows debug"), "{help}");
+    for (extra, debug) in [(&[][..], false), (&["-v"][..], true)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let server = Server::start(tmp.path(), extra);
+        let r = server.post("/v1/sessions/s1/turns", &json!({"message": "Hello"}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        let log = server.log_text();
+        drop(server);
+        assert!(log.contains(" INFO "), "{log}");
+        assert_eq!(log.contains("DEBUG"), debug, "{extra:?}: {log}");
+    }
 }

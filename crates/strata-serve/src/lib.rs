@@ -27,6 +27,6 @@ pub use error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
 pub use metrics::Metrics;
 pub use openapi::document as openapi_document;
 pub use server::{
-    router, serve, AppState, Bound, Limits, Listen, ReceiptLogSpec, RuntimeSettings, ServeError,
-    ServeOptions, TlsFiles,
+    router, serve, serve_on, AppState, Bound, Limits, Listen, Listener, ReceiptLogSpec,
+    RuntimeSettings, ServeError, ServeOptions, TlsFiles,
 };

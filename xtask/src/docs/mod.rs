@@ -7,8 +7,13 @@
 //! `docs/adr/` and `docs/crates/`. In check mode it compares what it would write with the
 //! files on disk instead, the way rust-analyzer checks its generated files, and also fails on
 //! broken citations and on decisions or invariants that nothing implements or tests.
+//!
+//! `ARCHITECTURE.md` is held to the tree as well ([`codemap`]): its paragraph of crate levels is
+//! generated from the layering data, and its code map must name every workspace crate, paths
+//! that exist, every source file of the enforcement point and every fuzz target.
 
 pub mod adr;
+pub mod codemap;
 pub mod lexer;
 pub mod render;
 pub mod scan;
@@ -57,6 +62,8 @@ pub struct Model {
     /// Other pages that exist and are linked from the index (`docs/benchmarks.md`,
     /// `README.md`, `ARCHITECTURE.md`, `SECURITY.md`), relative to the workspace root.
     pub extra_pages: BTreeSet<String>,
+    /// The text of `ARCHITECTURE.md`, whose paragraph of crate levels is generated.
+    pub architecture: Option<String>,
 }
 
 impl Model {
@@ -93,9 +100,58 @@ pub fn collect(root: &Path) -> std::io::Result<Model> {
         }
     }
     check_model(&mut model);
+    check_architecture(root, &mut model)?;
     model.problems.sort_by_key(|p| problem_key(p));
     model.problems.dedup();
     Ok(model)
+}
+
+/// Holds `ARCHITECTURE.md`'s code map to the tree ([`codemap::check`]).
+fn check_architecture(root: &Path, model: &mut Model) -> std::io::Result<()> {
+    let Ok(text) = fs::read_to_string(root.join(codemap::PAGE)) else {
+        model.problems.push(format!(
+            "{}: the page is missing; it is where the code map lives.",
+            codemap::PAGE
+        ));
+        return Ok(());
+    };
+    let mut files = Vec::new();
+    all_files(root, root, &mut files)?;
+    let crate_dirs: Vec<String> = model
+        .crates
+        .iter()
+        .filter(|c| c.dir.starts_with("crates/") || c.dir == "xtask")
+        .map(|c| c.dir.clone())
+        .collect();
+    model.problems.extend(codemap::check(
+        &text,
+        &codemap::Files::new(files),
+        &crate_dirs,
+    ));
+    model.architecture = Some(text);
+    Ok(())
+}
+
+/// Every file below `dir`, workspace-relative, skipping build output, dependencies and hidden
+/// folders other than `.cargo` and `.ci`.
+fn all_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type()?.is_dir() {
+            let skip = matches!(
+                name.as_str(),
+                "target" | "node_modules" | "corpus" | "artifacts" | "__pycache__"
+            ) || (name.starts_with('.') && name != ".cargo" && name != ".ci");
+            if !skip {
+                all_files(root, &path, out)?;
+            }
+        } else {
+            out.push(relative(root, &path));
+        }
+    }
+    Ok(())
 }
 
 fn read_adrs(root: &Path, model: &mut Model) -> std::io::Result<()> {
@@ -633,7 +689,25 @@ mod tests {
             ("adr/TEMPLATE.md", "# ADR-NNNN: Title\n"),
             ("crates/strata-core/Cargo.toml", MANIFEST),
             ("crates/strata-core/src/lib.rs", LIB),
+            ("ARCHITECTURE.md", &architecture()),
         ])
+    }
+
+    /// A code map of the demo crate, its paragraph of crate levels not yet generated.
+    fn architecture() -> String {
+        format!(
+            "# Architecture\n\n## Code map\n\n{}\n{}\n\n### `crates/strata-core`\n\n- `lib.rs`: everything.\n",
+            codemap::LEVELS_BEGIN,
+            codemap::LEVELS_END
+        )
+    }
+
+    /// The problems of a tree other than those of its code map.
+    fn without_code_map(problems: Vec<String>) -> Vec<String> {
+        problems
+            .into_iter()
+            .filter(|p| !p.starts_with(codemap::PAGE))
+            .collect()
     }
 
     /// Verifies ADR-0005: a consistent tree passes, and what is written is then fresh.
@@ -687,6 +761,26 @@ mod tests {
         assert!(tree.0.join("docs/adr/notes.md").exists());
     }
 
+    /// Verifies ADR-0002 and ADR-0005: `cargo xtask docs` writes the paragraph of crate levels
+    /// into the code map, and a planted stale entry in the map fails `--check` although every
+    /// generated page is fresh.
+    #[test]
+    fn stale_code_map_fails_the_check() {
+        let tree = good_tree();
+        assert!(run(&tree.0, false).unwrap());
+        assert!(run(&tree.0, true).unwrap());
+        let page = fs::read_to_string(tree.0.join(codemap::PAGE)).unwrap();
+        assert!(page.contains("`strata-core` (0)"), "{page}");
+        tree.write(
+            codemap::PAGE,
+            &page.replace("`lib.rs`", "`lib.rs`, `gone.rs`"),
+        );
+        assert!(!run(&tree.0, true).unwrap());
+        let problems = collect(&tree.0).unwrap().problems;
+        assert_eq!(problems.len(), 1, "{problems:#?}");
+        assert!(problems[0].contains("names `gone.rs`, which does not exist"));
+    }
+
     /// Verifies ADR-0001 and ADR-0005: a citation of a record that does not exist fails the
     /// check, and so does a malformed id.
     #[test]
@@ -696,7 +790,8 @@ mod tests {
             "crates/strata-core/src/extra.rs",
             "//! Extra.\n\n/// Follows ADR-0099.\npub fn f() {}\n// See ADR-12.\n",
         );
-        let model = collect(&tree.0).unwrap();
+        let mut model = collect(&tree.0).unwrap();
+        model.problems = without_code_map(model.problems);
         assert_eq!(model.problems.len(), 2, "{:#?}", model.problems);
         assert!(model.problems[0].starts_with("crates/strata-core/src/extra.rs:3: cites ADR-0099"));
         assert!(model.problems[1].starts_with("crates/strata-core/src/extra.rs:5: `ADR-12` is not"));
@@ -725,7 +820,7 @@ mod tests {
                 "Nothing cites me.",
             ),
         );
-        let problems = collect(&tree.0).unwrap().problems;
+        let problems = without_code_map(collect(&tree.0).unwrap().problems);
         let expect = [
             "adr/0004-lonely.md: supersedes ADR-0001, so that record's status must be",
             "adr/0004-lonely.md: ADR-0004 is Accepted but no code cites it",

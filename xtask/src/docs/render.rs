@@ -62,6 +62,13 @@ pub fn render(model: &Model) -> BTreeMap<String, String> {
             adr_page(model, record),
         );
     }
+    if let Some(page) = model
+        .architecture
+        .as_deref()
+        .and_then(super::codemap::splice)
+    {
+        files.insert(super::codemap::PAGE.to_string(), page);
+    }
     files.insert("docs/crates/README.md".to_string(), crate_index(model));
     for krate in &model.crates {
         files.insert(

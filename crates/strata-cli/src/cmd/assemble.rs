@@ -185,8 +185,8 @@ pub struct AssembleArgs {
     /// Tool descriptions in requests.
     #[arg(long, value_enum, default_value_t = ToolDescriptionsArg::Signed)]
     pub tool_descriptions: ToolDescriptionsArg,
-    /// Leave out tool calls without results and results without calls (reported) instead of
-    /// failing.
+    /// Accept tool calls without results and results without calls instead of failing (in every
+    /// format); provider requests leave them out and report them.
     #[arg(long)]
     pub drop_unpaired: bool,
 }
@@ -225,7 +225,7 @@ pub fn load_agent(
     ignore_expiry: bool,
 ) -> Result<VerifiedAgent, CliError> {
     super::require_file(agent, "signed agent definition")?;
-    let trust = super::verify::read_trust_pinned(trust, trust_pin)?;
+    let trust = super::read_trust(trust, trust_pin)?;
     let guard = match rollback {
         Some(p) => RollbackGuard::open(p).map_err(|e| super::rollback_error(p, e))?,
         None => {
@@ -325,6 +325,12 @@ pub fn build_request(
                 s.layer().name()
             )));
         }
+    }
+    // An unpaired tool call is refused whatever the output format, as a provider request
+    // refuses it, so that `--format` does not decide whether an input is accepted.
+    if !args.drop_unpaired {
+        req.check_tool_pairs()
+            .map_err(|e| CliError::Other(e.to_string()))?;
     }
     req.provider = args.format.provider().or(args.provider);
     // The reports people read (`--report`, and `--format json`, which `strata explain` draws)

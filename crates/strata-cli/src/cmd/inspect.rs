@@ -47,6 +47,16 @@ pub struct InspectArgs {
     #[arg(long, value_name = "TRUST.toml")]
     trust: Option<PathBuf>,
 
+    /// Refuse the trust store unless the SHA-256 of its exact bytes is this (`sha256:<hex>`,
+    /// as `strata verify` prints it).
+    #[arg(
+        long,
+        value_name = "SHA256",
+        env = "STRATA_TRUST_SHA256",
+        requires = "trust"
+    )]
+    trust_sha256: Option<String>,
+
     /// Check validity windows at this instant (RFC 3339 with an offset) instead of now.
     #[arg(long, value_name = "RFC3339", value_parser = super::parse_at, requires = "trust")]
     at: Option<i64>,
@@ -645,7 +655,7 @@ pub fn run(args: &InspectArgs, out: &Output) -> Result<(), CliError> {
             (unverified_report(&env, notice, None, None, now, &tok), None)
         }
         Some(trust_path) => {
-            let trust = super::read_trust(trust_path)?;
+            let trust = super::read_trust(trust_path, args.trust_sha256.as_deref())?;
             // A throwaway guard: inspecting must not record anything as accepted.
             let guard = RollbackGuard::in_memory();
             let mut loader = Loader::new(&trust, &guard);

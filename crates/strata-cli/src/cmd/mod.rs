@@ -63,17 +63,24 @@ pub fn read_key(path: &Path) -> Result<KeyPair, CliError> {
     })
 }
 
-/// Read a trust store file.
-pub fn read_trust(path: &Path) -> Result<TrustStore, CliError> {
-    TrustStore::read(path).map_err(|e| {
-        CliError::agentdef(
-            format!(
-                "reading trust store {} (add keys with `strata keygen --public KEY --trust-entry NAME`)",
-                path.display()
-            ),
-            e,
-        )
-    })
+/// Read a trust store file; with a pin (`--trust-sha256`), refuse it unless the SHA-256 of its
+/// exact bytes is the pin, checked before it is parsed (ADR-0017). Every command that reads a
+/// trust store reads it here.
+pub fn read_trust(path: &Path, pin: Option<&str>) -> Result<TrustStore, CliError> {
+    match pin {
+        None => TrustStore::read(path).map_err(|e| {
+            CliError::agentdef(
+                format!(
+                    "reading trust store {} (add keys with `strata keygen --public KEY --trust-entry NAME`)",
+                    path.display()
+                ),
+                e,
+            )
+        }),
+        Some(pin) => TrustStore::read_pinned(path, pin).map_err(|e| {
+            CliError::agentdef(format!("reading pinned trust store {}", path.display()), e)
+        }),
+    }
 }
 
 /// Fail with exit code 1 unless `path` is an existing file.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use strata_assembler::receipt::{self, VerifiedReceipt};
 use strata_assembler::receipt_log::{self, ReceiptLog};
-use strata_assembler::{Assembler, Loader, RequestParams, RollbackGuard};
+use strata_assembler::{Assembler, Loader, RequestParams, RollbackGuard, TrustStore};
 
 use crate::cmd::assemble::{build_request, load_agent, AssembleArgs};
 use crate::error::CliError;
@@ -26,6 +26,7 @@ Examples:
       --max-tokens 1024 --key runtime.key --body request.json \\
       --receipt receipt.json --log receipts.log
   strata receipt verify receipt.json --trust runtime-trust.toml \\
+      --trust-sha256 sha256:<hex> \\
       --request request.json --agent ada.signed.json --agent-trust trust.toml
   strata receipt show receipt.json --trust runtime-trust.toml
   strata receipt audit receipts.log --trust runtime-trust.toml --head <digest>
@@ -87,6 +88,9 @@ struct VerifyArgs {
     /// Trust store holding the runtime keys allowed to sign receipts.
     #[arg(long, value_name = "TRUST.toml")]
     trust: PathBuf,
+    /// Refuse --trust unless the SHA-256 of its exact bytes is this (`sha256:<hex>`).
+    #[arg(long, value_name = "SHA256")]
+    trust_sha256: Option<String>,
     /// The request body (or plain text) that was sent; its SHA-256 must be the receipt's
     /// subject.
     #[arg(long, value_name = "BODY")]
@@ -98,6 +102,9 @@ struct VerifyArgs {
     /// Trust store for the definition's signers (default: --trust).
     #[arg(long, value_name = "TRUST.toml", requires = "agent")]
     agent_trust: Option<PathBuf>,
+    /// Refuse --agent-trust unless the SHA-256 of its exact bytes is this (`sha256:<hex>`).
+    #[arg(long, value_name = "SHA256", requires = "agent_trust")]
+    agent_trust_sha256: Option<String>,
 }
 
 /// Arguments of `strata receipt show`.
@@ -109,6 +116,9 @@ struct ShowArgs {
     /// Verify the signature first (without it, the receipt is shown marked as unverified).
     #[arg(long, value_name = "TRUST.toml")]
     trust: Option<PathBuf>,
+    /// Refuse --trust unless the SHA-256 of its exact bytes is this (`sha256:<hex>`).
+    #[arg(long, value_name = "SHA256", requires = "trust")]
+    trust_sha256: Option<String>,
 }
 
 /// Arguments of `strata receipt audit`.
@@ -125,6 +135,9 @@ struct AuditArgs {
     /// Also verify every receipt's signature against these runtime keys.
     #[arg(long, value_name = "TRUST.toml")]
     trust: Option<PathBuf>,
+    /// Refuse --trust unless the SHA-256 of its exact bytes is this (`sha256:<hex>`).
+    #[arg(long, value_name = "SHA256", requires = "trust")]
+    trust_sha256: Option<String>,
     /// The head digest kept outside the log (printed by `receipt assemble --log`); detects
     /// entries removed from the end.
     #[arg(long, value_name = "DIGEST")]
@@ -136,9 +149,8 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, CliError> {
     std::fs::read(path).map_err(|e| CliError::io(path, e, "check the path and its permissions"))
 }
 
-fn verified(path: &Path, trust: &Path) -> Result<VerifiedReceipt, CliError> {
-    let trust = super::read_trust(trust)?;
-    receipt::verify(&read(path, "receipt")?, &trust).map_err(CliError::ReceiptRefused)
+fn verified(path: &Path, trust: &TrustStore) -> Result<VerifiedReceipt, CliError> {
+    receipt::verify(&read(path, "receipt")?, trust).map_err(CliError::ReceiptRefused)
 }
 
 /// Run `strata receipt`.
@@ -204,7 +216,8 @@ fn make(args: &MakeArgs, out: &Output) -> Result<(), CliError> {
 }
 
 fn verify(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
-    let v = verified(&args.receipt, &args.trust)?;
+    let runtime_trust = super::read_trust(&args.trust, args.trust_sha256.as_deref())?;
+    let v = verified(&args.receipt, &runtime_trust)?;
     let st = v.statement();
     let mut lines = vec![format!(
         "OK receipt signed by runtime key {} for agent {} version {}",
@@ -225,11 +238,15 @@ fn verify(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
     }
     if let Some(def) = &args.agent {
         super::require_file(def, "signed agent definition")?;
-        let trust = super::read_trust(args.agent_trust.as_deref().unwrap_or(&args.trust))?;
+        let agent_trust = match &args.agent_trust {
+            Some(path) => Some(super::read_trust(path, args.agent_trust_sha256.as_deref())?),
+            None => None,
+        };
+        let trust = agent_trust.as_ref().unwrap_or(&runtime_trust);
         // A receipt is about the past: the definition may have expired since, and its
         // rollback state belongs to the runtime, not to the auditor.
         let guard = RollbackGuard::in_memory();
-        let agent = Loader::new(&trust, &guard)
+        let agent = Loader::new(trust, &guard)
             .expiry(strata_assembler::Expiry::IgnoreDangerously)
             .for_audit()
             .load_file(def)
@@ -256,7 +273,10 @@ fn verify(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
 fn show(args: &ShowArgs, out: &Output) -> Result<(), CliError> {
     let (statement, header) = match &args.trust {
         Some(t) => {
-            let v = verified(&args.receipt, t)?;
+            let v = verified(
+                &args.receipt,
+                &super::read_trust(t, args.trust_sha256.as_deref())?,
+            )?;
             let h = format!("VERIFIED: signature by trusted runtime key {}", v.signer());
             (v.statement().clone(), h)
         }
@@ -270,7 +290,11 @@ fn show(args: &ShowArgs, out: &Output) -> Result<(), CliError> {
 }
 
 fn audit(args: &AuditArgs, out: &Output) -> Result<(), CliError> {
-    let trust = args.trust.as_deref().map(super::read_trust).transpose()?;
+    let trust = args
+        .trust
+        .as_deref()
+        .map(|t| super::read_trust(t, args.trust_sha256.as_deref()))
+        .transpose()?;
     let a = match (&args.log, &args.postgres) {
         (Some(log), _) => {
             super::require_file(log, "receipt log")?;

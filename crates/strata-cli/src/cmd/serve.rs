@@ -10,7 +10,8 @@ use std::time::Duration;
 use clap::Args;
 use strata_assembler::{Provider, StoreSpec};
 use strata_serve::{
-    AgentSource, Limits, Listen, RollbackSpec, RuntimeSettings, ServeOptions, TlsFiles, TokenSet,
+    AgentSource, Limits, Listen, Listener, RollbackSpec, RuntimeSettings, ServeOptions, TlsFiles,
+    TokenSet,
 };
 
 use crate::error::CliError;
@@ -37,7 +38,12 @@ POST /v1/sessions/{id}/turns, /replies, /tool-results, /reset; GET and DELETE
 /v1/sessions/{id}; POST /v1/memories, /v1/memories/search. Every error is JSON:
 {\"error\": {\"code\", \"message\"}}. When ready, one line goes to standard output:
 `listening http://ADDR` or `listening unix:PATH`. SIGHUP verifies the definition again and
-swaps it in only if it verifies; SIGTERM and SIGINT drain in-flight requests and stop.")]
+swaps it in only if it verifies; SIGTERM and SIGINT drain in-flight requests and stop.
+The address is bound first: if it is in use, serve exits with code 1 before it creates
+the token file or the store.
+
+Logging: the default level is `info` (requests and lifecycle, never their content; see
+--log-content); -v shows debug, -vv trace; --quiet errors only; RUST_LOG replaces them.")]
 pub struct ServeArgs {
     /// The signed agent definition (DSSE envelope).
     #[arg(long, value_name = "FILE", required_unless_present = "openapi")]
@@ -163,6 +169,13 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         ));
     };
     super::require_file(agent, "signed agent definition")?;
+    let listen = match &args.unix {
+        Some(p) => Listen::Unix(p.clone()),
+        None => Listen::Tcp(args.listen),
+    };
+    // Bind first: an address in use fails the start before the token file, the store or any
+    // other state is created.
+    let listener = Listener::bind(&listen).map_err(|e| CliError::Other(e.to_string()))?;
     let rollback = match (&args.rollback_state, &args.postgres) {
         (Some(file), _) => RollbackSpec::File(file.clone()),
         (None, Some(url)) => {
@@ -227,10 +240,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             max_tokens: args.max_tokens,
             receipt_key: args.receipt_key.clone(),
         },
-        listen: match &args.unix {
-            Some(p) => Listen::Unix(p.clone()),
-            None => Listen::Tcp(args.listen),
-        },
+        listen,
         tls: match (&args.tls_cert, &args.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
@@ -265,7 +275,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Other(format!("starting the async runtime: {e}")))?;
-    rt.block_on(strata_serve::serve(opts, |bound| {
+    rt.block_on(strata_serve::serve_on(listener, opts, |bound| {
         // The one line on standard output: tests and supervisors read the address from it.
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "listening {bound}");

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use strata_agentdef::{Expiry, Loader, RollbackGuard, TrustStore, VerifiedAgent};
+use strata_agentdef::{Expiry, Loader, RollbackGuard, VerifiedAgent};
 
 use crate::error::CliError;
 use crate::output::Output;
@@ -111,23 +111,10 @@ pub fn expiry_policy(ignore_dangerously: bool, time_travel: Option<i64>) -> Expi
     }
 }
 
-/// Read the trust store, checking its pin when one is given.
-pub fn read_trust_pinned(
-    path: &std::path::Path,
-    pin: Option<&str>,
-) -> Result<TrustStore, CliError> {
-    match pin {
-        None => super::read_trust(path),
-        Some(pin) => TrustStore::read_pinned(path, pin).map_err(|e| {
-            CliError::agentdef(format!("reading pinned trust store {}", path.display()), e)
-        }),
-    }
-}
-
 /// Run `strata verify`.
 pub fn run(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
     super::require_file(&args.envelope, "envelope")?;
-    let trust = read_trust_pinned(&args.trust, args.trust_sha256.as_deref())?;
+    let trust = super::read_trust(&args.trust, args.trust_sha256.as_deref())?;
     let guard = match &args.rollback_state {
         Some(path) => {
             super::require_parent_dir(path, "the rollback state")?;

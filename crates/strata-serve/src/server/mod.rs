@@ -220,16 +220,93 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeError {
     move |source| ServeError::Io { what, source }
 }
 
+/// A bound listening socket, made before anything else of a start (the store, files, the agent)
+/// so that an address in use fails the start with nothing created. A Unix socket's file is
+/// removed when the listener is dropped, served or not.
+#[derive(Debug)]
+pub struct Listener {
+    socket: Option<Socket>,
+    unix_path: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+enum Socket {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl Listener {
+    /// Bind `listen`: a TCP address, or a Unix socket created with mode 0600 (a stale socket
+    /// is replaced; one a server still answers on is refused). The error names the address.
+    pub fn bind(listen: &Listen) -> Result<Listener, ServeError> {
+        match listen {
+            Listen::Tcp(addr) => {
+                let listener = std::net::TcpListener::bind(addr)
+                    .map_err(io(format!("cannot listen on {addr}")))?;
+                listener
+                    .set_nonblocking(true)
+                    .map_err(io("configuring the listener"))?;
+                Ok(Listener {
+                    socket: Some(Socket::Tcp(listener)),
+                    unix_path: None,
+                })
+            }
+            Listen::Unix(path) => {
+                remove_stale_socket(path)?;
+                let listener = std::os::unix::net::UnixListener::bind(path)
+                    .map_err(io(format!("cannot listen on {}", path.display())))?;
+                // From here on, dropping the listener removes the socket file.
+                let bound = Listener {
+                    socket: Some(Socket::Unix(listener)),
+                    unix_path: Some(path.clone()),
+                };
+                {
+                    use std::os::unix::fs::PermissionsExt as _;
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                        .map_err(io(format!("restricting {}", path.display())))?;
+                }
+                if let Some(Socket::Unix(l)) = &bound.socket {
+                    l.set_nonblocking(true)
+                        .map_err(io("configuring the listener"))?;
+                }
+                Ok(bound)
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // Close the socket before its file goes.
+        drop(self.socket.take());
+        if let Some(path) = &self.unix_path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// Start the service and serve until SIGTERM or SIGINT, then drain in-flight requests.
-/// `on_ready` is called once, with the bound address, when connections are accepted.
+/// `on_ready` is called once, with the bound address, when connections are accepted. The
+/// address is bound first, before the store is opened ([`Listener::bind`]).
 pub async fn serve(
+    opts: ServeOptions,
+    on_ready: impl FnOnce(&Bound) + Send,
+) -> Result<(), ServeError> {
+    let listener = Listener::bind(&opts.listen)?;
+    serve_on(listener, opts, on_ready).await
+}
+
+/// [`serve`] on a listener bound beforehand (`opts.listen` is not read), for callers that
+/// bind before they create anything of their own, such as a token file.
+pub async fn serve_on(
+    mut listener: Listener,
     opts: ServeOptions,
     on_ready: impl FnOnce(&Bound) + Send,
 ) -> Result<(), ServeError> {
     let ServeOptions {
         source,
         runtime,
-        listen,
+        listen: _,
         tls,
         tokens,
         limits,
@@ -279,13 +356,12 @@ pub async fn serve(
 
     spawn_reloaders(state.clone(), watch);
 
-    match listen {
-        Listen::Tcp(addr) => {
-            let listener =
-                std::net::TcpListener::bind(addr).map_err(io(format!("binding {addr}")))?;
-            listener
-                .set_nonblocking(true)
-                .map_err(io("configuring the listener"))?;
+    let socket = listener.socket.take().ok_or_else(|| ServeError::Io {
+        what: "listening".into(),
+        source: std::io::Error::other("the listener was already used"),
+    })?;
+    match socket {
+        Socket::Tcp(listener) => {
             let local = listener
                 .local_addr()
                 .map_err(io("reading the bound address"))?;
@@ -318,39 +394,30 @@ pub async fn serve(
                 }
             }
         }
-        Listen::Unix(path) => {
-            remove_stale_socket(&path)?;
-            let listener = std::os::unix::net::UnixListener::bind(&path)
-                .map_err(io(format!("binding {}", path.display())))?;
-            {
-                use std::os::unix::fs::PermissionsExt as _;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(io(format!("restricting {}", path.display())))?;
-            }
-            listener
-                .set_nonblocking(true)
-                .map_err(io("configuring the listener"))?;
+        Socket::Unix(unix) => {
+            let path = listener.unix_path.clone().unwrap_or_default();
             let handle = axum_server::Handle::new();
             spawn_shutdown(handle.clone(), grace);
             let make = app.into_make_service();
-            on_ready(&Bound::Unix(path.clone()));
-            let served = match tls_config {
+            on_ready(&Bound::Unix(path));
+            match tls_config {
                 Some(cfg) => {
-                    let mut server = axum_server::tls_rustls::from_unix_rustls(listener, cfg)
+                    let mut server = axum_server::tls_rustls::from_unix_rustls(unix, cfg)
                         .map_err(io("TLS listener"))?;
                     header_timeout(server.http_builder(), read_timeout);
                     server.handle(handle).serve(make).await
                 }
                 None => {
-                    let mut server = axum_server::from_unix(listener).map_err(io("listener"))?;
+                    let mut server = axum_server::from_unix(unix).map_err(io("listener"))?;
                     header_timeout(server.http_builder(), read_timeout);
                     server.handle(handle).serve(make).await
                 }
-            };
-            let _ = std::fs::remove_file(&path);
-            served.map_err(io("serving"))?;
+            }
+            .map_err(io("serving"))?;
         }
     }
+    // The socket file of a Unix listener goes with it.
+    drop(listener);
     tracing::info!("stopped");
     Ok(())
 }
