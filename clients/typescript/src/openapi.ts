@@ -423,6 +423,21 @@ export interface components {
             tools?: components["schemas"]["ToolSpec"][] | null;
             /** @description Extra runtime sections for this turn only (layers 3-6; the runtime input format). */
             sections?: Record<string, unknown>[] | null;
+            /**
+             * @description Operational mode: `assistant`, `developer`, `planning`, `debugger` or `user` (default:
+             *     the signed definition's).
+             */
+            operational_mode?: string | null;
+            /**
+             * @description The resolved context the `context` path assembles (sections in the runtime input
+             *     format); required on that path and used on no other.
+             */
+            resolved_context?: Record<string, unknown>[] | null;
+            /**
+             * @description The tools retrieved for this turn on the `hydration` path (default: retrieved from the
+             *     offered tools by the message's words); used on no other path.
+             */
+            retrieved_tools?: components["schemas"]["ToolSpec"][] | null;
         };
         /** @description A prepared turn. */
         TurnResponse: {

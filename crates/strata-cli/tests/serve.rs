@@ -835,3 +835,84 @@ fn the_default_log_level_is_the_one_the_help_states() {
         assert_eq!(log.contains("DEBUG"), debug, "{extra:?}: {log}");
     }
 }
+
+/// The turn fields of every interface: operational mode, assembly path and the context path's
+/// resolved context over HTTP and as `strata session prepare` flags, refused with the same
+/// words in both.
+#[test]
+fn modes_paths_and_their_inputs_reach_the_turn_over_http_and_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), &[]);
+    let resolved = json!([{"layer": "delegated", "id": "resolved/ticket-42",
+                           "content": "Ticket 42: the release moved to Thursday."}]);
+    let ok = srv.post(
+        "/v1/sessions/paths/turns",
+        &json!({"message": "When is the release?", "path": "context",
+                "operational_mode": "debugger", "resolved_context": resolved}),
+    );
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+    assert!(ok.body["request"]
+        .to_string()
+        .contains("Ticket 42&#58; the release moved to Thursday."));
+    // The context path without its input, and a mode no interface knows.
+    let missing = srv.post(
+        "/v1/sessions/paths2/turns",
+        &json!({"message": "When?", "path": "context"}),
+    );
+    assert_eq!((missing.status, missing.code()), (400, "invalid_request"));
+    assert!(missing.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("resolved_context"));
+    let bad = srv.post(
+        "/v1/sessions/paths3/turns",
+        &json!({"message": "When?", "operational_mode": "sleeping"}),
+    );
+    assert_eq!((bad.status, bad.code()), (400, "invalid_request"));
+    let http_words = bad.body["error"]["message"].as_str().unwrap().to_owned();
+
+    let (agent, trust) = serve_harness::demo_agent();
+    let input = dir.path().join("resolved.json");
+    std::fs::write(&input, json!({ "sections": resolved }).to_string()).unwrap();
+    let cli = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("session")
+            .arg("--agent")
+            .arg(&agent)
+            .arg("--trust")
+            .arg(&trust)
+            .args(["--id", "cli", "--store"])
+            .arg(dir.path().join("cli.db"))
+            .args(["prepare", "When is the release?", "--model", "m"])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let out = cli(&[
+        "--path",
+        "context",
+        "--operational-mode",
+        "debugger",
+        "--resolved-context",
+        input.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Ticket 42&#58; the release"));
+    let out = cli(&["--operational-mode", "sleeping"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The service says which field; both give the same reason.
+    let reason = http_words
+        .split_once(": ")
+        .map(|(_, r)| r)
+        .unwrap_or(&http_words);
+    assert!(stderr.contains(reason), "{stderr} lacks {reason:?}");
+    let out = cli(&["--path", "context"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("resolved_context"));
+}

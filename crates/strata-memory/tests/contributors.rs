@@ -162,7 +162,9 @@ fn working_memory_contributor() {
     // The exchange in progress is gathered whole whatever the budget (ADR-0039): here the
     // newest user message is followed by a call and a result larger than the budget.
     let t = "session-2";
-    store.append(t, NewEntry::user("Read the build log.")).unwrap();
+    store
+        .append(t, NewEntry::user("Read the build log."))
+        .unwrap();
     store
         .append(t, NewEntry::tool_call("b1", r#"{"path":"build.log"}"#))
         .unwrap();

@@ -90,6 +90,19 @@ pub struct TurnRequest {
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
     pub sections: Option<Vec<Value>>,
+    /// Operational mode: `assistant`, `developer`, `planning`, `debugger` or `user` (default:
+    /// the signed definition's).
+    #[serde(default)]
+    pub operational_mode: Option<String>,
+    /// The resolved context the `context` path assembles (sections in the runtime input
+    /// format); required on that path and used on no other.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub resolved_context: Option<Vec<Value>>,
+    /// The tools retrieved for this turn on the `hydration` path (default: retrieved from the
+    /// offered tools by the message's words); used on no other path.
+    #[serde(default)]
+    pub retrieved_tools: Option<Vec<ToolSpec>>,
 }
 
 /// A prepared turn.

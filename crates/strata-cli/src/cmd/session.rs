@@ -3,13 +3,14 @@
 //! the store, so the next call continues it.
 
 use std::io::Read as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use strata_assembler::{
-    Provider, Reply, Runtime, RuntimeInput, ToolCall, ToolName, ToolOutput, TurnOptions,
+    AnnouncedTool, AssemblyPath, OperationalMode, PromptMode, Provider, Reply, Runtime,
+    RuntimeInput, Section, ToolCall, ToolName, ToolOutput, TurnOptions,
 };
-use strata_core::Keep;
+use strata_core::{CoreError, Keep};
 
 use crate::cmd::assemble::load_agent;
 use crate::error::CliError;
@@ -94,6 +95,24 @@ pub enum Step {
         /// --help`); its turns are not used, the session has its own.
         #[arg(long, value_name = "FILE")]
         input: Option<PathBuf>,
+        /// Prompt mode: full, compact, minimal or scheduled (default: strata.toml's, else the
+        /// signed definition's).
+        #[arg(long, value_parser = named::<PromptMode>)]
+        mode: Option<PromptMode>,
+        /// Assembly path: soul, hydration, context, basic or cached.
+        #[arg(long, value_parser = named::<AssemblyPath>)]
+        path: Option<AssemblyPath>,
+        /// Operational mode: assistant, developer, planning, debugger or user.
+        #[arg(long, value_parser = named::<OperationalMode>)]
+        operational_mode: Option<OperationalMode>,
+        /// Runtime input JSON whose sections are the resolved context the `context` path
+        /// assembles (required on that path, used on no other).
+        #[arg(long, value_name = "FILE")]
+        resolved_context: Option<PathBuf>,
+        /// Runtime input JSON whose tools are the ones retrieved for this turn on the
+        /// `hydration` path (used on no other).
+        #[arg(long, value_name = "FILE")]
+        retrieved_tools: Option<PathBuf>,
     },
     /// Record the model's reply: its text and its tool calls.
     Reply {
@@ -118,6 +137,29 @@ pub enum Step {
     },
     /// Forget the conversation.
     Reset,
+}
+
+/// A mode or path by its name, refused with the same words as the service's.
+fn named<T: std::str::FromStr<Err = CoreError>>(s: &str) -> Result<T, String> {
+    s.parse::<T>().map_err(|e| e.to_string())
+}
+
+/// The tools and sections of a runtime input file.
+fn runtime_input(file: &Path) -> Result<(Vec<AnnouncedTool>, Vec<Section>), CliError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::io(file, e, "give a runtime input JSON file"))?;
+    let input = RuntimeInput::from_json(&text).map_err(|e| {
+        CliError::Other(format!("{}: not valid runtime input: {e}", file.display()))
+    })?;
+    let sections = input
+        .sections
+        .into_iter()
+        .map(|s| {
+            s.into_section()
+                .map_err(|e| CliError::Other(format!("{}: {e}", file.display())))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((input.tools, sections))
 }
 
 fn parse_keep(s: &str) -> Result<Keep, String> {
@@ -184,27 +226,32 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
             max_tokens,
             context_window,
             input,
+            mode,
+            path,
+            operational_mode,
+            resolved_context,
+            retrieved_tools,
         } => {
             let mut opts = TurnOptions {
                 context_window: *context_window,
+                mode: *mode,
+                path: *path,
+                operational_mode: *operational_mode,
                 ..TurnOptions::default()
             };
-            if let Some(path) = input {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| CliError::io(path, e, "give a runtime input JSON file"))?;
-                let input = RuntimeInput::from_json(&text).map_err(|e| {
-                    CliError::Other(format!("{}: not valid runtime input: {e}", path.display()))
-                })?;
+            if let Some(file) = input {
+                let (tools, sections) = runtime_input(file)?;
                 // Tools in the input are this turn's and, from now on, the session's.
-                if !input.tools.is_empty() {
-                    opts.tools = Some(input.tools.clone());
+                if !tools.is_empty() {
+                    opts.tools = Some(tools);
                 }
-                for s in input.sections {
-                    opts.sections.push(
-                        s.into_section()
-                            .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?,
-                    );
-                }
+                opts.sections = sections;
+            }
+            if let Some(file) = resolved_context {
+                opts.resolved_context = runtime_input(file)?.1;
+            }
+            if let Some(file) = retrieved_tools {
+                opts.retrieved_tools = Some(runtime_input(file)?.0);
             }
             let rt = builder
                 .provider(*format, model.clone())

@@ -10,15 +10,16 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 use strata_assembler::{
-    AnnouncedTool, AssemblyPath, OperationId, Outcome, PreparedTurn, PromptMode, Reply,
-    SectionSpec, Session, SessionError, ToolCall, ToolName, ToolOutput, TurnOptions,
+    AnnouncedTool, AssemblyPath, OperationId, OperationalMode, Outcome, PreparedTurn, PromptMode,
+    Reply, Section, SectionSpec, Session, SessionError, ToolCall, ToolName, ToolOutput,
+    TurnOptions,
 };
 
 use super::extract::{blocking, Keyed, KeyedJson, SessionId};
 use super::AppState;
 use crate::api::{
     Recorded, RefusedToolView, Removed, ReplyRequest, ReplyResponse, SessionView,
-    ToolResultRequest, TurnEntry, TurnRequest, TurnResponse,
+    ToolResultRequest, ToolSpec, TurnEntry, TurnRequest, TurnResponse,
 };
 use crate::error::{ApiError, ErrorCode};
 
@@ -73,35 +74,60 @@ fn turn_options(
                 .map_err(|e| ApiError::invalid(format!("path `{p}`: {e}")))?,
         );
     }
-    opts.context_window = req.context_window;
-    if let Some(tools) = req.tools {
-        let mut out = Vec::with_capacity(tools.len());
-        for t in tools {
-            let name = t.name.clone();
-            let v = serde_json::to_value(&t)
-                .map_err(|e| ApiError::invalid(format!("tool `{name}`: {e}")))?;
-            let tool: AnnouncedTool = serde_json::from_value(v)
-                .map_err(|e| ApiError::invalid(format!("tool `{name}`: {e}")))?;
-            out.push(tool);
-        }
-        opts.tools = Some(out);
+    if let Some(m) = &req.operational_mode {
+        opts.operational_mode = Some(
+            m.parse::<OperationalMode>()
+                .map_err(|e| ApiError::invalid(format!("operational_mode `{m}`: {e}")))?,
+        );
     }
+    opts.context_window = req.context_window;
+    opts.tools = req.tools.map(announced).transpose()?;
+    opts.retrieved_tools = req.retrieved_tools.map(announced).transpose()?;
     if let Some(m) = &req.message {
         st.limits.check_section("the message", m.len())?;
     }
-    for (i, v) in req.sections.unwrap_or_default().into_iter().enumerate() {
+    opts.sections = runtime_sections(st, "sections", req.sections.unwrap_or_default())?;
+    opts.resolved_context = runtime_sections(
+        st,
+        "resolved_context",
+        req.resolved_context.unwrap_or_default(),
+    )?;
+    Ok((req.message, opts))
+}
+
+/// The announced tools of a turn request, as the session takes them.
+fn announced(tools: Vec<ToolSpec>) -> Result<Vec<AnnouncedTool>, ApiError> {
+    let mut out = Vec::with_capacity(tools.len());
+    for t in tools {
+        let name = t.name.clone();
+        let v = serde_json::to_value(&t)
+            .map_err(|e| ApiError::invalid(format!("tool `{name}`: {e}")))?;
+        let tool: AnnouncedTool = serde_json::from_value(v)
+            .map_err(|e| ApiError::invalid(format!("tool `{name}`: {e}")))?;
+        out.push(tool);
+    }
+    Ok(out)
+}
+
+/// Runtime sections of the request's field `field` (the runtime input format), each within
+/// the section limit.
+fn runtime_sections(
+    st: &AppState,
+    field: &str,
+    values: Vec<Value>,
+) -> Result<Vec<Section>, ApiError> {
+    let mut out = Vec::with_capacity(values.len());
+    for (i, v) in values.into_iter().enumerate() {
         let spec: SectionSpec = serde_json::from_value(v)
-            .map_err(|e| ApiError::invalid(format!("sections[{i}]: {e}")))?;
-        st.limits.check_section(
-            &format!("sections[{i}] (`{}`)", spec.id),
-            spec.content.len(),
-        )?;
+            .map_err(|e| ApiError::invalid(format!("{field}[{i}]: {e}")))?;
+        st.limits
+            .check_section(&format!("{field}[{i}] (`{}`)", spec.id), spec.content.len())?;
         let s = spec
             .into_section()
-            .map_err(|e| ApiError::invalid(format!("sections[{i}]: {e}")))?;
-        opts.sections.push(s);
+            .map_err(|e| ApiError::invalid(format!("{field}[{i}]: {e}")))?;
+        out.push(s);
     }
-    Ok((req.message, opts))
+    Ok(out)
 }
 
 /// Prepare a turn: record the user's message (if any) and return the provider request.
