@@ -58,6 +58,15 @@ fn example(dir: &Path) {
     std::fs::write(dir.join("trust.toml"), trust).unwrap();
 }
 
+/// A temporary folder holding the example agent, signed (`ada.signed.json`).
+fn signed_example() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    example(tmp.path());
+    let r = strata(tmp.path(), &["sign", "ada.toml", "--key", "k.key"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    tmp
+}
+
 fn edit_definition(dir: &Path, from: &str, to: &str) {
     let p = dir.join("ada.toml");
     let text = std::fs::read_to_string(&p).unwrap();
@@ -99,10 +108,8 @@ fn sign_refuses_a_broken_template_an_unlisted_preferred_tool_and_version_zero() 
 /// `--drop-unpaired` lets it through in every format.
 #[test]
 fn an_unpaired_tool_call_is_refused_the_same_way_in_every_format() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = signed_example();
     let dir = tmp.path();
-    example(dir);
-    assert_eq!(strata(dir, &["sign", "ada.toml", "--key", "k.key"]).code, 0);
     for (name, turns) in [
         (
             "call.json",
@@ -169,10 +176,8 @@ fn an_unpaired_tool_call_is_refused_the_same_way_in_every_format() {
 /// nothing stored (the next continued turn holds no trace of it).
 #[test]
 fn session_refuses_an_empty_continue_and_a_reply_calling_an_unlisted_tool() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = signed_example();
     let dir = tmp.path();
-    example(dir);
-    assert_eq!(strata(dir, &["sign", "ada.toml", "--key", "k.key"]).code, 0);
     let session = |step: &[&str]| {
         let mut args = vec![
             "session",
