@@ -48,6 +48,8 @@ export class BudgetError extends StrataError {}
 export class MessageTooLargeError extends StrataError {}
 /** `idempotency_key_reused`: the `Idempotency-Key` was used before for another request on this session. */
 export class IdempotencyKeyReusedError extends StrataError {}
+/** `tool_not_allowed`: a reply calls a tool that is not on the agent's signed allowlist; nothing was recorded. */
+export class ToolNotAllowedError extends StrataError {}
 /** `session_conflict`: the session kept changing while the request was prepared; retry after `retryAfter`. */
 export class SessionConflictError extends StrataError {}
 /** `store_unavailable`: the server cannot reach its memory store; retry after `retryAfter` seconds. */
@@ -76,6 +78,7 @@ export const ERROR_CLASSES: Readonly<Record<ErrorCode, typeof StrataError>> = {
   budget: BudgetError,
   message_too_large: MessageTooLargeError,
   idempotency_key_reused: IdempotencyKeyReusedError,
+  tool_not_allowed: ToolNotAllowedError,
   session_conflict: SessionConflictError,
   store_unavailable: StoreUnavailableError,
   request_timeout: RequestTimeoutError,

@@ -258,7 +258,7 @@ export interface components {
          * @description The stable error codes.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "message_too_large" | "idempotency_key_reused" | "session_conflict" | "store_unavailable" | "request_timeout" | "overloaded" | "timeout" | "agent_unavailable" | "internal";
+        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "message_too_large" | "idempotency_key_reused" | "tool_not_allowed" | "session_conflict" | "store_unavailable" | "request_timeout" | "overloaded" | "timeout" | "agent_unavailable" | "internal";
         /** @description Code and message. */
         ErrorDetail: {
             /** @description Stable code; see the list in the API description. */
@@ -828,7 +828,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The Idempotency-Key was used for another request */
+            /** @description The reply calls a tool that is not on the signed allowlist (tool_not_allowed), or the Idempotency-Key was used for another request */
             422: {
                 headers: {
                     [name: string]: unknown;

@@ -82,6 +82,14 @@ pub enum SessionError {
     /// A caller's input is invalid.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A reply calls a tool the signed definition does not allowlist; nothing was recorded.
+    #[error("the reply calls tool `{name}` (call `{call}`), which is not on the agent's signed allowlist; nothing was recorded. Send only the tools a prepared turn offered, and record replies that call those")]
+    ToolNotAllowed {
+        /// The tool the call names.
+        name: String,
+        /// The call id.
+        call: String,
+    },
     /// An operation key was used before for a different request (ADR-0031).
     #[error("operation key `{key}` was already used for a different request on this session; use a new key for a new request")]
     KeyReused {
@@ -888,18 +896,24 @@ impl Session<'_> {
     }
 
     /// Prepare the next request without a new user message (after tool results). Nothing is
-    /// written.
+    /// written. A session with no user message yet has nothing to continue and is refused.
     pub fn continue_turn(&self, opts: &TurnOptions) -> Result<PreparedTurn, SessionError> {
         // The exchange in progress starts with the newest user entry.
-        let query = self
+        let Some(query) = self
             .rt
             .store
             .working()
             .current_exchange(&self.id)?
             .into_iter()
             .next()
-            .map(|e| e.content);
-        let turn = self.assemble(query.as_ref().map(|c| c.as_str()), opts, &[])?;
+            .map(|e| e.content)
+        else {
+            return Err(SessionError::Invalid(format!(
+                "session `{}` has no user message yet, so there is no turn to continue; prepare a turn with the user's message first",
+                self.id
+            )));
+        };
+        let turn = self.assemble(Some(query.as_str()), opts, &[])?;
         self.keep_offered(opts)?;
         Ok(turn)
     }
@@ -950,6 +964,14 @@ impl Session<'_> {
                     "tool call `{}`: arguments must be a JSON object",
                     c.id
                 )));
+            }
+            // Only the signed allowlist may be called (I4): a call of any other tool is refused
+            // before anything is written.
+            if !self.rt.agent.identity().allows(&c.name) {
+                return Err(SessionError::ToolNotAllowed {
+                    name: c.name.to_string(),
+                    call: c.id.clone(),
+                });
             }
             // Working memory keeps the tool's name with its arguments (ADR-0016).
             let stored = serde_json::json!({ "name": c.name, "arguments": c.arguments });

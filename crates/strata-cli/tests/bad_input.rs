@@ -58,6 +58,15 @@ fn example(dir: &Path) {
     std::fs::write(dir.join("trust.toml"), trust).unwrap();
 }
 
+/// A temporary folder holding the example agent, signed (`ada.signed.json`).
+fn signed_example() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    example(tmp.path());
+    let r = strata(tmp.path(), &["sign", "ada.toml", "--key", "k.key"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    tmp
+}
+
 fn edit_definition(dir: &Path, from: &str, to: &str) {
     let p = dir.join("ada.toml");
     let text = std::fs::read_to_string(&p).unwrap();
@@ -99,10 +108,8 @@ fn sign_refuses_a_broken_template_an_unlisted_preferred_tool_and_version_zero() 
 /// `--drop-unpaired` lets it through in every format.
 #[test]
 fn an_unpaired_tool_call_is_refused_the_same_way_in_every_format() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = signed_example();
     let dir = tmp.path();
-    example(dir);
-    assert_eq!(strata(dir, &["sign", "ada.toml", "--key", "k.key"]).code, 0);
     for (name, turns) in [
         (
             "call.json",
@@ -162,6 +169,73 @@ fn an_unpaired_tool_call_is_refused_the_same_way_in_every_format() {
             assert_eq!(r.code, 0, "{name} {format} --drop-unpaired: {}", r.stderr);
         }
     }
+}
+
+/// Verifies ADR-0016: `session prepare --continue` on a session with no user message yet fails
+/// and says why, and a reply calling a tool that is not on the signed allowlist is refused with
+/// nothing stored (the next continued turn holds no trace of it).
+#[test]
+fn session_refuses_an_empty_continue_and_a_reply_calling_an_unlisted_tool() {
+    let tmp = signed_example();
+    let dir = tmp.path();
+    let session = |step: &[&str]| {
+        let mut args = vec![
+            "session",
+            "--agent",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--id",
+            "s1",
+            "--store",
+            "memory.db",
+        ];
+        args.extend_from_slice(step);
+        strata(dir, &args)
+    };
+    let provider = [
+        "--format",
+        "anthropic",
+        "--model",
+        "m",
+        "--max-tokens",
+        "256",
+    ];
+    let continued = |extra: &[&str]| {
+        let mut step = vec!["prepare", "--continue"];
+        step.extend_from_slice(extra);
+        session(&step)
+    };
+    let r = continued(&provider);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("has no user message yet"), "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+
+    let mut first = vec!["prepare", "Read notes.txt"];
+    first.extend_from_slice(&provider);
+    let r = session(&first);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = session(&[
+        "reply",
+        "--tool-call",
+        r#"call_1:file_read:{"path":"notes.txt"}"#,
+        "--tool-call",
+        "call_2:delete_everything:{}",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`delete_everything`")
+            && r.stderr.contains("not on the agent's signed allowlist"),
+        "{}",
+        r.stderr
+    );
+    let r = continued(&provider);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        !r.stdout.contains("call_1"),
+        "nothing of the refused reply is stored: {}",
+        r.stdout
+    );
 }
 
 #[test]

@@ -916,3 +916,45 @@ fn modes_paths_and_their_inputs_reach_the_turn_over_http_and_the_cli() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("resolved_context"));
 }
+
+/// Verifies ADR-0022: a reply that calls a tool the signed allowlist does not hold is refused
+/// with 422 `tool_not_allowed`, and nothing of it is stored: the session's entries are those
+/// before it, and a reply calling an allowlisted tool is recorded afterwards.
+#[test]
+fn a_reply_calling_a_tool_off_the_allowlist_is_refused_and_stores_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = Server::start(tmp.path(), &[]);
+    let t = srv.post(
+        "/v1/sessions/s-1/turns",
+        &json!({"message": "Read notes.txt"}),
+    );
+    assert_eq!(t.status, 200, "{:?}", t.body);
+    let before = srv.get("/v1/sessions/s-1");
+    assert_eq!(before.status, 200, "{:?}", before.body);
+    let r = srv.post(
+        "/v1/sessions/s-1/replies",
+        &json!({"text": "Done.", "tool_calls": [
+            {"id": "call_1", "name": "file_read", "arguments": {"path": "notes.txt"}},
+            {"id": "call_2", "name": "delete_everything", "arguments": {}}]}),
+    );
+    assert_eq!(r.status, 422, "{:?}", r.body);
+    assert_eq!(r.code(), "tool_not_allowed", "{:?}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`delete_everything`"),
+        "{:?}",
+        r.body
+    );
+    let after = srv.get("/v1/sessions/s-1");
+    assert_eq!(
+        after.body, before.body,
+        "the refused reply left nothing behind"
+    );
+    let ok = srv.post(
+        "/v1/sessions/s-1/replies",
+        &json!({"tool_calls": [{"id": "call_1", "name": "file_read", "arguments": {"path": "notes.txt"}}]}),
+    );
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+}

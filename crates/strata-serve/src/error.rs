@@ -33,6 +33,9 @@ pub enum ErrorCode {
     MessageTooLarge,
     /// 422: the `Idempotency-Key` was used before for a different request on this session.
     IdempotencyKeyReused,
+    /// 422: a reply calls a tool that is not on the agent's signed allowlist; nothing was
+    /// recorded.
+    ToolNotAllowed,
     /// 409: the session changed while the request was prepared, again and again; retry.
     SessionConflict,
     /// 503: the memory store cannot be reached; retry after `Retry-After` seconds.
@@ -58,9 +61,10 @@ impl ErrorCode {
             ErrorCode::UnknownSession | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::Budget | ErrorCode::MessageTooLarge | ErrorCode::IdempotencyKeyReused => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ErrorCode::Budget
+            | ErrorCode::MessageTooLarge
+            | ErrorCode::IdempotencyKeyReused
+            | ErrorCode::ToolNotAllowed => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::SessionConflict => StatusCode::CONFLICT,
             ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::Overloaded
@@ -83,6 +87,7 @@ impl ErrorCode {
             ErrorCode::Budget => "budget",
             ErrorCode::MessageTooLarge => "message_too_large",
             ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
+            ErrorCode::ToolNotAllowed => "tool_not_allowed",
             ErrorCode::SessionConflict => "session_conflict",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::RequestTimeout => "request_timeout",
@@ -177,6 +182,7 @@ impl From<SessionError> for ApiError {
         let code = match &e {
             SessionError::Invalid(_) | SessionError::Goals(_) => ErrorCode::InvalidRequest,
             SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
+            SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
             SessionError::Store(m) => match m {
                 MemoryError::Invalid { .. } => ErrorCode::InvalidRequest,
                 MemoryError::EntryTooLarge { .. } => ErrorCode::BodyTooLarge,

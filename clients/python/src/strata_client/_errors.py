@@ -72,6 +72,11 @@ class IdempotencyKeyReusedError(StrataError):
     on this session; a new request needs a new key."""
 
 
+class ToolNotAllowedError(StrataError):
+    """``tool_not_allowed``: a reply calls a tool that is not on the agent's signed allowlist;
+    nothing was recorded."""
+
+
 class SessionConflictError(StrataError):
     """``session_conflict``: the session kept changing while the request was prepared; retry
     after ``retry_after``."""
@@ -117,6 +122,7 @@ ERROR_CLASSES: Mapping[str, type[StrataError]] = {
     "budget": BudgetError,
     "message_too_large": MessageTooLargeError,
     "idempotency_key_reused": IdempotencyKeyReusedError,
+    "tool_not_allowed": ToolNotAllowedError,
     "session_conflict": SessionConflictError,
     "store_unavailable": StoreUnavailableError,
     "request_timeout": RequestTimeoutError,

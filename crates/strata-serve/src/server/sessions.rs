@@ -261,7 +261,7 @@ fn turn_response(
         (status = 400, description = "Invalid request", body = crate::error::ErrorBody),
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
         (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
-        (status = 422, description = "The Idempotency-Key was used for another request", body = crate::error::ErrorBody),
+        (status = 422, description = "The reply calls a tool that is not on the signed allowlist (tool_not_allowed), or the Idempotency-Key was used for another request", body = crate::error::ErrorBody),
         (status = 503, description = "Overloaded, timed out, agent not valid or store unavailable", body = crate::error::ErrorBody)))]
 pub(super) async fn record_reply(
     State(st): State<Arc<AppState>>,
