@@ -137,3 +137,23 @@ def test_agent_health_and_metrics(client: StrataClient, server: Server) -> None:
     bad = [line for line in samples if not sample.fullmatch(line)]
     assert not bad, f"not Prometheus text-format samples: {bad[:5]}"
     assert "# TYPE " in text
+
+
+def test_the_context_path_takes_its_resolved_context(client: StrataClient, session_id: str) -> None:
+    resolved = [
+        {
+            "layer": "delegated",
+            "id": "resolved/ticket-42",
+            "content": "Ticket 42: the release moved to Thursday.",
+        }
+    ]
+    turn = client.prepare_turn(
+        session_id,
+        "When is the release?",
+        path="context",
+        operational_mode="debugger",
+        resolved_context=resolved,
+    )
+    assert "Ticket 42&#58; the release moved to Thursday." in json.dumps(turn.request)
+    with pytest.raises(InvalidRequestError):
+        client.prepare_turn(f"{session_id}-b", "When?", operational_mode="sleeping")

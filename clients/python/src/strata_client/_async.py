@@ -153,13 +153,28 @@ class AsyncStrataClient:
         context_window: int | None = None,
         tools: Sequence[AnnouncedTool] | None = None,
         sections: Sequence[Mapping[str, Any]] | None = None,
+        operational_mode: str | None = None,
+        resolved_context: Sequence[Mapping[str, Any]] | None = None,
+        retrieved_tools: Sequence[AnnouncedTool] | None = None,
         idempotency_key: str | None = None,
     ) -> PreparedTurn:
         """Records the user's ``message`` and prepares the provider request for it; without a
         message, prepares the next request after tool results (``UnknownSessionError`` if the
-        session has no turns). ``tools`` and ``sections`` apply to this turn only. A repeat
+        session has no turns). ``tools`` and ``sections`` apply to this turn only;
+        ``resolved_context`` is the ``context`` path's input and ``retrieved_tools`` the
+        ``hydration`` path's. A repeat
         with the same ``idempotency_key`` and arguments gets the first answer."""
-        body = ops.turn_body(message, mode, path, context_window, tools, sections)
+        body = ops.turn_body(
+            message,
+            mode,
+            path,
+            context_window,
+            tools,
+            sections,
+            operational_mode,
+            resolved_context,
+            retrieved_tools,
+        )
         data = await self._json("prepare_turn", session_id, body, idempotency_key)
         return PreparedTurn.from_json(data)
 

@@ -256,6 +256,9 @@ def turn_body(
     context_window: int | None,
     tools: Sequence[AnnouncedTool] | None,
     sections: Sequence[Mapping[str, Any]] | None,
+    operational_mode: str | None = None,
+    resolved_context: Sequence[Mapping[str, Any]] | None = None,
+    retrieved_tools: Sequence[AnnouncedTool] | None = None,
 ) -> dict[str, Any]:
     """The body of ``prepare_turn``: only the fields given."""
     body: dict[str, Any] = {}
@@ -271,6 +274,12 @@ def turn_body(
         body["tools"] = [dict(t) for t in tools]
     if sections is not None:
         body["sections"] = [dict(s) for s in sections]
+    if operational_mode is not None:
+        body["operational_mode"] = operational_mode
+    if resolved_context is not None:
+        body["resolved_context"] = [dict(s) for s in resolved_context]
+    if retrieved_tools is not None:
+        body["retrieved_tools"] = [dict(t) for t in retrieved_tools]
     return body
 
 
