@@ -708,15 +708,13 @@ pub(crate) fn check_span(
     entries: &[Entry],
     part: SpanPart,
 ) -> Result<()> {
-    let damaged = |what: String| {
-        MemoryError::Corrupt {
+    let (first, last) = (span.first, span.next.saturating_sub(1));
+    let damaged = |what: String| MemoryError::Corrupt {
         location: location.to_owned(),
         detail: format!(
-            "session `{session}` should hold entries {} to {} (of its numbering), but {what}; entries were lost or changed on disk",
-            span.first,
-            span.next.saturating_sub(1)
+            "session `{session}` should hold entries {first} to {last}, but {what}; \
+             entries were lost or changed on disk"
         ),
-    }
     };
     if span.first > span.next {
         return Err(damaged(
