@@ -759,6 +759,37 @@ pub(crate) fn inconsistent(location: &str, session: &str, what: &str) -> MemoryE
     }
 }
 
+/// Check the exchange in progress a database read (`found`, oldest first) against the
+/// session's span: it ends at the newest entry without a gap, holds no user entry after its
+/// first, and when it is empty although the session is not, `whole` (the session read whole
+/// and checked) must hold no user entry either.
+pub(crate) fn check_exchange(
+    location: &str,
+    session: &str,
+    span: SessionSpan,
+    found: &[Entry],
+    whole: impl FnOnce() -> Result<Vec<Entry>>,
+) -> Result<()> {
+    if !found.is_empty() {
+        check_span(location, session, span, found, SpanPart::Newest)?;
+    }
+    if found.iter().skip(1).any(|e| e.role == Role::User) {
+        return Err(inconsistent(
+            location,
+            session,
+            "the exchange read holds a newer user entry",
+        ));
+    }
+    if found.is_empty() && span.len() > 0 && whole()?.iter().any(|e| e.role == Role::User) {
+        return Err(inconsistent(
+            location,
+            session,
+            "the exchange read missed a user entry",
+        ));
+    }
+    Ok(())
+}
+
 /// For a paged read, a tool call its index did not find: `all`, the whole session read and
 /// checked, must not hold it either (a result always follows its call), and then the result
 /// is an orphan (`false`).
