@@ -38,9 +38,9 @@ use crate::quant::{top_positions, CodeCache};
 use crate::shared::{check_fact_key, Fact, Scope, SharedContext, SharedContextWriter};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
-    check_batch, check_batch_links, check_operation_key, check_page, check_span, check_tail,
-    confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry, Operation,
-    SessionSpan, SpanPart, WorkingMemory, OPERATION_TTL_MS,
+    check_batch, check_batch_links, check_exchange, check_operation_key, check_page, check_span,
+    check_tail, confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry,
+    Operation, SessionSpan, SpanPart, WorkingMemory, OPERATION_TTL_MS,
 };
 
 /// The schema version this build writes.
@@ -923,26 +923,9 @@ impl WorkingMemory for PgStore {
             let span = self.span_pg(&mut tx, session)?;
             let rows = tx.query(&sql, &[&session]).map_err(|e| self.err(e))?;
             let found = self.entries_of(session, &rows)?;
-            if !found.is_empty() {
-                check_span(&self.location, session, span, &found, SpanPart::Newest)?;
-            }
-            if found.iter().skip(1).any(|e| e.role == Role::User) {
-                return Err(inconsistent(
-                    &self.location,
-                    session,
-                    "the exchange read holds a newer user entry",
-                ));
-            }
-            if found.is_empty() && span.len() > 0 {
-                let all = self.session_pg(&mut tx, session)?;
-                if all.iter().any(|e| e.role == Role::User) {
-                    return Err(inconsistent(
-                        &self.location,
-                        session,
-                        "the exchange read missed a user entry",
-                    ));
-                }
-            }
+            check_exchange(&self.location, session, span, &found, || {
+                self.session_pg(&mut tx, session)
+            })?;
             tx.commit().map_err(|e| self.err(e))?;
             Ok(found)
         })

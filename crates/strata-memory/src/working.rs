@@ -773,15 +773,13 @@ pub(crate) fn check_span(
     entries: &[Entry],
     part: SpanPart,
 ) -> Result<()> {
-    let damaged = |what: String| {
-        MemoryError::Corrupt {
+    let (first, last) = (span.first, span.next.saturating_sub(1));
+    let damaged = |what: String| MemoryError::Corrupt {
         location: location.to_owned(),
         detail: format!(
-            "session `{session}` should hold entries {} to {} (of its numbering), but {what}; entries were lost or changed on disk",
-            span.first,
-            span.next.saturating_sub(1)
+            "session `{session}` should hold entries {first} to {last}, but {what}; \
+             entries were lost or changed on disk"
         ),
-    }
     };
     if span.first > span.next {
         return Err(damaged(
@@ -824,6 +822,37 @@ pub(crate) fn inconsistent(location: &str, session: &str, what: &str) -> MemoryE
             "session `{session}`: {what}; an index or a page of its entries was damaged on disk"
         ),
     }
+}
+
+/// Check the exchange in progress a database read (`found`, oldest first) against the
+/// session's span: it ends at the newest entry without a gap, holds no user entry after its
+/// first, and when it is empty although the session is not, `whole` (the session read whole
+/// and checked) must hold no user entry either.
+pub(crate) fn check_exchange(
+    location: &str,
+    session: &str,
+    span: SessionSpan,
+    found: &[Entry],
+    whole: impl FnOnce() -> Result<Vec<Entry>>,
+) -> Result<()> {
+    if !found.is_empty() {
+        check_span(location, session, span, found, SpanPart::Newest)?;
+    }
+    if found.iter().skip(1).any(|e| e.role == Role::User) {
+        return Err(inconsistent(
+            location,
+            session,
+            "the exchange read holds a newer user entry",
+        ));
+    }
+    if found.is_empty() && span.len() > 0 && whole()?.iter().any(|e| e.role == Role::User) {
+        return Err(inconsistent(
+            location,
+            session,
+            "the exchange read missed a user entry",
+        ));
+    }
+    Ok(())
 }
 
 /// For a paged read, a tool call its index did not find: `all`, the whole session read and

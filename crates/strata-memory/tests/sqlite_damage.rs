@@ -411,6 +411,20 @@ fn describe(want: &Reads, got: &Reads) -> String {
         .map(|(name, _)| *name)
         .collect::<Vec<_>>()
         .join(", ");
+    for (i, (w, g)) in want.memories.iter().zip(&got.memories).enumerate() {
+        if w != g {
+            let ids = |l: &[MemoryRecord]| -> Vec<String> {
+                l.iter()
+                    .map(|r| r.content.as_str().chars().take(9).collect())
+                    .collect()
+            };
+            out.push_str(&format!(
+                " (listing {i}: {:?} instead of {:?})",
+                ids(g),
+                ids(w)
+            ));
+        }
+    }
     if want.hits != got.hits {
         let ids = |h: &[Vec<(MemoryId, String)>]| -> Vec<Vec<String>> {
             h.iter()

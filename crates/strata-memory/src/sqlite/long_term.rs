@@ -213,18 +213,15 @@ impl SqliteStore {
             .transpose()
     }
 
-    /// Compare what a read filtered by `agent` and `tags` found through an index with the
-    /// counts (ADR-0036). A read by agent (or of everything) that reached the end (`complete`)
-    /// found every row after `offset`; a tag's index entries are counted before the rows they
-    /// select are trusted. A page in the middle of a listing filtered by tags is checked row
-    /// by row only.
+    /// Compare what a read of a whole group, filtered by `agent` and `tags`, found through an
+    /// index (`found` rows) with the counts (ADR-0036): a read by agent (or of everything)
+    /// must find the group's kept count; a read by tags counts each tag's index entries
+    /// before the rows they select are trusted.
     fn check_filtered(
         &self,
         conn: &Connection,
         agent: Option<&str>,
         tags: &[Arc<str>],
-        offset: usize,
-        complete: bool,
         found: usize,
     ) -> Result<()> {
         if !tags.is_empty() {
@@ -238,20 +235,8 @@ impl SqliteStore {
             }
             return Ok(());
         }
-        if !complete {
-            return Ok(());
-        }
         let group = agent.map_or_else(|| "memories".to_owned(), |a| format!("memories/{a}"));
-        let kept = self.kept_count(conn, &group)?;
-        if kept.saturating_sub(offset as u64) != found as u64 {
-            return Err(MemoryError::Corrupt {
-                location: self.location.clone(),
-                detail: format!(
-                    "a read of `{group}` from {offset} found {found} memories but the store counted {kept}; rows or an index were damaged on disk"
-                ),
-            });
-        }
-        Ok(())
+        self.check_count(conn, &group, found as u64)
     }
 
     /// A memory the search indexes hold but whose row was not found: damage, unless another
@@ -286,7 +271,7 @@ impl SqliteStore {
         let keys = rows
             .collect::<rusqlite::Result<HashSet<i64>>>()
             .map_err(|e| self.err(e))?;
-        self.check_filtered(conn, agent, tags, 0, true, keys.len())?;
+        self.check_filtered(conn, agent, tags, keys.len())?;
         Ok(keys)
     }
 }
@@ -393,14 +378,10 @@ impl LongTermMemory for SqliteStore {
         let tags = check_tags(&options.tags)?;
         let inner = self.lock();
         let (filter, fparams) = filter_sql(options.agent_id.as_deref(), &tags);
-        let limit = options
-            .limit
-            .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-        let offset = i64::try_from(options.offset).unwrap_or(i64::MAX);
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS} FROM memories m WHERE 1 = 1{filter} \
-             ORDER BY m.created_ms, m.id LIMIT {limit} OFFSET {offset}"
-        );
+        // The whole group is read, checked and counted, then sorted and cut here (ADR-0036):
+        // a page cut by SQL from an index's order would follow an index entry that damage
+        // moved, or skip a dangling one, without a sign. A page costs a read of its group.
+        let sql = format!("SELECT {RECORD_COLUMNS} FROM memories m WHERE 1 = 1{filter}");
         let mut stmt = inner.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map(params_from_iter(fparams.iter()), |r| {
@@ -412,6 +393,22 @@ impl LongTermMemory for SqliteStore {
             out.push(r.map_err(|e| self.err(e))??);
         }
         drop(stmt);
+        // Rows an index put in the wrong group are damage: each row must match the filter.
+        if let Some(r) = out.iter().find(|r| {
+            options
+                .agent_id
+                .as_deref()
+                .is_some_and(|a| &*r.agent_id != a)
+                || !tags.iter().all(|t| r.tags.contains(t))
+        }) {
+            return Err(MemoryError::Corrupt {
+                location: self.location.clone(),
+                detail: format!(
+                    "memory `{}` was listed under a filter it does not match; an index was damaged on disk",
+                    r.id
+                ),
+            });
+        }
         let mut seen = HashSet::new();
         if let Some(twice) = out.iter().find(|r| !seen.insert(&r.id)) {
             return Err(MemoryError::Corrupt {
@@ -422,15 +419,13 @@ impl LongTermMemory for SqliteStore {
                 ),
             });
         }
-        self.check_filtered(
-            &inner.conn,
-            options.agent_id.as_deref(),
-            &tags,
-            options.offset,
-            options.limit.is_none_or(|l| out.len() < l),
-            out.len(),
-        )?;
-        Ok(out)
+        self.check_filtered(&inner.conn, options.agent_id.as_deref(), &tags, out.len())?;
+        out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        Ok(out
+            .into_iter()
+            .skip(options.offset)
+            .take(options.limit.unwrap_or(usize::MAX))
+            .collect())
     }
 
     fn count(&self, agent_id: Option<&str>) -> Result<usize> {

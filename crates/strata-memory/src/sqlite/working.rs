@@ -18,9 +18,9 @@ use super::SqliteStore;
 use crate::error::{MemoryError, Result};
 use crate::options::check_label;
 use crate::working::{
-    check_batch, check_batch_links, check_operation_key, check_page, check_span, check_tail,
-    confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry, Operation,
-    SessionSpan, SpanPart, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
+    check_batch, check_batch_links, check_exchange, check_operation_key, check_page, check_span,
+    check_tail, confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry,
+    Operation, SessionSpan, SpanPart, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
 };
 
 /// The columns every read of entries selects, in the order `entries_on` reads them.
@@ -490,27 +490,10 @@ impl WorkingMemory for SqliteStore {
             ),
             &[],
         )?;
-        if !found.is_empty() {
-            check_span(&self.location, session, span, &found, SpanPart::Newest)?;
-        }
-        if found.iter().skip(1).any(|e| e.role == Role::User) {
-            return Err(inconsistent(
-                &self.location,
-                session,
-                "the exchange read holds a newer user entry",
-            ));
-        }
-        if found.is_empty() && span.len() > 0 {
-            // No user entry: read the session whole to be sure none was missed.
-            let all = self.session_on(&tx, session)?;
-            if all.iter().any(|e| e.role == Role::User) {
-                return Err(inconsistent(
-                    &self.location,
-                    session,
-                    "the exchange read missed a user entry",
-                ));
-            }
-        }
+        // No user entry found: the session is read whole to be sure none was missed.
+        check_exchange(&self.location, session, span, &found, || {
+            self.session_on(&tx, session)
+        })?;
         tx.finish().map_err(|e| self.err(e))?;
         Ok(found)
     }
