@@ -1094,7 +1094,7 @@ fn entries_of_a_released_report_are_reused_only_where_equal() {
     assert_eq!(
         dropped.status,
         SectionStatus::Dropped {
-            reason: "layer_budget".into()
+            reason: DropReason::LayerBudget
         }
     );
     assert!(filled.filled);
@@ -1108,7 +1108,7 @@ fn entries_of_a_released_report_are_reused_only_where_equal() {
     assert_eq!(
         entry(&two, "large").1.status,
         SectionStatus::Dropped {
-            reason: "budget".into()
+            reason: DropReason::Budget
         }
     );
     assert_eq!(entry(&two, "small"), (at_small, filled));

@@ -17,6 +17,8 @@ use strata_core::{Budget, RuntimeLayer};
 use super::measure::Measured;
 use super::{marker_text, select, Assembler, Cand, CutForm, Unit, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
+use crate::per_layer::PerLayer;
+use crate::report::DropReason;
 use crate::request::AssemblyRequest;
 
 /// A unit's place in keep order: layer, turns first, newest turn first, highest score first,
@@ -32,11 +34,11 @@ type KeepKey = (
 /// What fitting decided.
 pub(super) struct Fitted {
     /// Units dropped per layer whose omission marker is written.
-    pub drops: [u64; 4],
+    pub drops: PerLayer<u64>,
     /// Bytes of content dropped per layer (for the omission markers).
-    pub dropped_bytes: [u64; 4],
+    pub dropped_bytes: PerLayer<u64>,
     /// Why each dropped unit was dropped, by unit index.
-    pub dropped_reason: Vec<Option<&'static str>>,
+    pub dropped_reason: Vec<Option<DropReason>>,
 }
 
 /// The limits of one fit.
@@ -74,7 +76,7 @@ impl Assembler {
         // Measured afresh from the text as offered: a cut from an earlier pass (a unit dropped
         // after one member was cut to the cap) must not be rendered without its marker.
         cand.cut = None;
-        let enc = req.render.encodings[cand.section().layer().index()];
+        let enc = req.render.encoding(cand.section().layer());
         let cap = cap.filter(|_| !cand.sticky);
         let limit = cap.map_or(room, |c| c.min(room));
         if let Some(r) = self.probe(cand.section(), enc, native, limit) {
@@ -121,7 +123,7 @@ impl Assembler {
             newest_user,
         } = m;
         let newest_user = *newest_user;
-        let mut dropped_reason: Vec<Option<&'static str>> = vec![None; units.len()];
+        let mut dropped_reason: Vec<Option<DropReason>> = vec![None; units.len()];
 
         // Sticky units are measured in full: they must fit. Their members that are not sticky
         // themselves still obey the section cap.
@@ -132,7 +134,7 @@ impl Assembler {
                     Member::Over | Member::Capped => {
                         // Not even an empty body fits the cap: keep it whole, as a sticky
                         // unit's member (the cap yields to stickiness).
-                        let enc = req.render.encodings[cands[c].section().layer().index()];
+                        let enc = req.render.encoding(cands[c].section().layer());
                         cands[c].element =
                             Some(self.render(cands[c].section(), enc, None, native.is_some()));
                     }
@@ -171,7 +173,7 @@ impl Assembler {
                     break;
                 }
                 let have = cands[c].rendered().tokens;
-                let enc = req.render.encodings[cands[c].section().layer().index()];
+                let enc = req.render.encoding(cands[c].section().layer());
                 let to = have.saturating_sub(excess);
                 // Always cut the text as offered, so the cut's place in it is known exactly.
                 let cut = if Some(c) == newest_user {
@@ -206,11 +208,11 @@ impl Assembler {
         // One pass over the units: what the sticky ones take (in all and per layer), and per
         // layer how many of the others there are and their bytes.
         let (mut sticky_tokens, mut sticky_chars) = (0u64, 0u64);
-        let mut layer_used = [0u64; 4];
-        let mut per_layer = [(0u64, 0u64); 4];
+        let mut layer_used = PerLayer::splat(0u64);
+        let mut per_layer = PerLayer::splat((0u64, 0u64));
         let mut fresh: Vec<usize> = Vec::with_capacity(units.len());
         for (i, u) in units.iter().enumerate() {
-            let l = u.layer.index();
+            let l = u.layer;
             if u.sticky {
                 sticky_tokens += u.tokens;
                 sticky_chars += u.chars;
@@ -299,34 +301,32 @@ impl Assembler {
         // nothing it is given back. Bounds that do not fit are left out, highest layer first:
         // those layers drop without a marker (the report still lists every dropped section).
         // The units in `order` are those not sticky (`per_layer`, counted above).
-        let mut marker = [(0u64, 0u64); 4];
-        for l in RuntimeLayer::ALL {
-            let (n, b) = per_layer[l.index()];
+        let marker = PerLayer::from_fn(|l| {
+            let (n, b) = per_layer[l];
             if n > 0 {
-                marker[l.index()] = self.text_cost(&marker_text(l, n.max(10) * 10, b.max(10) * 10));
+                self.text_cost(&marker_text(l, n.max(10) * 10, b.max(10) * 10))
+            } else {
+                (0, 0)
             }
-        }
+        });
         let mut used = (base_tokens + sticky_tokens, id_chars + sticky_chars);
-        let mut reserved = [false; 4];
+        let mut reserved = PerLayer::splat(false);
         for l in RuntimeLayer::ALL {
-            let (t, c) = marker[l.index()];
+            let (t, c) = marker[l];
             if t > 0 && used.0 + t <= fit_budget && max_chars.is_none_or(|mc| used.1 + c <= mc) {
-                reserved[l.index()] = true;
+                reserved[l] = true;
                 used.0 += t;
                 used.1 += c;
             }
         }
-        let mut drops = [0u64; 4];
-        let mut dropped_bytes = [0u64; 4];
+        let mut drops = PerLayer::splat(0u64);
+        let mut dropped_bytes = PerLayer::splat(0u64);
         let mut cut_tried = false;
         let mut released = false;
         let native_b = native.is_some();
         // The smallest element of each layer: below this much room, nothing of it can fit.
-        let mut floors = [0u64; 4];
-        for l in RuntimeLayer::ALL {
-            floors[l.index()] = self.floor(l, req.render.encodings[l.index()], native_b);
-        }
-        let min_floor = floors.iter().copied().min().unwrap_or(0);
+        let floors = PerLayer::from_fn(|l| self.floor(l, req.render.encoding(l), native_b));
+        let min_floor = floors.values().copied().min().unwrap_or(0);
         // Separate ASCII words of escaped or raw text each take a token of their own with the
         // tiktoken encodings: with the element floor, a lower bound of a unit's tokens known
         // without rendering it (ADR-0024). Other encodings rewrite the words, so they get none.
@@ -335,8 +335,8 @@ impl Assembler {
         // unit not measured yet has its members as offered, whose words measure counted; one
         // measured may hold a cut member, whose words are counted again.
         let unit_floor = |unit: &Unit, cands: &[Cand<'_>]| -> u64 {
-            let i = unit.layer.index();
-            let words = if !(words_count && req.render.encodings[i] == Encoding::Escaped) {
+            let i = unit.layer;
+            let words = if !(words_count && req.render.encoding(i) == Encoding::Escaped) {
                 0
             } else if unit.measured {
                 unit.members
@@ -351,7 +351,7 @@ impl Assembler {
 
         for (k, &u) in order.iter().enumerate() {
             let l = units[u].layer;
-            let i = l.index();
+            let i = l;
             let last_in_layer = order.get(k + 1).is_none_or(|n| units[*n].layer != l);
             // The last unit of a layer that has dropped nothing may use the layer's marker
             // reservation: if it fits, no marker is needed.
@@ -372,11 +372,11 @@ impl Assembler {
             let room = room_total.min(room_layer);
             let room_chars = max_chars.map(|mc| (mc + give_back.1).saturating_sub(used.1));
             let why = if room_layer < room_total {
-                "layer_budget"
+                DropReason::LayerBudget
             } else {
-                "budget"
+                DropReason::Budget
             };
-            let mut verdict: Result<(), &'static str> = Ok(());
+            let mut verdict: Result<(), DropReason> = Ok(());
             // Past the point where nothing fits, a unit costs this one comparison.
             if room < min_floor || unit_floor(&units[u], cands) > room {
                 verdict = Err(why);
@@ -391,7 +391,7 @@ impl Assembler {
                             break;
                         }
                         Member::Capped => {
-                            verdict = Err("section_cap");
+                            verdict = Err(DropReason::SectionCap);
                             break;
                         }
                     }
@@ -404,7 +404,7 @@ impl Assembler {
                     cost.1 += cands[c].rendered().chars;
                 }
                 if room_chars.is_some_and(|rc| cost.1 > rc) {
-                    verdict = Err("max_total_chars");
+                    verdict = Err(DropReason::MaxTotalChars);
                 }
             }
             // The first unit that does not fit may be kept in cut form, in the room it leaves:
@@ -444,7 +444,7 @@ impl Assembler {
                 }
                 if let Some(c) = c.filter(|_| left >= MIN_CUT_TOKENS) {
                     cut_tried = true;
-                    let enc = req.render.encodings[i];
+                    let enc = req.render.encoding(i);
                     // A member that is not sticky obeys the section cap in cut form too.
                     let to = cap
                         .filter(|_| !cands[c].sticky)
@@ -497,10 +497,10 @@ impl Assembler {
         // that room, in keep order, to the units dropped for the budget meanwhile.
         if released {
             for &u in &order {
-                if dropped_reason[u] != Some("budget") {
+                if dropped_reason[u] != Some(DropReason::Budget) {
                     continue;
                 }
-                let i = units[u].layer.index();
+                let i = units[u].layer;
                 let held = if reserved[i] { marker[i].0 } else { 0 };
                 let room_layer = budget.layers.get(units[u].layer).map_or(u64::MAX, |lb| {
                     u64::from(lb).saturating_sub(layer_used[i] + held)
@@ -556,8 +556,8 @@ impl Assembler {
             }
         }
         for l in RuntimeLayer::ALL {
-            if !reserved[l.index()] {
-                drops[l.index()] = 0;
+            if !reserved[l] {
+                drops[l] = 0;
             }
         }
         Ok(Fitted {

@@ -8,7 +8,6 @@
 //! same bytes (I6, ADR-0013). Identity comes only from a `VerifiedAgent` and is copied into the
 //! output first, byte for byte, exactly once (I1, ADR-0006); it is never trimmed (I2, ADR-0008).
 
-use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
@@ -20,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use strata_agentdef::VerifiedAgent;
 use strata_core::format::{self, Authority, Encoding, SectionHeader};
 use strata_core::{
-    Budget, ContentHash, Keep, Layer, Phase, Role, RuntimeLayer, Section, SectionId, SectionKey,
-    SourceKind, Stability, Tier, Tokenizer, ToolName,
+    ContentHash, Keep, Layer, Phase, Role, RuntimeLayer, Section, SectionId, SectionKey,
+    SourceKind, Stability, Tokenizer, ToolName,
 };
 
 mod fit;
@@ -39,8 +38,12 @@ use select::Selected;
 
 use crate::error::AssembleError;
 use crate::output::{AssembledContext, Contents};
+use crate::per_layer::PerLayer;
 use crate::provider::RequestTool;
-use crate::report::{Breakpoint, LayerReport, Report, RequestReport, SectionReport, SectionStatus};
+use crate::report::{
+    Breakpoint, DropReason, FilterReason, LayerReport, Report, RequestReport, SectionReport,
+    SectionStatus,
+};
 use crate::request::{AssemblyRequest, BudgetSpec};
 
 /// The tools of `announced` that an assembly of `agent` under `policy` keeps: in layer 1's
@@ -1296,7 +1299,11 @@ impl Assembler {
         agent: &VerifiedAgent,
         req: &AssemblyRequest,
     ) -> Result<AssembledContext, AssembleError> {
-        let (budget, tier) = resolve_budget(agent, req.budget.as_ref());
+        let (budget, tier) = req
+            .budget
+            .as_ref()
+            .unwrap_or(&BudgetSpec::AgentDefault)
+            .resolve(agent.budget());
         budget.validate()?;
         // Taken first, so that what the last output held besides its entries is released
         // before this call allocates its own.
@@ -1345,7 +1352,7 @@ impl Assembler {
                     s,
                     false,
                     SectionStatus::Filtered {
-                        reason: "reserved".into(),
+                        reason: FilterReason::Reserved,
                     },
                 ));
             } else {
@@ -1490,7 +1497,7 @@ impl Assembler {
         // other candidates in the canonical order of selection, then the sections filtered
         // before it, by layer and id (few; no other string is sorted per call). Each entry is
         // written once, where it belongs.
-        let mut why_of: Vec<Option<&'static str>> = vec![None; cands.len()];
+        let mut why_of: Vec<Option<DropReason>> = vec![None; cands.len()];
         for (u, why) in dropped_reason
             .iter()
             .enumerate()
@@ -1554,26 +1561,23 @@ impl Assembler {
             self.lock().stats.reused_entries += reused;
         }
         // Sections and bytes dropped per layer, in one pass over the units.
-        let mut dropped_per_layer = [(0usize, 0u64); 4];
+        let mut dropped_per_layer = PerLayer::splat((0usize, 0u64));
         for u in units.iter().filter(|u| u.dropped) {
-            let d = &mut dropped_per_layer[u.layer.index()];
+            let d = &mut dropped_per_layer[u.layer];
             d.0 += u.members.len();
             d.1 += u.bytes;
         }
-        let dropped_any = dropped_per_layer.iter().any(|d| d.0 > 0);
-        let layers = RuntimeLayer::ALL
+        let dropped_any = dropped_per_layer.values().any(|d| d.0 > 0);
+        let layers = dropped_per_layer
             .iter()
-            .map(|l| {
-                let i = l.index();
-                LayerReport {
-                    layer: (*l).into(),
-                    tokens: layer_out[i],
-                    budget: budget.layers.get(*l).map(u64::from),
-                    kept: kept_n[i],
-                    cut: cut_n[i],
-                    dropped: dropped_per_layer[i].0,
-                    dropped_bytes: dropped_per_layer[i].1,
-                }
+            .map(|(l, d)| LayerReport {
+                layer: l.into(),
+                tokens: layer_out[l],
+                budget: budget.layers.get(l).map(u64::from),
+                kept: kept_n[l],
+                cut: cut_n[l],
+                dropped: d.0,
+                dropped_bytes: d.1,
             })
             .collect();
         let request = placed.as_ref().map(|c| {
@@ -1729,14 +1733,12 @@ fn entry_of(
 fn cand_parts<'s>(
     cands: &'s [Cand<'_>],
     units: &[Unit],
-    why_of: &[Option<&'static str>],
+    why_of: &[Option<DropReason>],
     c: usize,
 ) -> (&'s Section, bool, SectionStatus, (u64, u64, bool)) {
     let cand = &cands[c];
     let status = match (why_of[c], &cand.cut) {
-        (Some(why), _) => SectionStatus::Dropped {
-            reason: Cow::Borrowed(why),
-        },
+        (Some(why), _) => SectionStatus::Dropped { reason: why },
         (None, Some(cut)) => {
             let kept = cand.section().content().len() as u64;
             let head = cut.at.at as u64;
@@ -1801,17 +1803,12 @@ fn entry_is(
         && e_id == s.id()
 }
 
-/// `a == b`, with the assembler's reasons (borrowed from its fixed set) compared by address
-/// before their text.
+/// `a == b`, with the common cases compared without a call.
 #[inline(always)]
 fn same_status(a: &SectionStatus, b: &SectionStatus) -> bool {
-    let same = |x: &str, y: &str| std::ptr::eq(x, y) || x == y;
     match (a, b) {
         (SectionStatus::Kept, SectionStatus::Kept) => true,
-        (SectionStatus::Dropped { reason: x }, SectionStatus::Dropped { reason: y })
-        | (SectionStatus::Filtered { reason: x }, SectionStatus::Filtered { reason: y }) => {
-            same(x, y)
-        }
+        (SectionStatus::Dropped { reason: x }, SectionStatus::Dropped { reason: y }) => x == y,
         _ => a == b,
     }
 }
@@ -1826,27 +1823,6 @@ fn strip_invisible(s: &Section) -> Section {
             .filter(|c| !format::is_invisible_or_control(*c))
             .collect::<String>(),
     )
-}
-
-/// The budget and tier of a request.
-fn resolve_budget(agent: &VerifiedAgent, spec: Option<&BudgetSpec>) -> (Budget, Tier) {
-    match spec.unwrap_or(&BudgetSpec::AgentDefault) {
-        BudgetSpec::AgentDefault => {
-            let b = agent.budget().clone();
-            let tier = Tier::for_context_window(b.total_tokens);
-            (b, tier)
-        }
-        BudgetSpec::Explicit(b) => (b.clone(), Tier::for_context_window(b.total_tokens)),
-        BudgetSpec::ContextWindow(w) => {
-            let base = agent.budget();
-            let b = Budget {
-                total_tokens: *w,
-                response_reserve: base.response_reserve.max(w / 8),
-                ..base.clone()
-            };
-            (b, Tier::for_context_window(*w))
-        }
-    }
 }
 
 #[cfg(all(test, feature = "tiktoken"))]

@@ -8,10 +8,11 @@ use strata_core::{Layer, Role, RuntimeLayer, Stability, ToolName};
 
 use super::{marker_text, Assembler, Cand, Unit};
 use crate::error::AssembleError;
+use crate::per_layer::PerLayer;
 use crate::provider::{
     Block, Conversation, Message, MessageKind, MessageRole, Provider, ProviderOptions, RequestTool,
 };
-use crate::report::Breakpoint;
+use crate::report::{Breakpoint, DropReason};
 
 impl Assembler {
     /// Place the kept sections into a provider's channels (ADR-0014): the system channel gets
@@ -30,8 +31,8 @@ impl Assembler {
         cands: &[Cand<'_>],
         kept: &[usize],
         units: &mut [Unit],
-        dropped_reason: &mut [Option<&'static str>],
-        (drops, dropped_bytes): ([u64; 4], [u64; 4]),
+        dropped_reason: &mut [Option<DropReason>],
+        (drops, dropped_bytes): (PerLayer<u64>, PerLayer<u64>),
     ) -> Result<Placed, AssembleError> {
         let is_turn = |c: &Cand<'_>| {
             c.section().layer() == RuntimeLayer::WorkingMemory && c.section().turn().is_some()
@@ -55,7 +56,7 @@ impl Assembler {
                 }
                 let u = cands[first].unit;
                 units[u].dropped = true;
-                dropped_reason[u] = Some("history_start");
+                dropped_reason[u] = Some(DropReason::HistoryStart);
                 turns.retain(|c| cands[*c].unit != u);
             }
         }
@@ -79,12 +80,12 @@ impl Assembler {
             },
             total: 0,
             chars: 0,
-            layer_out: [0; 4],
-            kept_n: [0; 4],
-            cut_n: [0; 4],
+            layer_out: PerLayer::default(),
+            kept_n: PerLayer::default(),
+            cut_n: PerLayer::default(),
         };
         let count = |placed: &mut Placed, c: &Cand<'_>| {
-            let i = c.section().layer().index();
+            let i = c.section().layer();
             placed.layer_out[i] += c.rendered().tokens;
             placed.chars += c.rendered().chars;
             if c.cut.is_some() {
@@ -187,7 +188,7 @@ impl Assembler {
         let mut tokens = user_frame;
         let mut pos = 0;
         for l in RuntimeLayer::ALL {
-            let i = l.index();
+            let i = l;
             while pos < dynamic.len() && cands[dynamic[pos]].section().layer() == l {
                 let c = &cands[dynamic[pos]];
                 text.push_str(&c.rendered().text);
@@ -250,9 +251,9 @@ pub(super) struct Placed {
     pub(super) conversation: Conversation,
     pub(super) total: u64,
     pub(super) chars: u64,
-    pub(super) layer_out: [u64; 4],
-    pub(super) kept_n: [usize; 4],
-    pub(super) cut_n: [usize; 4],
+    pub(super) layer_out: PerLayer<u64>,
+    pub(super) kept_n: PerLayer<usize>,
+    pub(super) cut_n: PerLayer<usize>,
 }
 
 /// A laid-out assembly: the output with its exact counts.
@@ -268,11 +269,11 @@ pub(super) struct Laid {
     /// Cache breakpoints of the text.
     pub breakpoints: Vec<Breakpoint>,
     /// Tokens per runtime layer.
-    pub layer_out: [u64; 4],
+    pub layer_out: PerLayer<u64>,
     /// Sections kept whole per runtime layer.
-    pub kept_n: [usize; 4],
+    pub kept_n: PerLayer<usize>,
     /// Sections cut per runtime layer.
-    pub cut_n: [usize; 4],
+    pub cut_n: PerLayer<usize>,
     /// The provider conversation, if one was placed.
     pub conversation: Option<Conversation>,
 }
@@ -286,7 +287,7 @@ impl Assembler {
         (id_tokens, id_chars): (u64, u64),
         cands: &[Cand<'_>],
         kept: &[usize],
-        (drops, dropped_bytes): ([u64; 4], [u64; 4]),
+        (drops, dropped_bytes): (PerLayer<u64>, PerLayer<u64>),
     ) -> Laid {
         let mut text = String::with_capacity(
             identity_text.len()
@@ -304,12 +305,12 @@ impl Assembler {
         let mut stable_prefix = identity_end;
         let mut stable_run = true;
         let mut breakpoints = vec![identity_end];
-        let mut layer_out = [0u64; 4];
-        let mut kept_n = [0usize; 4];
-        let mut cut_n = [0usize; 4];
+        let mut layer_out = PerLayer::splat(0u64);
+        let mut kept_n = PerLayer::splat(0usize);
+        let mut cut_n = PerLayer::splat(0usize);
         let mut pos = 0;
         for l in RuntimeLayer::ALL {
-            let i = l.index();
+            let i = l;
             while pos < kept.len() && cands[kept[pos]].section().layer() == l {
                 let cand = &cands[kept[pos]];
                 if cand.section().stability() != Stability::Stable {

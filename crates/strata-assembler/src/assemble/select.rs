@@ -17,7 +17,9 @@ use strata_core::{
 use super::{report_of, schema, FastMap, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 use crate::error::AssembleError;
 use crate::provider::{PairPolicy, RequestTool, ToolDescriptions};
-use crate::report::{Conflict, SchemaTextRemoved, SectionReport, SectionStatus, ToolsReport};
+use crate::report::{
+    Conflict, FilterReason, SchemaTextRemoved, SectionReport, SectionStatus, ToolsReport,
+};
 use crate::request::AssemblyRequest;
 
 /// The sections that take part, after filtering and conflicts.
@@ -83,18 +85,14 @@ pub(super) fn select<'a>(
     let mut live = Vec::new();
     for s in input {
         let reason = if !s.modes().contains(req.mode) {
-            Some("mode")
+            Some(FilterReason::Mode)
         } else if !s.paths().contains(req.path) {
-            Some("path")
+            Some(FilterReason::Path)
         } else {
             None
         };
         match reason {
-            Some(r) => reports.push(report_of(
-                s,
-                false,
-                SectionStatus::Filtered { reason: r.into() },
-            )),
+            Some(r) => reports.push(report_of(s, false, SectionStatus::Filtered { reason: r })),
             None => live.push(s),
         }
     }
@@ -299,7 +297,7 @@ pub(super) fn select<'a>(
                     s,
                     false,
                     SectionStatus::Filtered {
-                        reason: "empty".into(),
+                        reason: FilterReason::Empty,
                     },
                 ));
             }
@@ -624,7 +622,7 @@ fn check_pairs<'a>(
                 s,
                 false,
                 SectionStatus::Filtered {
-                    reason: "unpaired".into(),
+                    reason: FilterReason::Unpaired,
                 },
             ));
         } else {
