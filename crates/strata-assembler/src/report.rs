@@ -18,7 +18,7 @@ pub enum SectionStatus {
         /// Tokens of the whole rendered section, when they were counted: a section cut to
         /// make sticky sections fit was measured whole first; otherwise only on request
         /// (`AssemblyRequest::count_cut_sections`), because the part left out is not
-        /// tokenized by default (ADR-0024). `head_bytes` and `tail_bytes` against `bytes`
+        /// tokenized by default (ADR-0037). `head_bytes` and `tail_bytes` against `bytes`
         /// always say how much was left out.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         full_tokens: Option<u64>,
@@ -57,7 +57,7 @@ pub enum SectionStatus {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum DropReason {
-    /// The prompt budget was used up (ADR-0008, ADR-0024).
+    /// The prompt budget was used up (ADR-0008, ADR-0037).
     Budget,
     /// Its layer's soft budget was used up.
     LayerBudget,
@@ -152,16 +152,16 @@ pub struct SectionReport {
     /// Layer.
     pub layer: Layer,
     /// Tokens it takes in the output (0 unless kept or cut). A dropped section's tokens are
-    /// not known: the assembler does not count what it leaves out (ADR-0024); see `bytes`.
+    /// not known: the assembler does not count what it leaves out (ADR-0037); see `bytes`.
     pub tokens: u64,
     /// Characters it takes in the output.
     pub chars: u64,
     /// Bytes of its content as offered (UTF-8), whatever happened to it: the size of a dropped
-    /// section that can be known without tokenizing it (ADR-0024).
+    /// section that can be known without tokenizing it (ADR-0037).
     #[serde(default)]
     pub bytes: u64,
     /// Kept (whole or cut) in budget left over after a more important unit was dropped because
-    /// it did not fit: a smaller, less important section filling the budget (ADR-0024).
+    /// it did not fit: a smaller, less important section filling the budget (ADR-0037).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub filled: bool,
     /// The role of a working-memory turn (user, assistant, tool call or tool result): what
@@ -194,7 +194,7 @@ pub struct LayerReport {
     pub cut: usize,
     /// Sections dropped for budget.
     pub dropped: usize,
-    /// Bytes of content of the dropped sections (ADR-0024).
+    /// Bytes of content of the dropped sections (ADR-0037).
     #[serde(default)]
     pub dropped_bytes: u64,
 }
@@ -298,7 +298,7 @@ pub struct Report {
     pub used_tokens: u64,
     /// Tokens of the prompt budget left unused while content was dropped: 0 when nothing was
     /// dropped. Room that no dropped unit could use whole (each needed more), after the first
-    /// one that did not fit was cut into it where that was possible (ADR-0024).
+    /// one that did not fit was cut into it where that was possible (ADR-0037).
     #[serde(default)]
     pub idle_tokens: u64,
     /// Characters of the output.

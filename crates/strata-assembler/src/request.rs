@@ -113,7 +113,7 @@ pub struct AssemblyRequest {
     pub provider_options: crate::provider::ProviderOptions,
     /// Count a cut section's whole rendered form for its report entry
     /// (`SectionStatus::Cut { full_tokens }`). Off by default: the part of a section left out
-    /// is then never tokenized, and the report gives its size in bytes (ADR-0024). Diagnostic
+    /// is then never tokenized, and the report gives its size in bytes (ADR-0037). Diagnostic
     /// views such as `strata explain` turn it on.
     pub count_cut_sections: bool,
     /// The time of this assembly (Unix milliseconds). When given, the agent must be valid then,

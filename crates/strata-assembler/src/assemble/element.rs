@@ -1,6 +1,6 @@
 //! Elements: one section rendered for its place (fenced, or as a native turn), counted
 //! exactly in the request's frame, probed against a limit, or cut to one (ADR-0008, ADR-0009,
-//! ADR-0024, ADR-0030, ADR-0032). These are the measurements the kernel's stages make; a
+//! ADR-0037, ADR-0030, ADR-0032). These are the measurements the kernel's stages make; a
 //! [`Meter`] makes them with the tokenizer, and asks the engine first when there is one (an
 //! answer the engine kept is the answer the measurement gives).
 
@@ -40,7 +40,7 @@ pub(super) struct Rendered {
 }
 
 /// Where a cut section's text was cut: the kept head is `content[..at]`, the kept tail
-/// `content[at..]`, and `elided` bytes of the original stood between them (ADR-0024).
+/// `content[at..]`, and `elided` bytes of the original stood between them (ADR-0037).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct CutAt {
     pub(super) keep: Keep,
@@ -69,7 +69,7 @@ pub(super) fn walk_size(id: &SectionId, text: &str) -> usize {
 
 /// Bytes of content per token of the budget in the first window a head cut walks: more than
 /// most text takes (English about 4.5, code and JSON 3, CJK 1.5-3), so one window is enough
-/// but for dense text, and a window that is not grows four times (ADR-0024, amended).
+/// but for dense text, and a window that is not grows four times (ADR-0037).
 pub(super) const WALK_WINDOW_BYTES_PER_TOKEN: usize = 8;
 
 /// The text a head cut walks (see `Meter::element_walk`).
@@ -133,8 +133,32 @@ pub(super) struct Cutting {
     pub(super) at: CutAt,
 }
 
+/// A tail search's answer: where the kept tail starts in the content, where the kept end starts
+/// in the searched walk, and that end's exact count.
+type KnownEnd = (usize, usize, usize);
+
+/// The state of one cut search (see [`Meter::cut_section`]).
+struct CutSearch {
+    /// The element with an empty body, in cut form.
+    empty: Arc<Rendered>,
+    /// Its tokens.
+    overhead: u64,
+    /// Tokens the head (or both-ends) search may keep.
+    allow: usize,
+    /// Where the next, smaller, head search may start: the walk before it is not repeated.
+    resume: strata_core::Prefix,
+    /// The element a head cut walks.
+    walk: Option<ElementWalk>,
+    /// The walk of this section's last cut, which the head search may resume.
+    prior: Option<(String, strata_core::Prefix)>,
+    /// The end of the element a tail cut searches.
+    tail: Option<TailWalk>,
+    /// Tokens the tail search may keep.
+    tail_allow: usize,
+}
+
 /// The cache key of a rendered element. Every part is a copy or a reference-counted clone, so
-/// building one allocates nothing (ADR-0024).
+/// building one allocates nothing (ADR-0037).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct ElementKey {
     pub(super) content: ContentHash,
@@ -308,7 +332,7 @@ impl Meter<'_> {
 
     /// [`Meter::render`], counting with what is `known` of a text the element shares its
     /// start with (a walk's point, [`Tokenizer::count_resumed`]) or its end with (a suffix and
-    /// its count, [`Tokenizer::count_sharing_end`]; ADR-0024).
+    /// its count, [`Tokenizer::count_sharing_end`]; ADR-0037).
     fn render_known(
         &self,
         s: &Section,
@@ -352,7 +376,7 @@ impl Meter<'_> {
 
     /// The rendered element of `s` if it takes at most `limit` tokens, else `None`; the count
     /// stops once `limit` is passed, so an element that does not fit costs what the limit
-    /// allows, not what it holds (ADR-0024). Both answers are cached.
+    /// allows, not what it holds (ADR-0037). Both answers are cached.
     pub(super) fn probe(
         &self,
         s: &Section,
@@ -399,7 +423,7 @@ impl Meter<'_> {
     /// rest: the longest prefix of the walk within the limit less the framing ends, with room
     /// for what the tokenizer reads past it, inside the part of the window written as the
     /// whole element writes it; that prefix is then the whole element's too, and being shorter
-    /// than the element it says the element is over (ADR-0024, amended). Only for escaped or
+    /// than the element it says the element is over (ADR-0037). Only for escaped or
     /// datamarked content more than twice the window long, with a tokenizer whose prefix looks
     /// a bounded way ahead; `false` (not known) otherwise, and when the prefix reaches further:
     /// then the element is written and counted up to the limit, as before. Escaped content of
@@ -456,7 +480,7 @@ impl Meter<'_> {
 
     /// Whether an element whose body holds `bytes` bytes of content takes more than `limit`
     /// tokens, known from the length alone: every encoding writes the body no shorter than the
-    /// content, and no token covers more than the tokenizer's longest (ADR-0024).
+    /// content, and no token covers more than the tokenizer's longest (ADR-0037).
     fn certainly_over(&self, bytes: usize, limit: u64) -> bool {
         self.tokenizer
             .longest_token_bytes()
@@ -465,7 +489,7 @@ impl Meter<'_> {
 
     /// Bytes of content that a walk for a head cut within `max_tokens` reads at most: more than
     /// any prefix within the budget can cover (`max_tokens + 2` longest tokens), plus room for
-    /// what the tokenizer looks at past its last piece; `None` without a bound (ADR-0024).
+    /// what the tokenizer looks at past its last piece; `None` without a bound (ADR-0037).
     fn walk_bound(&self, max_tokens: u64) -> Option<usize> {
         let l = self.tokenizer.longest_token_bytes()?;
         usize::try_from(max_tokens.saturating_add(2))
@@ -502,7 +526,7 @@ impl Meter<'_> {
 
     /// Cut `s` so that its rendered element takes at most `max_tokens`, keeping the end its
     /// [`Keep`] names; `None` if even an empty body does not fit. Cached by the whole section
-    /// and the limit, so an unchanged section cut to the same room costs a lookup (ADR-0024).
+    /// and the limit, so an unchanged section cut to the same room costs a lookup (ADR-0037).
     pub(super) fn cut_to(
         &self,
         s: &Section,
@@ -525,171 +549,32 @@ impl Meter<'_> {
         max_tokens: u64,
         native: bool,
     ) -> Option<Cutting> {
-        let whole = Self::element_key(s, enc, None, native);
-        let cache_key = (whole, max_tokens);
+        let cache_key = (Self::element_key(s, enc, None, native), max_tokens);
         if let Some(hit) = self.memo.and_then(|e| e.cut(&cache_key)) {
             return Some(hit);
         }
+        let mut c = self.cut_search(s, enc, max_tokens, native)?;
         let text = s.content().as_str();
-        let keep = s.keep();
-        let bound = CutAt {
-            keep,
-            at: 0,
-            elided: text.len() as u64,
-        };
-        // The element with an empty body: its cost bounds the cut, and its text (cached) gives
-        // where a walked element's body starts.
-        let empty = self.render(&s.with_content(""), enc, Some(bound), native);
-        let overhead = empty.tokens;
-        if overhead >= max_tokens {
-            return None;
-        }
-        let mut allow = (max_tokens - overhead) as usize;
-        // Where the next, smaller, head search may start: the walk before it is not repeated.
-        let mut resume = strata_core::Prefix { len: 0, tokens: 0 };
-        // An escaped or datamarked head cut walks the element it becomes, written with its
-        // whole body (up to the body's end), so the cut element is then counted only from the
-        // walk's last resume point, not in full; the kept text is tokenized about once
-        // (ADR-0024; datamarked too since its amendment: datamarking writes each space of the
-        // escaping as a mark, which maps back by counting the marks, `format::escaped_len`).
-        // Base64 rewrites the whole text, so its cuts search the content as offered.
-        let escaping = matches!(enc, Encoding::Escaped | Encoding::Datamark);
-        // Windows only where the tokenizer's prefix depends on a bounded stretch past its end;
-        // otherwise the walk reads up to the bound at once.
-        let first_window = match self.tokenizer.prefix_look_ahead() {
-            Some(_) => usize::try_from(max_tokens)
-                .unwrap_or(usize::MAX)
-                .saturating_mul(self.walk_window),
-            None => usize::MAX,
-        };
-        let mut walk = (keep == Keep::Head && escaping)
-            .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens, first_window, true))
-            .flatten();
-        // The walk of this section's last cut: where its element starts with the same bytes
-        // (a turn that grew at its end), the walk resumes there (ADR-0024).
-        let mut prior = None;
-        if let Some(w) = &walk {
-            allow = w.allow;
-            prior = self.memo.and_then(|e| e.take_walk(s.id()));
-        }
-        // An escaped (or datamarked) tail cut searches the end of the element it becomes (a window
-        // at the end of the content, encoded, then the element's end), and the cut element is
-        // counted from that search, only up to where their pieces line up: the kept text is
-        // tokenized about once (ADR-0024, amended). The first window is about five eighths of a
-        // head cut's (five bytes of content per token for the default of eight): the search splits
-        // only what it needs of it, but the whole window is escaped; a window too small for the
-        // tail is walked again four times larger.
-        let tail_window = usize::try_from(max_tokens)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(self.walk_window.div_ceil(2) + 1);
-        let mut tail = (keep == Keep::Tail && escaping)
-            .then(|| self.tail_walk(s, &empty, enc, max_tokens, tail_window))
-            .flatten();
-        let mut tail_allow = tail.as_ref().map_or(0, |w| w.allow);
-        let look_ahead = self.tokenizer.prefix_look_ahead().unwrap_or(0);
         let mut tries = 0;
         while tries < 16 {
-            // The tail search's answer: where the kept tail starts in the content, and the end
-            // of the walk it keeps with that end's exact count.
-            let mut known_end = None;
-            if let (Keep::Tail, Some(w)) = (keep, &tail) {
-                let p = self.tokenizer.suffix(&w.text, tail_allow);
-                let st = w.text.len() - p.len;
-                if st == 0 && w.start > 0 {
-                    // All of the window fits: walk one four times larger.
-                    let larger = w.window.saturating_mul(4);
-                    self.count(|s| s.walk_regrowths += 1);
-                    tail = self.tail_walk(s, &empty, enc, max_tokens, larger);
-                    continue;
-                }
-                let Some(body) = format::escaped_len(&w.text, st.min(w.body_len), enc) else {
-                    // Not reached (a piece boundary is a character boundary): the content as
-                    // offered is searched then.
-                    tail = None;
-                    continue;
-                };
-                known_end = Some((
-                    w.start + format::escaped_prefix_len(&text[w.start..], body),
-                    st,
-                    p.tokens,
-                ));
-            }
-            let (head, tail_start) = match (keep, &walk, known_end) {
-                (Keep::Tail, _, Some((at, _, _))) => (0, at),
-                (Keep::Head, Some(w), _) => {
-                    let (p, next) = match &prior {
-                        Some((before, from)) => {
-                            self.tokenizer.prefix_after(&w.text, allow, before, *from)
-                        }
-                        None => self.tokenizer.prefix_from(&w.text, allow, resume),
-                    };
-                    if !w.settles(p.len, look_ahead) {
-                        // The prefix reaches where the window may be written, or split,
-                        // otherwise than the whole content: walk a window four times larger
-                        // (up to the bound at once when the window holds no line break), from
-                        // its start; the last cut's walk is still offered to it.
-                        let window = if w.stable > w.body_start {
-                            w.window.saturating_mul(4)
-                        } else {
-                            usize::MAX
-                        };
-                        self.count(|s| s.walk_regrowths += 1);
-                        match self.element_walk(
-                            s,
-                            &empty.text,
-                            enc,
-                            native,
-                            max_tokens,
-                            window,
-                            true,
-                        ) {
-                            Some(larger) => walk = Some(larger),
-                            None => {
-                                // Not reached (the element's opening does not depend on its
-                                // body); the content itself is walked then, with its room.
-                                walk = None;
-                                allow = (max_tokens - overhead) as usize;
-                            }
-                        }
-                        resume = strata_core::Prefix { len: 0, tokens: 0 };
-                        continue;
-                    }
-                    if let Some((before, from)) = prior.take() {
-                        if self.tokenizer.resumes(&w.text, &before, from) {
-                            self.count(|s| s.resumed_cuts += 1);
-                        }
-                    }
-                    resume = next;
-                    let body = p.len.saturating_sub(w.body_start);
-                    let body = format::escaped_len(&w.text[w.body_start..], body, enc)
-                        .expect("a prefix ends on a character boundary");
-                    (format::escaped_prefix_len(text, body), text.len())
-                }
-                (Keep::Head, None, _) => {
-                    let (p, next) = self.tokenizer.prefix_from(text, allow, resume);
-                    resume = next;
-                    (p.len, text.len())
-                }
-                (Keep::Tail, _, None) => (0, text.len() - self.tokenizer.suffix(text, allow).len),
-                (Keep::Both, _, _) => {
-                    let h = self.tokenizer.prefix(text, allow / 2);
-                    let rest = &text[h.len..];
-                    let t = self.tokenizer.suffix(rest, allow - h.tokens);
-                    (h.len, text.len() - t.len)
-                }
+            let Some((head, tail_start, known_end)) =
+                self.cut_bounds(&mut c, s, enc, max_tokens, native)
+            else {
+                // A walk was regrown or given up: search again.
+                continue;
             };
             let mut kept = String::with_capacity(head + text.len() - tail_start);
             kept.push_str(&text[..head]);
             kept.push_str(&text[tail_start..]);
             let cut = s.with_content(kept);
             let at = CutAt {
-                keep,
+                keep: s.keep(),
                 at: head,
                 elided: (tail_start - head) as u64,
             };
-            let known = match (known_end, &tail, &walk) {
+            let known = match (known_end, &c.tail, &c.walk) {
                 (Some((_, st, tokens)), Some(w), _) => Known::End(&w.text[st..], tokens),
-                (_, _, Some(w)) => Known::Start(&w.text, resume),
+                (_, _, Some(w)) => Known::Start(&w.text, c.resume),
                 _ => Known::Nothing,
             };
             let r = self.render_known(&cut, enc, Some(at), native, known);
@@ -699,39 +584,237 @@ impl Meter<'_> {
                     rendered: r,
                     at,
                 };
-                let Some(e) = self.memo else {
-                    return Some(done);
-                };
-                e.keep_cut(cache_key, &done);
-                // Only the bytes a later walk compares are kept: the walked text up to a
-                // little past the resume point (none when the walk offered no point).
-                if let Some(mut w) = walk.filter(|_| resume.len > 0) {
-                    let mut keep = (resume.len + WALK_KEPT_PAST).min(w.text.len());
-                    while !w.text.is_char_boundary(keep) {
-                        keep += 1;
-                    }
-                    w.text.truncate(keep);
-                    w.text.shrink_to_fit();
-                    e.keep_walk(s.id(), w.text, resume);
-                }
-                return Some(done);
+                return Some(self.keep_cut(cache_key, s, done, c.walk, c.resume));
             }
-            let excess = (r.tokens - max_tokens) as usize;
-            if known_end.is_some() {
-                if tail_allow == 0 {
-                    return None;
-                }
-                tail_allow = tail_allow.saturating_sub(excess.max(1));
-                tries += 1;
-                continue;
-            }
-            if allow == 0 {
+            // Over by a token or two (the marker, or merges at the cut): search with less room.
+            let excess = ((r.tokens - max_tokens) as usize).max(1);
+            let room = if known_end.is_some() {
+                &mut c.tail_allow
+            } else {
+                &mut c.allow
+            };
+            if *room == 0 {
                 return None;
             }
-            allow = allow.saturating_sub(excess.max(1));
+            *room = room.saturating_sub(excess);
             tries += 1;
         }
         None
+    }
+
+    /// The search for a cut of `s` within `max_tokens`: the element with an empty body (its
+    /// cost bounds the cut, and its text gives where a walked element's body starts), the room
+    /// for the body, and the walks a head or tail cut of escaped or datamarked text searches.
+    /// `None` if even an empty body does not fit.
+    fn cut_search(
+        &self,
+        s: &Section,
+        enc: Encoding,
+        max_tokens: u64,
+        native: bool,
+    ) -> Option<CutSearch> {
+        let keep = s.keep();
+        let bound = CutAt {
+            keep,
+            at: 0,
+            elided: s.content().len() as u64,
+        };
+        let empty = self.render(&s.with_content(""), enc, Some(bound), native);
+        let overhead = empty.tokens;
+        if overhead >= max_tokens {
+            return None;
+        }
+        let mut allow = (max_tokens - overhead) as usize;
+        // An escaped or datamarked head cut walks the element it becomes, written with its
+        // whole body (up to the body's end), so the cut element is then counted only from the
+        // walk's last resume point, not in full; the kept text is tokenized about once
+        // (ADR-0037; datamarked too: datamarking writes each space of the escaping as a mark,
+        // which maps back by counting the marks, `format::escaped_len`). Base64 rewrites the
+        // whole text, so its cuts search the content as offered.
+        let escaping = matches!(enc, Encoding::Escaped | Encoding::Datamark);
+        // Windows only where the tokenizer's prefix depends on a bounded stretch past its end;
+        // otherwise the walk reads up to the bound at once.
+        let budget = usize::try_from(max_tokens).unwrap_or(usize::MAX);
+        let first_window = match self.tokenizer.prefix_look_ahead() {
+            Some(_) => budget.saturating_mul(self.walk_window),
+            None => usize::MAX,
+        };
+        let walk = (keep == Keep::Head && escaping)
+            .then(|| self.element_walk(s, &empty.text, enc, native, max_tokens, first_window, true))
+            .flatten();
+        // The walk of this section's last cut: where its element starts with the same bytes
+        // (a turn that grew at its end), the walk resumes there (ADR-0037).
+        let mut prior = None;
+        if let Some(w) = &walk {
+            allow = w.allow;
+            prior = self.memo.and_then(|e| e.take_walk(s.id()));
+        }
+        // An escaped (or datamarked) tail cut searches the end of the element it becomes (a
+        // window at the end of the content, encoded, then the element's end), and the cut
+        // element is counted from that search, only up to where their pieces line up: the kept
+        // text is tokenized about once (ADR-0037). The first window is about five eighths of a
+        // head cut's (five bytes of content per token for the default of eight): the search
+        // splits only what it needs of it, but the whole window is escaped; a window too small
+        // for the tail is walked again four times larger.
+        let tail_window = budget.saturating_mul(self.walk_window.div_ceil(2) + 1);
+        let tail = (keep == Keep::Tail && escaping)
+            .then(|| self.tail_walk(s, &empty, enc, max_tokens, tail_window))
+            .flatten();
+        Some(CutSearch {
+            tail_allow: tail.as_ref().map_or(0, |w| w.allow),
+            empty,
+            overhead,
+            allow,
+            resume: strata_core::Prefix { len: 0, tokens: 0 },
+            walk,
+            prior,
+            tail,
+        })
+    }
+
+    /// One attempt of search `c`: where the kept head ends and the kept tail starts in the
+    /// content of `s`, with, for a tail search, the start of the kept end in its walk and that
+    /// end's exact count; `None` when a walk was regrown or given up (search again).
+    fn cut_bounds(
+        &self,
+        c: &mut CutSearch,
+        s: &Section,
+        enc: Encoding,
+        max_tokens: u64,
+        native: bool,
+    ) -> Option<(usize, usize, Option<KnownEnd>)> {
+        let text = s.content().as_str();
+        let known_end = match s.keep() {
+            Keep::Tail => self.tail_step(c, s, enc, max_tokens)?,
+            _ => None,
+        };
+        let (head, tail_start) = match (s.keep(), c.walk.is_some(), known_end) {
+            (Keep::Tail, _, Some((at, _, _))) => (0, at),
+            (Keep::Head, true, _) => self.head_step(c, s, enc, max_tokens, native)?,
+            (Keep::Head, false, _) => {
+                let (p, next) = self.tokenizer.prefix_from(text, c.allow, c.resume);
+                c.resume = next;
+                (p.len, text.len())
+            }
+            (Keep::Tail, _, None) => (0, text.len() - self.tokenizer.suffix(text, c.allow).len),
+            (Keep::Both, _, _) => {
+                let h = self.tokenizer.prefix(text, c.allow / 2);
+                let rest = &text[h.len..];
+                let t = self.tokenizer.suffix(rest, c.allow - h.tokens);
+                (h.len, text.len() - t.len)
+            }
+        };
+        Some((head, tail_start, known_end))
+    }
+
+    /// The tail search's answer, when there is a tail walk: where the kept tail starts in the
+    /// content, and the start of the kept end in the walk with its exact count. `None` when the
+    /// window was regrown or given up (search again); `Some(None)` without a tail walk.
+    #[allow(clippy::option_option)] // Three outcomes, each named in the comment above.
+    fn tail_step(
+        &self,
+        c: &mut CutSearch,
+        s: &Section,
+        enc: Encoding,
+        max_tokens: u64,
+    ) -> Option<Option<KnownEnd>> {
+        let Some(w) = &c.tail else {
+            return Some(None);
+        };
+        let p = self.tokenizer.suffix(&w.text, c.tail_allow);
+        let st = w.text.len() - p.len;
+        if st == 0 && w.start > 0 {
+            // All of the window fits: walk one four times larger.
+            let larger = w.window.saturating_mul(4);
+            self.count(|s| s.walk_regrowths += 1);
+            c.tail = self.tail_walk(s, &c.empty, enc, max_tokens, larger);
+            return None;
+        }
+        let Some(body) = format::escaped_len(&w.text, st.min(w.body_len), enc) else {
+            // Not reached (a piece boundary is a character boundary): the content as offered
+            // is searched then.
+            c.tail = None;
+            return None;
+        };
+        let text = s.content().as_str();
+        let at = w.start + format::escaped_prefix_len(&text[w.start..], body);
+        Some(Some((at, st, p.tokens)))
+    }
+
+    /// The head search's answer from its walk: where the kept head ends in the content (the
+    /// kept tail is empty); `None` when the walk was regrown or given up (search again).
+    fn head_step(
+        &self,
+        c: &mut CutSearch,
+        s: &Section,
+        enc: Encoding,
+        max_tokens: u64,
+        native: bool,
+    ) -> Option<(usize, usize)> {
+        let text = s.content().as_str();
+        let look_ahead = self.tokenizer.prefix_look_ahead().unwrap_or(0);
+        let w = c.walk.as_ref()?;
+        let (p, next) = match &c.prior {
+            Some((before, from)) => self.tokenizer.prefix_after(&w.text, c.allow, before, *from),
+            None => self.tokenizer.prefix_from(&w.text, c.allow, c.resume),
+        };
+        if !w.settles(p.len, look_ahead) {
+            // The prefix reaches where the window may be written, or split, otherwise than the
+            // whole content: walk a window four times larger (up to the bound at once when the
+            // window holds no line break), from its start; the last cut's walk is still offered
+            // to it.
+            let window = if w.stable > w.body_start {
+                w.window.saturating_mul(4)
+            } else {
+                usize::MAX
+            };
+            self.count(|s| s.walk_regrowths += 1);
+            c.walk = self.element_walk(s, &c.empty.text, enc, native, max_tokens, window, true);
+            if c.walk.is_none() {
+                // Not reached (the element's opening does not depend on its body); the content
+                // itself is walked then, with its room.
+                c.allow = (max_tokens - c.overhead) as usize;
+            }
+            c.resume = strata_core::Prefix { len: 0, tokens: 0 };
+            return None;
+        }
+        if let Some((before, from)) = c.prior.take() {
+            if self.tokenizer.resumes(&w.text, &before, from) {
+                self.count(|s| s.resumed_cuts += 1);
+            }
+        }
+        c.resume = next;
+        let body = p.len.saturating_sub(w.body_start);
+        let body = format::escaped_len(&w.text[w.body_start..], body, enc)
+            .expect("a prefix ends on a character boundary");
+        Some((format::escaped_prefix_len(text, body), text.len()))
+    }
+
+    /// Hand a cut that fits to the engine, if there is one: the cut, and the walk that found it
+    /// up to a little past its resume point (the bytes a later cut of the same section
+    /// compares; none when the walk offered no point).
+    fn keep_cut(
+        &self,
+        key: (ElementKey, u64),
+        s: &Section,
+        done: Cutting,
+        walk: Option<ElementWalk>,
+        resume: strata_core::Prefix,
+    ) -> Cutting {
+        let Some(e) = self.memo else {
+            return done;
+        };
+        e.keep_cut(key, &done);
+        if let Some(mut w) = walk.filter(|_| resume.len > 0) {
+            let mut keep = (resume.len + WALK_KEPT_PAST).min(w.text.len());
+            while !w.text.is_char_boundary(keep) {
+                keep += 1;
+            }
+            w.text.truncate(keep);
+            w.text.shrink_to_fit();
+            e.keep_walk(s.id(), w.text, resume);
+        }
+        done
     }
 
     /// The text a tail cut of `s` searches: the last `window` bytes of its content (from the line
@@ -741,7 +824,7 @@ impl Meter<'_> {
     /// and its opening (written for the longest elision, which bounds the others). `None` where the
     /// element does not end that way. `empty` is the cut element of `s` with an empty body. Where
     /// the window starts only changes the work: the cut element is counted exactly, from the search
-    /// only where their pieces line up (ADR-0024, amended).
+    /// only where their pieces line up (ADR-0037).
     fn tail_walk(
         &self,
         s: &Section,
@@ -798,7 +881,7 @@ impl Meter<'_> {
     ) -> Option<ElementWalk> {
         // Only as much of a long body as a walk within the budget can read: every prefix
         // longer than the bound is over it, so the walk reads no further, and its cost follows
-        // the budget, not the content (ADR-0024). Within the bound, a window of the content is
+        // the budget, not the content (ADR-0037). Within the bound, a window of the content is
         // walked first (`window` bytes): the prefix it gives is the whole content's when it
         // ends within the window's complete lines, since the escaping looks ahead only within a
         // line; the caller walks a larger window otherwise. At the bound, a line that crosses
@@ -887,7 +970,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// Verifies ADR-0024 (amended): the part of a windowed walk that a head cut may rely on
+        /// Verifies ADR-0037: the part of a windowed walk that a head cut may rely on
         /// without walking further (`stable`) is written exactly as the walk up to the bound
         /// writes it, for lines the escaping treats specially (underline-like runs of `=` or
         /// `-` that may end in a letter, headings, labels, list markers, markup, lookalikes),

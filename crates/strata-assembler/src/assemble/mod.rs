@@ -97,7 +97,7 @@ impl Assembler {
     }
 
     /// Bytes of content per token of the budget in the first window a head cut of a long escaped or
-    /// datamarked section walks (default 8; ADR-0024, amended). The cut is the same for any value
+    /// datamarked section walks (default 8; ADR-0037). The cut is the same for any value
     /// (a window too small for the prefix is walked again four times larger, up to the walk's
     /// bound); only the work changes. Tests set it low to exercise regrown windows and high to walk
     /// up to the bound at once.

@@ -39,7 +39,7 @@ pub struct CacheStats {
     /// Elements rendered and tokenized in full.
     pub misses: u64,
     /// Elements found larger than the room left by counting only up to that room (their full
-    /// count is never taken; ADR-0024).
+    /// count is never taken; ADR-0037).
     pub probed_over: u64,
     /// Cut results served from the cache.
     pub cut_hits: u64,
@@ -53,23 +53,23 @@ pub struct CacheStats {
     /// Times the cache was emptied to stay within its byte limit.
     pub evictions: u64,
     /// Whole assemblies served from the last one kept, the request being exactly the same
-    /// but for the time of the call (ADR-0024).
+    /// but for the time of the call (ADR-0037).
     pub assembly_hits: u64,
     /// Cuts whose walk resumed where the last cut of the same section's walk passed, its
-    /// element having the same bytes up to there (ADR-0024).
+    /// element having the same bytes up to there (ADR-0037).
     pub resumed_cuts: u64,
     /// Head cuts whose first window of a long content was too small for the prefix, so that a
-    /// window four times larger was walked (ADR-0024, amended).
+    /// window four times larger was walked (ADR-0037).
     pub walk_regrowths: u64,
     /// Probes that found an element over the room left from a walk of a window of it, without
-    /// writing the rest of a long content (ADR-0024, amended).
+    /// writing the rest of a long content (ADR-0037).
     pub walked_probes: u64,
     /// Selections that found the ids of the sections taking part equal, in order, to the last
-    /// call's, which were pairwise distinct, and so resolved conflicts on keys alone (ADR-0024,
+    /// call's, which were pairwise distinct, and so resolved conflicts on keys alone (ADR-0037,
     /// amended).
     pub known_ids: u64,
     /// Report entries left in place from the last output, which its caller had let go of, each
-    /// equal to the entry the call would have written (ADR-0024, amended).
+    /// equal to the entry the call would have written (ADR-0037).
     pub reused_entries: u64,
 }
 
@@ -91,7 +91,7 @@ struct Cache {
     bytes: usize,
 }
 
-/// What the last call leaves for the next one (ADR-0024). Its orders are where the next call's
+/// What the last call leaves for the next one (ADR-0037). Its orders are where the next call's
 /// sorts start, only a starting point: every sort breaks ties down to the input position, so its
 /// result is the same from any start, and a hint of another length is ignored. What it learnt of
 /// its ids is a fact about those ids, used only when the next call's are equal to them, text for
@@ -140,7 +140,7 @@ impl Engine {
         self.hints.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The kept answer to exactly this request (ADR-0024), or the request's fingerprint for
+    /// The kept answer to exactly this request (ADR-0037), or the request's fingerprint for
     /// [`Engine::remember`].
     pub(super) fn recall(
         &self,

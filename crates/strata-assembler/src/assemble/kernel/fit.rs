@@ -5,7 +5,7 @@
 //! that room; the first that does not fit may be kept in cut form, and smaller units after it
 //! that still fit are kept too (filling the budget). Each layer's omission marker is reserved
 //! while it may drop anything; reservations given back by layers that dropped nothing are
-//! offered, in a second pass, to the units dropped meanwhile (ADR-0008, ADR-0024). Last, a
+//! offered, in a second pass, to the units dropped meanwhile (ADR-0008, ADR-0037). Last, a
 //! provider history opens with a user turn: where no stable context leads, the turns kept
 //! before the first user turn are dropped (ADR-0015). Every decision of what is kept is made
 //! here; placing only places.
@@ -19,13 +19,13 @@ use strata_core::format::Encoding;
 use strata_core::{Role, RuntimeLayer, Stability};
 
 use super::frame::Framed;
+use super::frame::Settings;
 use super::measure::Measured;
 use super::{cuttable_natively, marker_text, Cand, CutForm, Unit};
 use crate::assemble::element::{Meter, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
 use crate::per_layer::PerLayer;
 use crate::report::DropReason;
-use crate::request::AssemblyRequest;
 
 /// A unit's place in keep order: layer, turns first, newest turn first, highest score first,
 /// then its first candidate (unique).
@@ -65,7 +65,7 @@ enum Member {
 /// What does not change while units are fitted.
 struct Rules<'r, 'm> {
     m: &'r Meter<'m>,
-    req: &'r AssemblyRequest,
+    settings: &'r Settings<'r>,
     framed: &'r Framed<'r>,
     /// The section cap.
     cap: Option<u64>,
@@ -74,7 +74,7 @@ struct Rules<'r, 'm> {
     /// The smallest element of each layer: below this much room, nothing of it can fit.
     floors: PerLayer<u64>,
     min_floor: u64,
-    /// Whether separate ASCII words each take a token of their own (ADR-0024).
+    /// Whether separate ASCII words each take a token of their own (ADR-0037).
     words_count: bool,
 }
 
@@ -98,25 +98,25 @@ struct Tally {
 pub(super) fn fit<'a>(
     m: &Meter<'_>,
     measured: Measured<'a>,
-    req: &AssemblyRequest,
     framed: &Framed<'_>,
 ) -> Result<Fitted<'a>, AssembleError> {
+    let settings = &framed.settings;
     let Measured {
         mut cands,
         mut units,
         newest_user,
     } = measured;
     let cap = framed.budget.section_cap.map(u64::from);
-    measure_sticky(m, &mut cands, &mut units, req, cap);
+    measure_sticky(m, &mut cands, &mut units, settings, cap);
     let whole_newest = newest_user.map(|c| cands[c].rendered().tokens);
-    shrink_sticky(m, &mut cands, &mut units, req, framed, newest_user);
+    shrink_sticky(m, &mut cands, &mut units, settings, framed, newest_user);
     let sticky = sticky_fits(&cands, &units, framed, newest_user.zip(whole_newest))?;
     let order = keep_order(m, &units, sticky.fresh);
-    let native = req.provider.is_some();
-    let floors = PerLayer::from_fn(|l| m.floor(l, req.render.encoding(l), native));
+    let native = settings.provider.is_some();
+    let floors = PerLayer::from_fn(|l| m.floor(l, settings.render.encoding(l), native));
     let rules = Rules {
         m,
-        req,
+        settings,
         framed,
         cap,
         marker: PerLayer::from_fn(|l| {
@@ -141,7 +141,7 @@ pub(super) fn fit<'a>(
     if tally.released {
         refill(&rules, &mut tally, &mut cands, &mut units, &order);
     }
-    // A unit is filled when a more important one was dropped before it (ADR-0024).
+    // A unit is filled when a more important one was dropped before it (ADR-0037).
     let mut dropped_before = false;
     for &u in &order {
         if units[u].dropped {
@@ -172,15 +172,15 @@ pub(super) fn fit<'a>(
 fn measure_member(
     m: &Meter<'_>,
     cand: &mut Cand<'_>,
-    req: &AssemblyRequest,
+    settings: &Settings<'_>,
     cap: Option<u64>,
     room: u64,
 ) -> Member {
-    let native = req.provider.is_some();
+    let native = settings.provider.is_some();
     // Measured afresh from the text as offered: a cut from an earlier pass (a unit dropped
     // after one member was cut to the cap) must not be rendered without its marker.
     cand.cut = None;
-    let enc = req.render.encoding(cand.section().layer());
+    let enc = settings.render.encoding(cand.section().layer());
     let cap = cap.filter(|_| !cand.sticky);
     let limit = cap.map_or(room, |c| c.min(room));
     if let Some(r) = m.probe(cand.section(), enc, native, limit) {
@@ -193,8 +193,8 @@ fn measure_member(
     // Over the cap (the probe had the whole room above it): cut to the cap.
     match m.cut_to(cand.base.get(), enc, cap, native) {
         Some(cut) => {
-            // The whole form is counted only on request (ADR-0024).
-            let full = req
+            // The whole form is counted only on request (ADR-0037).
+            let full = settings
                 .count_cut_sections
                 .then(|| m.render(cand.base.get(), enc, None, native).tokens);
             cand.cut = Some(Box::new(CutForm {
@@ -215,18 +215,18 @@ fn measure_sticky(
     m: &Meter<'_>,
     cands: &mut [Cand<'_>],
     units: &mut [Unit],
-    req: &AssemblyRequest,
+    settings: &Settings<'_>,
     cap: Option<u64>,
 ) {
-    let native = req.provider.is_some();
+    let native = settings.provider.is_some();
     for u in units.iter_mut().filter(|u| u.sticky) {
         for &c in &u.members {
-            match measure_member(m, &mut cands[c], req, cap, u64::MAX) {
+            match measure_member(m, &mut cands[c], settings, cap, u64::MAX) {
                 Member::Fits => {}
                 Member::Over | Member::Capped => {
                     // Not even an empty body fits the cap: keep it whole, as a sticky unit's
                     // member (the cap yields to stickiness).
-                    let enc = req.render.encoding(cands[c].section().layer());
+                    let enc = settings.render.encoding(cands[c].section().layer());
                     cands[c].element = Some(m.render(cands[c].section(), enc, None, native));
                 }
             }
@@ -244,7 +244,7 @@ fn shrink_sticky(
     m: &Meter<'_>,
     cands: &mut [Cand<'_>],
     units: &mut [Unit],
-    req: &AssemblyRequest,
+    settings: &Settings<'_>,
     framed: &Framed<'_>,
     newest_user: Option<usize>,
 ) {
@@ -253,7 +253,7 @@ fn shrink_sticky(
     if excess == 0 {
         return;
     }
-    let native = req.provider.is_some();
+    let native = settings.provider.is_some();
     let mut shrinkable: Vec<usize> = units
         .iter()
         .filter(|u| u.sticky)
@@ -272,7 +272,7 @@ fn shrink_sticky(
             break;
         }
         let have = cands[c].rendered().tokens;
-        let enc = req.render.encoding(cands[c].section().layer());
+        let enc = settings.render.encoding(cands[c].section().layer());
         let to = have.saturating_sub(excess);
         // Always cut the text as offered, so the cut's place in it is known exactly.
         let cut = if Some(c) == newest_user {
@@ -379,7 +379,7 @@ fn sticky_fits(
 /// orders equal scores by id, so no string is compared here). The key ends with a unique
 /// index, so the order is total: the engine may hand the sort the last call's order to start
 /// from (a request that changed little is then nearly sorted), and the result is the same from
-/// any start (ADR-0024).
+/// any start (ADR-0037).
 fn keep_order(m: &Meter<'_>, units: &[Unit], fresh: Vec<usize>) -> Vec<usize> {
     let hint = m.memo.map(|e| e.take_keep_hint()).unwrap_or_default();
     let mut member = vec![false; units.len()];
@@ -450,12 +450,12 @@ fn reserve_markers(
 }
 
 /// A unit's lower bound of tokens, known without rendering it: its members' element floors
-/// and, where separate words each take a token, its words (ADR-0024). A unit not measured yet
+/// and, where separate words each take a token, its words (ADR-0037). A unit not measured yet
 /// has its members as offered, whose words measuring counted; one measured may hold a cut
 /// member, whose words are counted again. Other encodings rewrite the words, so they get none.
 fn unit_floor(rules: &Rules<'_, '_>, unit: &Unit, cands: &[Cand<'_>]) -> u64 {
     let l = unit.layer;
-    let words = if !(rules.words_count && rules.req.render.encoding(l) == Encoding::Escaped) {
+    let words = if !(rules.words_count && rules.settings.render.encoding(l) == Encoding::Escaped) {
         0
     } else if unit.measured {
         unit.members
@@ -499,7 +499,7 @@ fn measure_unit(
     units[u].measured = true;
     let mut left = room;
     for &c in &units[u].members {
-        match measure_member(rules.m, &mut cands[c], rules.req, rules.cap, left) {
+        match measure_member(rules.m, &mut cands[c], rules.settings, rules.cap, left) {
             Member::Fits => left -= cands[c].rendered().tokens.min(left),
             other => return Err(other),
         }
@@ -610,8 +610,8 @@ fn try_cut(
     u: usize,
     room: u64,
 ) -> Option<(u64, u64)> {
-    let (m, req) = (rules.m, rules.req);
-    let native = req.provider.is_some();
+    let (m, settings) = (rules.m, rules.settings);
+    let native = settings.provider.is_some();
     let single = units[u].members.len() == 1;
     tally.cut_tried = single;
     units[u].measured = true;
@@ -623,7 +623,7 @@ fn try_cut(
         .max_by_key(|&c| (cands[c].base.get().content().len(), Reverse(c)))?;
     let (left, others) = measure_beside_cut(rules, cands, &units[u], c, room)?;
     tally.cut_tried = true;
-    let enc = req.render.encoding(units[u].layer);
+    let enc = settings.render.encoding(units[u].layer);
     // A member that is not sticky obeys the section cap in cut form too.
     let to = rules
         .cap
@@ -635,8 +635,8 @@ fn try_cut(
     if max_chars.is_some_and(|mc| tally.used.1 + others.1 + r.chars > mc) {
         return None;
     }
-    // The whole form is counted only on request (ADR-0024).
-    let full = req
+    // The whole form is counted only on request (ADR-0037).
+    let full = settings
         .count_cut_sections
         .then(|| m.render(cands[c].base.get(), enc, None, native).tokens);
     let full = cands[c].cut.as_ref().map_or(full, |k| k.full);
@@ -667,7 +667,8 @@ fn measure_beside_cut(
     let mut others = (0u64, 0u64);
     for &c in unit.members.iter().filter(|&&c| c != cut) {
         let limit = left.saturating_sub(MIN_CUT_TOKENS);
-        if measure_member(rules.m, &mut cands[c], rules.req, rules.cap, limit) != Member::Fits {
+        if measure_member(rules.m, &mut cands[c], rules.settings, rules.cap, limit) != Member::Fits
+        {
             return None;
         }
         let r = cands[c].rendered();

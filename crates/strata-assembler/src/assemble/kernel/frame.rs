@@ -5,19 +5,40 @@
 //!
 //! Hand-off: [`Framed`].
 
+use std::collections::BTreeSet;
+
 use strata_agentdef::VerifiedAgent;
-use strata_core::{Budget, Section, Tier};
+use strata_core::{AssemblyPath, Budget, PromptMode, Section, Tier};
 
 use super::tools::narrow_tools;
 use super::{report_of, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 use crate::assemble::element::Meter;
 use crate::error::AssembleError;
-use crate::provider::{RequestTool, SystemRole};
-use crate::report::{FilterReason, SectionReport, SectionStatus, ToolsReport};
-use crate::request::{AssemblyRequest, BudgetSpec};
+use crate::provider::{Provider, ProviderOptions, RequestTool, SystemRole};
+use crate::report::{FilterReason, Omission, SectionReport, SectionStatus, ToolsReport};
+use crate::request::{AssemblyRequest, BudgetSpec, RenderOptions};
+
+/// What the stages after the frame read of the request: the request itself is read only by
+/// the frame, once.
+pub(super) struct Settings<'a> {
+    pub mode: PromptMode,
+    pub path: AssemblyPath,
+    /// The provider whose request is placed, or `None` for plain text.
+    pub provider: Option<Provider>,
+    pub provider_options: &'a ProviderOptions,
+    pub render: &'a RenderOptions,
+    /// Priorities treated as sticky.
+    pub protected_priorities: &'a BTreeSet<u32>,
+    /// Whether a cut section's whole form is counted for the report.
+    pub count_cut_sections: bool,
+    /// Omissions of the gathering step, carried into the report.
+    pub omissions: &'a Vec<Omission>,
+}
 
 /// What every assembly of a request starts from.
 pub(super) struct Framed<'a> {
+    /// The request's settings.
+    pub settings: Settings<'a>,
     pub budget: Budget,
     pub tier: Tier,
     /// The prompt budget (total less the response reserve).
@@ -103,6 +124,7 @@ pub(super) fn frame<'a>(
         });
     }
     Ok(Framed {
+        settings: settings_of(req),
         budget,
         tier,
         prompt_budget,
@@ -118,6 +140,20 @@ pub(super) fn frame<'a>(
         input,
         reserved,
     })
+}
+
+/// What the later stages read of `req`.
+fn settings_of(req: &AssemblyRequest) -> Settings<'_> {
+    Settings {
+        mode: req.mode,
+        path: req.path,
+        provider: req.provider,
+        provider_options: &req.provider_options,
+        render: &req.render,
+        protected_priorities: &req.protected_priorities,
+        count_cut_sections: req.count_cut_sections,
+        omissions: &req.omissions,
+    }
 }
 
 /// Tokens and characters of layers 1-2, which must fit alone (I1, I2).

@@ -1,7 +1,7 @@
 //! Stage 3 of assembly: take the selected sections as candidates and group them into trimming
 //! units (a tool call and its result are one unit). Nothing is rendered or counted here: a
 //! section's cost is measured when fitting reaches it, so what is dropped is never tokenized
-//! (ADR-0024).
+//! (ADR-0037).
 //!
 //! The newest user turn is always kept: it is sticky whatever its section says, and when even
 //! sticky content does not fit, fitting cuts it to its head and tail before failing the request
@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use strata_core::{Keep, Role, Section};
 
+use super::frame::Settings;
 use super::{history_turn, strip_invisible, Base, Cand, Members, Unit};
 use crate::assemble::FastMap;
-use crate::request::{AssemblyRequest, Invisible};
+use crate::request::Invisible;
 
 /// Candidates with their trimming units.
 pub(super) struct Measured<'a> {
@@ -44,15 +45,15 @@ pub(super) fn newest_user_turn(sections: &[&Section]) -> Option<usize> {
 
 /// Turn the winners of selection into candidates and units. Their reports are written when
 /// the assembly is done, in report order, so nothing is built here and moved later.
-pub(super) fn measure<'a>(winners: Vec<&'a Section>, req: &AssemblyRequest) -> Measured<'a> {
+pub(super) fn measure<'a>(winners: Vec<&'a Section>, settings: &Settings<'_>) -> Measured<'a> {
     let mut cands: Vec<Cand<'a>> = Vec::with_capacity(winners.len());
     let mut units: Vec<Unit> = Vec::with_capacity(winners.len());
     let mut unit_of_call: FastMap<Arc<str>, usize> = FastMap::default();
     let newest_user = newest_user_turn(&winners);
     for (i, s) in winners.into_iter().enumerate() {
         let newest = newest_user == Some(i);
-        let sticky = newest || s.sticky() || req.protected_priorities.contains(&s.priority());
-        let base = match req.render.invisible {
+        let sticky = newest || s.sticky() || settings.protected_priorities.contains(&s.priority());
+        let base = match settings.render.invisible {
             // The newest user turn is cut at both ends: the question is usually at one.
             Invisible::Escape if newest && s.keep() != Keep::Both => {
                 Base::Owned(Box::new(s.with_keep(Keep::Both)))

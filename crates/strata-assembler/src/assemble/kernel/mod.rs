@@ -17,6 +17,10 @@
 //! Architecture invariant: this module does no I/O and reads no clock; the same inputs give the
 //! same bytes (I6, ADR-0013). Identity comes only from a `VerifiedAgent` and is copied into the
 //! output first, byte for byte, exactly once (I1, ADR-0006); it is never trimmed (I2, ADR-0008).
+//!
+//! Every function here fits on a screen: clippy's `too_many_lines` is on for the kernel, at the
+//! threshold in `clippy.toml` (80 lines).
+#![warn(clippy::too_many_lines)]
 
 use std::cmp::Reverse;
 use std::sync::Arc;
@@ -79,7 +83,7 @@ pub(super) fn assemble(
     let selected = {
         let input = std::mem::take(&mut framed.input);
         let mut hint = m.memo.map(|e| e.take_select_hint()).unwrap_or_default();
-        let selected = select::select(agent, req, input, &mut hint);
+        let selected = select::select(agent, &framed.settings, input, &mut hint);
         if let Some(e) = m.memo {
             e.keep_select_hint(hint);
         }
@@ -94,9 +98,9 @@ pub(super) fn assemble(
         conflicts,
         ..
     } = selected;
-    let measured = measure::measure(winners, req);
-    let fitted = fit::fit(m, measured, req, &framed)?;
-    let laid = place::place(m, agent, req, &framed, &fitted)?;
+    let measured = measure::measure(winners, &framed.settings);
+    let fitted = fit::fit(m, measured, &framed)?;
+    let laid = place::place(m, agent, &framed, &fitted)?;
     let parts = report::Parts {
         framed,
         left_out: reports,
@@ -105,7 +109,7 @@ pub(super) fn assemble(
         laid,
         last_entries,
     };
-    let out = report::report(m, agent, req, parts);
+    let out = report::report(m, agent, parts);
     if let Some(e) = m.memo {
         e.keep_last(&out, req.sections.len());
     }
@@ -119,7 +123,7 @@ pub(super) struct Cand<'a> {
     /// The cut form, once cut: boxed, as few candidates are cut and every one is built.
     cut: Option<Box<CutForm>>,
     sticky: bool,
-    /// The rendered element, once fitting has measured it (ADR-0024).
+    /// The rendered element, once fitting has measured it (ADR-0037).
     element: Option<Arc<Rendered>>,
     unit: usize,
 }
@@ -242,12 +246,12 @@ pub(super) struct Unit {
     /// Bytes of content of the members (known without rendering).
     bytes: u64,
     /// Separate ASCII words of the members as offered (known without rendering): part of the
-    /// unit's lower bound of tokens (ADR-0024).
+    /// unit's lower bound of tokens (ADR-0037).
     words: u64,
     /// Fitting has measured a member (which may since be cut).
     measured: bool,
     dropped: bool,
-    /// Kept in room left after a more important unit was dropped (ADR-0024).
+    /// Kept in room left after a more important unit was dropped (ADR-0037).
     filled: bool,
 }
 
@@ -269,7 +273,7 @@ pub(super) fn order_key(
     )
 }
 
-/// An omission marker for `count` units of `l` holding `bytes` bytes of content (ADR-0024).
+/// An omission marker for `count` units of `l` holding `bytes` bytes of content (ADR-0037).
 pub(super) fn marker_text(l: RuntimeLayer, count: u64, bytes: u64) -> String {
     let mut m = String::new();
     let what = if count == 1 {

@@ -18,7 +18,6 @@ use crate::provider::{
     Block, Conversation, Message, MessageKind, MessageRole, Provider, ProviderOptions,
 };
 use crate::report::{Breakpoint, DropReason};
-use crate::request::AssemblyRequest;
 
 /// A laid-out assembly: the output with its exact counts.
 pub(super) struct Laid {
@@ -74,10 +73,10 @@ impl Counts {
 pub(super) fn place(
     m: &Meter<'_>,
     agent: &VerifiedAgent,
-    req: &AssemblyRequest,
     framed: &Framed<'_>,
     fitted: &Fitted<'_>,
 ) -> Result<Laid, AssembleError> {
+    let settings = &framed.settings;
     let (cands, units) = (&fitted.cands, &fitted.units);
     // The turns left out at a provider history's start are listed where they stood.
     let mut listed: Vec<usize> = (0..cands.len())
@@ -86,7 +85,7 @@ pub(super) fn place(
             !units[u].dropped || fitted.dropped_reason[u] == Some(DropReason::HistoryStart)
         })
         .collect();
-    // Keys are computed once per section and hold no strings (linear cost, ADR-0024).
+    // Keys are computed once per section and hold no strings (linear cost, ADR-0037).
     listed.sort_by_cached_key(|c| order_key(cands[*c].section(), *c));
     let kept: Vec<usize> = listed
         .iter()
@@ -99,7 +98,7 @@ pub(super) fn place(
     };
     let identity_text = agent.identity_text();
     let (id_tokens, id_chars) = framed.identity;
-    let Some(provider) = req.provider else {
+    let Some(provider) = settings.provider else {
         let laid = layout_text(m, identity_text, framed.identity, cands, &kept, &markers);
         return Ok(Laid {
             kept: listed,
@@ -108,7 +107,7 @@ pub(super) fn place(
     };
     let channels = Channels {
         provider,
-        opts: &req.provider_options,
+        opts: settings.provider_options,
         system: identity_text,
         system_tokens: framed.system_frame + id_tokens,
         tool_tokens: framed.tool_tokens,

@@ -21,7 +21,6 @@ use crate::provider::{Block, Conversation, ProviderOptions};
 use crate::report::{
     Conflict, DropReason, LayerReport, Report, RequestReport, SectionReport, SectionStatus,
 };
-use crate::request::AssemblyRequest;
 
 /// What the report is made of.
 pub(super) struct Parts<'a> {
@@ -37,12 +36,7 @@ pub(super) struct Parts<'a> {
 }
 
 /// The assembled context of one request, with its report.
-pub(super) fn report(
-    m: &Meter<'_>,
-    agent: &VerifiedAgent,
-    req: &AssemblyRequest,
-    parts: Parts<'_>,
-) -> AssembledContext {
+pub(super) fn report(m: &Meter<'_>, agent: &VerifiedAgent, parts: Parts<'_>) -> AssembledContext {
     let Parts {
         framed,
         mut left_out,
@@ -54,10 +48,14 @@ pub(super) fn report(
     left_out.extend(framed.reserved);
     let sections = entries(m, &fitted, &laid.kept, left_out, last_entries);
     let (layers, dropped_any) = layer_reports(&fitted.units, &laid, &framed.budget);
-    let request = laid
-        .conversation
-        .as_ref()
-        .map(|c| request_report(c, &req.provider_options, framed.margin, laid.tokens));
+    let request = laid.conversation.as_ref().map(|c| {
+        request_report(
+            c,
+            framed.settings.provider_options,
+            framed.margin,
+            laid.tokens,
+        )
+    });
     let prompt_budget = framed.prompt_budget;
     tracing::debug!(tokens = laid.tokens, budget = prompt_budget, "assembled");
     AssembledContext::new(Contents {
@@ -88,7 +86,7 @@ pub(super) fn report(
             conflicts,
             tools: framed.tools_report,
             request,
-            omissions: req.omissions.clone(),
+            omissions: framed.settings.omissions.clone(),
         },
         text: laid.text,
         conversation: laid.conversation,
@@ -97,7 +95,7 @@ pub(super) fn report(
 
 /// Every section's entry, in report order (see the module's comment): each written once, where
 /// it belongs, or, when the engine hands over the last report's entries, left in place where it
-/// equals the entry this call writes (ADR-0024, amended).
+/// equals the entry this call writes (ADR-0037).
 fn entries(
     m: &Meter<'_>,
     fitted: &Fitted<'_>,

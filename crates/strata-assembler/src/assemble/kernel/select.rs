@@ -11,12 +11,12 @@ use std::collections::hash_map::Entry;
 use strata_agentdef::VerifiedAgent;
 use strata_core::{IdentitySection, Layer, Role, RuntimeLayer, Section, SectionId};
 
+use super::frame::Settings;
 use super::pairs::check_pairs;
 use super::{history_turn, report_of};
 use crate::assemble::FastMap;
 use crate::error::AssembleError;
 use crate::report::{Conflict, FilterReason, SectionReport, SectionStatus};
-use crate::request::AssemblyRequest;
 
 /// The sections that take part, after filtering and conflicts.
 pub(super) struct Selected<'a> {
@@ -30,7 +30,7 @@ pub(super) struct Selected<'a> {
     pub ids_known: bool,
 }
 
-/// What one call of [`select`] leaves for the next (ADR-0024).
+/// What one call of [`select`] leaves for the next (ADR-0037).
 #[derive(Default)]
 pub(in crate::assemble) struct SelectHint {
     /// The canonical order, as positions in the sections that took part: where the next sort
@@ -71,16 +71,16 @@ impl DistinctIds {
 /// ids; the result does not depend on it.
 pub(super) fn select<'a>(
     agent: &VerifiedAgent,
-    req: &AssemblyRequest,
+    settings: &Settings<'_>,
     input: Vec<&'a Section>,
     hint: &mut SelectHint,
 ) -> Result<Selected<'a>, AssembleError> {
     let mut reports: Vec<SectionReport> = Vec::new();
     let mut live = Vec::with_capacity(input.len());
     for s in input {
-        let reason = if !s.modes().contains(req.mode) {
+        let reason = if !s.modes().contains(settings.mode) {
             Some(FilterReason::Mode)
-        } else if !s.paths().contains(req.path) {
+        } else if !s.paths().contains(settings.path) {
             Some(FilterReason::Path)
         } else {
             None
@@ -119,8 +119,8 @@ pub(super) fn select<'a>(
                 .collect(),
         })
     };
-    if req.provider.is_some() {
-        winners = check_pairs(winners, req.provider_options.pairs, &mut reports)?;
+    if settings.provider.is_some() {
+        winners = check_pairs(winners, settings.provider_options.pairs, &mut reports)?;
         winners = drop_empty_turns(winners, &mut reports);
     }
     Ok(Selected {
@@ -135,7 +135,7 @@ pub(super) fn select<'a>(
 /// then score, id, hash, and the input position, so the order is total and does not depend on
 /// `start`, the permutation the sort starts from. The engine hands over the last call's order,
 /// so a request that changed little is already sorted or nearly, which the sort detects in
-/// about one comparison per section (ADR-0024).
+/// about one comparison per section (ADR-0037).
 fn canonical_order(live: &[&Section], start: Vec<usize>) -> Vec<usize> {
     // Sort compact keys (layer, score, position), read once per section, then order each run
     // of equal layer and score by id and hash: strings are compared only inside such runs.
@@ -200,7 +200,7 @@ enum Slot<'m, 'a> {
 /// keeps of its id, so an id's text is read only where two digests are equal (a real conflict,
 /// or a collision, which goes to a map keyed by the text); keys by their text, borrowed. No
 /// string is copied or compared in order and no reference count is touched per section
-/// (ADR-0024).
+/// (ADR-0037).
 struct Claims<'a> {
     by_key: FastMap<&'a str, (Layer, &'a SectionId)>,
     by_id: FastMap<u64, (Layer, &'a str)>,
