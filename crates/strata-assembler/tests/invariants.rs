@@ -211,7 +211,7 @@ proptest! {
             }
         }
         // Each parsed runtime section is exactly one input section, or if cut its kept head and
-        // tail with exactly the elided bytes between them (ADR-0024).
+        // tail with exactly the elided bytes between them (ADR-0037).
         let inputs: BTreeMap<(u8, String), Vec<String>> = req.sections.iter().fold(BTreeMap::new(), |mut m, s| {
             m.entry((s.layer().number(), s.id().to_string())).or_insert_with(Vec::new).push(s.content().to_string());
             m
@@ -458,7 +458,7 @@ fn element(s: &Section) -> String {
 }
 
 proptest! {
-    /// Verifies ADR-0024 with reference counts (tiktoken-rs): filling the budget never keeps a
+    /// Verifies ADR-0037 with reference counts (tiktoken-rs): filling the budget never keeps a
     /// less important unit in place of a more important one. Every unit dropped for the budget
     /// could not have fit even if all less important kept units were removed (allowing for the
     /// reserved omission markers); a section is reported as filled exactly when a more
@@ -770,7 +770,7 @@ proptest! {
         }
     }
 
-    /// Verifies ADR-0024: the caches (elements, probes over the room, cut results, lower
+    /// Verifies ADR-0037: the caches (elements, probes over the room, cut results, lower
     /// bounds) and the orders kept from the last call never change an assembly. One assembler
     /// taken through a random sequence of requests (text edited, sections added, removed and
     /// reordered, the budget moved, the same request again), with a roomy or a tiny cache
@@ -802,7 +802,7 @@ proptest! {
         }
     }
 
-    /// Verifies ADR-0024 (amended): the whole assembly kept from an earlier call is given back
+    /// Verifies ADR-0037: the whole assembly kept from an earlier call is given back
     /// only for exactly the same request. One assembler is taken through random requests, each
     /// made one or more times in a row (so results are kept and served), changed between runs
     /// in their sections or in a setting alone (mode, path, encoding, provider, budget), with

@@ -2,11 +2,12 @@
 //! before it and returning its own (ARCHITECTURE.md, ADR-0037). This is the enforcement point a
 //! reviewer reads for I1-I9:
 //!
-//! [`frame`] (budget, identity, tools) -> [`Framed`]; [`select`] (mode and path, conflicts,
-//! tool pairs) -> [`Selected`]; [`measure`] (candidates and trimming units) -> [`Measured`];
-//! [`fit`] (sticky check, trimming, refill, the opening of a provider history) -> [`Fitted`];
-//! [`place`] (provider channels, or the plain-text layout) -> [`Laid`]; [`report`] -> the
-//! [`AssembledContext`].
+//! [`frame`] (budget, identity, tools; the only stage that reads the request) ->
+//! [`Framed`](frame::Framed); [`select`] (mode and path, conflicts, tool pairs) ->
+//! [`Selected`]; [`measure`] (candidates and trimming units) -> [`Measured`](measure::Measured);
+//! [`fit`] (sticky check, trimming, refill, the opening of a provider history) ->
+//! [`Fitted`](fit::Fitted); [`place`] (provider channels, or the plain-text layout) ->
+//! [`Laid`](place::Laid); [`report`] -> the [`AssembledContext`].
 //!
 //! Elements are measured by a [`Meter`]: with the tokenizer alone for the plain kernel, or
 //! asking the memoisation engine first; either way a measurement has one answer. The stages
