@@ -692,19 +692,8 @@ fn refill(
             continue;
         }
         let l = units[u].layer;
-        let held = if tally.reserved[l] {
-            rules.marker[l].0
-        } else {
-            0
-        };
-        let room_layer = rules.framed.budget.layers.get(l).map_or(u64::MAX, |lb| {
-            u64::from(lb).saturating_sub(tally.layer_used[l] + held)
-        });
-        let room = rules
-            .framed
-            .fit_budget
-            .saturating_sub(tally.used.0)
-            .min(room_layer);
+        let (room_total, room_layer) = room_for(rules, tally, l, (0, 0));
+        let room = room_total.min(room_layer);
         if room < rules.min_floor || unit_floor(rules, &units[u], cands) > room {
             continue;
         }
