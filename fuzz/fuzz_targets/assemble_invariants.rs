@@ -2,7 +2,7 @@
 //! I3 (ADR-0009): identity first and intact exactly once, sticky sections never trimmed, the
 //! budget respected exactly, and no forged boundaries (the output parses back into identity
 //! followed by untrusted sections that are exactly what went in, or its kept head and tail when
-//! cut; ADR-0024).
+//! cut; ADR-0037).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -87,7 +87,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(*trust == Trust::Signed, i < n_identity, "signed sections only at the start");
                 if i >= n_identity && id != TOOL_CATALOG_ID {
                     // Whole, or cut: the kept head is a prefix and the kept tail a suffix of the
-                    // input, with exactly the elided bytes between them (ADR-0024).
+                    // input, with exactly the elided bytes between them (ADR-0037).
                     let (head, tail) = text.split_at(elided.map_or(text.len(), |e| e.at));
                     assert!(
                         sections.iter().any(|s| {

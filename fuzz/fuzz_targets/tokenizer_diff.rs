@@ -4,11 +4,11 @@
 //! limit agrees with the count, and the prefix within a budget holds exactly the tokens it
 //! reports, fits, and is the longest that fits (by brute force on short inputs, over the next
 //! characters on long ones); counts and cuts resumed from a point of a walk over another text
-//! that shares the input's start equal the reference's (ADR-0024); the suffix within a budget
+//! that shares the input's start equal the reference's (ADR-0037); the suffix within a budget
 //! (found from a window at the end, which small budgets keep shorter than the input) holds the
-//! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0024); and a
-//! count taken from another text with the same end equals the reference's (ADR-0024, amended);
-//! and the separate ASCII words of the input never exceed its reference count (ADR-0024).
+//! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0037); and a
+//! count taken from another text with the same end equals the reference's (ADR-0037);
+//! and the separate ASCII words of the input never exceed its reference count (ADR-0037).
 //! Counts are compared with the vocabulary's lookup of whole-token pieces and without it.
 //! Inputs stay at a kilobyte, where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes
 //! quickly.
@@ -77,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
         }
         assert_eq!(t.encode(&text), ids, "{}: token ids", t.name());
         assert_eq!(t.count_up_to(&text, n), Some(n));
-        // The word bound fitting relies on never exceeds the reference count (ADR-0024).
+        // The word bound fitting relies on never exceeds the reference count (ADR-0037).
         assert!(t.splits_ascii_words());
         let words = strata_core::separate_ascii_words(&text);
         assert!(words <= n, "{}: {words} separate words, {n} tokens", t.name());
@@ -136,7 +136,7 @@ fuzz_target!(|data: &[u8]| {
             );
         }
 
-        // Resuming from a point of this walk over another text that shares its start (ADR-0024):
+        // Resuming from a point of this walk over another text that shares its start (ADR-0037):
         // the text cut somewhere past the point and ended with the input's own bytes reversed
         // (any tail); the count and the cut equal the reference's and a fresh search's.
         let (_, resume) = t.prefix_from(&text, budget, strata_core::Prefix { len: 0, tokens: 0 });
@@ -157,7 +157,7 @@ fuzz_target!(|data: &[u8]| {
         );
         assert_eq!(q.tokens, reference(r, &other[..q.len]));
 
-        // Counting from a text with the same end (ADR-0024, amended): the suffix found above,
+        // Counting from a text with the same end (ADR-0037): the suffix found above,
         // and the whole input, each behind a few of the input's own characters reversed, given
         // the exact count of the text without them, count what the reference counts.
         let front = &tail[..floor_boundary(&tail, tail.len().min(usize::from(*mode) + 8))];

@@ -104,7 +104,7 @@ fuzz_target!(|data: &[u8]| {
             }
             Parsed::Omitted { .. } => panic!("a section came back as a marker"),
         }
-        // A cut keeping both ends (ADR-0024): the text split in two around an elision marker
+        // A cut keeping both ends (ADR-0037): the text split in two around an elision marker
         // must come back as the same two parts, and the marker must appear exactly once.
         let mid = (0..=text.len() / 2).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
         let (head, tail) = text.split_at(mid);

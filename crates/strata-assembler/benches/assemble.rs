@@ -135,7 +135,7 @@ fn tool_output(bytes: usize) -> String {
 }
 
 /// One large tool result, cut to fit a 16,384-token budget, from a new assembler each time:
-/// the cost should follow what is kept, not what the tool returned (ADR-0024). The result is a
+/// the cost should follow what is kept, not what the tool returned (ADR-0037). The result is a
 /// log of JSON records, one per line, keeping its head or its tail (escaped, the default, or
 /// datamarked), and the same records as one line of minified JSON keeping its head.
 fn large_tool_result(c: &mut Criterion) {

@@ -198,7 +198,7 @@ fn workloads(c: &mut Criterion) {
         let warm = Assembler::new(tok.clone());
         let out = warm.assemble(&agent, &req).unwrap();
         // What a cold assembly hands the tokenizer, against its output and what it was offered:
-        // dropped sections are not counted (ADR-0024).
+        // dropped sections are not counted (ADR-0037).
         eprintln!(
             "{}: a cold assembly counted {} bytes for an output of {} bytes ({} offered)",
             w.name,

@@ -56,7 +56,7 @@ pub struct SectionSpec {
     #[serde(default)]
     pub source: Option<String>,
     /// Which end to keep when the section is cut to fit: `head` (the default), `tail` (a log's
-    /// newest lines) or `both` (the two ends, with the middle elided and marked; ADR-0024).
+    /// newest lines) or `both` (the two ends, with the middle elided and marked; ADR-0037).
     #[serde(default)]
     pub keep: Keep,
 }

@@ -24,6 +24,7 @@ mod assemble;
 pub mod error;
 pub mod input;
 pub mod output;
+mod per_layer;
 pub mod provider;
 pub mod receipt;
 pub mod receipt_log;
@@ -49,7 +50,9 @@ pub use receipt_log::{Audit, LogError, ReceiptLog};
 #[cfg(feature = "postgres")]
 pub use receipt_log_pg::PgReceiptLog;
 pub use receipt_signer::{ReceiptSigner, ReceiptSink, SignerError};
-pub use report::{RefusedTool, Report, SchemaTextRemoved, SectionReport, SectionStatus};
+pub use report::{
+    DropReason, FilterReason, RefusedTool, Report, SchemaTextRemoved, SectionReport, SectionStatus,
+};
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{
     OperationId, Outcome, PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError,

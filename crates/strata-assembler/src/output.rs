@@ -19,7 +19,7 @@ use crate::report::Report;
 ///
 /// A shared handle: cloning it (to keep it, to hand it to a [`crate::ReceiptSigner`], or when
 /// the assembler answers a repeated request from its last assembly) copies a pointer, not the
-/// text or the report, whatever the number of sections (ADR-0024).
+/// text or the report, whatever the number of sections (ADR-0037).
 #[derive(Debug, Clone, Serialize)]
 #[serde(transparent)]
 pub struct AssembledContext {

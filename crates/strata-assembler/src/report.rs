@@ -1,6 +1,5 @@
 //! The assembly report: what was kept, cut and dropped, and why.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -19,7 +18,7 @@ pub enum SectionStatus {
         /// Tokens of the whole rendered section, when they were counted: a section cut to
         /// make sticky sections fit was measured whole first; otherwise only on request
         /// (`AssemblyRequest::count_cut_sections`), because the part left out is not
-        /// tokenized by default (ADR-0024). `head_bytes` and `tail_bytes` against `bytes`
+        /// tokenized by default (ADR-0037). `head_bytes` and `tail_bytes` against `bytes`
         /// always say how much was left out.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         full_tokens: Option<u64>,
@@ -32,15 +31,13 @@ pub enum SectionStatus {
     },
     /// Left out to fit the budget.
     Dropped {
-        /// `layer_budget`, `budget`, `max_total_chars`, `section_cap` or `history_start`.
-        /// Borrowed from the assembler's fixed set, so dropping thousands of sections
-        /// allocates nothing for their reasons.
-        reason: Cow<'static, str>,
+        /// Which limit left it out (serialized as `budget`, `layer_budget`, ...).
+        reason: DropReason,
     },
     /// Not taking part in this mode or path.
     Filtered {
-        /// `mode`, `path`, `reserved`, `empty` or `unpaired`.
-        reason: Cow<'static, str>,
+        /// Which rule left it out (serialized as `mode`, `path`, ...).
+        reason: FilterReason,
     },
     /// Lost a conflict to a higher layer (I4).
     Overridden {
@@ -53,6 +50,100 @@ pub enum SectionStatus {
     },
 }
 
+/// Why fitting left a section out: which limit it did not fit. Serialized as the snake_case
+/// name of the variant (`"budget"`, `"layer_budget"`, ...), the strings reports carried before
+/// the reasons were typed, so report JSON reads the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DropReason {
+    /// The prompt budget was used up (ADR-0008, ADR-0037).
+    Budget,
+    /// Its layer's soft budget was used up.
+    LayerBudget,
+    /// The character cap of the whole prompt was reached.
+    MaxTotalChars,
+    /// Larger than the per-section cap and could not be cut to it.
+    SectionCap,
+    /// A history turn before the first user turn of a provider request with no stable context
+    /// (providers want a conversation to open with the user; ADR-0015).
+    HistoryStart,
+}
+
+/// Why a section took no part in an assembly, by design rather than for lack of room.
+/// Serialized as the snake_case name of the variant, as [`DropReason`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FilterReason {
+    /// Not in the request's prompt mode.
+    Mode,
+    /// Not in the request's assembly path.
+    Path,
+    /// Its id or key belongs to the tool catalog the assembler writes (I4).
+    Reserved,
+    /// An empty user or assistant turn.
+    Empty,
+    /// A tool call without its result, or a result without its call, under `PairPolicy::Drop`.
+    Unpaired,
+}
+
+impl DropReason {
+    /// The name the report's JSON gives it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Budget => "budget",
+            DropReason::LayerBudget => "layer_budget",
+            DropReason::MaxTotalChars => "max_total_chars",
+            DropReason::SectionCap => "section_cap",
+            DropReason::HistoryStart => "history_start",
+        }
+    }
+}
+
+impl FilterReason {
+    /// The name the report's JSON gives it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FilterReason::Mode => "mode",
+            FilterReason::Path => "path",
+            FilterReason::Reserved => "reserved",
+            FilterReason::Empty => "empty",
+            FilterReason::Unpaired => "unpaired",
+        }
+    }
+}
+
+/// A reason reads as the name it is serialized as, so views that print or match the names
+/// keep working.
+macro_rules! reason_as_name {
+    ($t:ty) => {
+        impl std::ops::Deref for $t {
+            type Target = str;
+            fn deref(&self) -> &str {
+                self.as_str()
+            }
+        }
+        impl AsRef<str> for $t {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+    };
+}
+reason_as_name!(DropReason);
+reason_as_name!(FilterReason);
+
 /// One runtime section in the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SectionReport {
@@ -61,16 +152,16 @@ pub struct SectionReport {
     /// Layer.
     pub layer: Layer,
     /// Tokens it takes in the output (0 unless kept or cut). A dropped section's tokens are
-    /// not known: the assembler does not count what it leaves out (ADR-0024); see `bytes`.
+    /// not known: the assembler does not count what it leaves out (ADR-0037); see `bytes`.
     pub tokens: u64,
     /// Characters it takes in the output.
     pub chars: u64,
     /// Bytes of its content as offered (UTF-8), whatever happened to it: the size of a dropped
-    /// section that can be known without tokenizing it (ADR-0024).
+    /// section that can be known without tokenizing it (ADR-0037).
     #[serde(default)]
     pub bytes: u64,
     /// Kept (whole or cut) in budget left over after a more important unit was dropped because
-    /// it did not fit: a smaller, less important section filling the budget (ADR-0024).
+    /// it did not fit: a smaller, less important section filling the budget (ADR-0037).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub filled: bool,
     /// The role of a working-memory turn (user, assistant, tool call or tool result): what
@@ -103,7 +194,7 @@ pub struct LayerReport {
     pub cut: usize,
     /// Sections dropped for budget.
     pub dropped: usize,
-    /// Bytes of content of the dropped sections (ADR-0024).
+    /// Bytes of content of the dropped sections (ADR-0037).
     #[serde(default)]
     pub dropped_bytes: u64,
 }
@@ -207,7 +298,7 @@ pub struct Report {
     pub used_tokens: u64,
     /// Tokens of the prompt budget left unused while content was dropped: 0 when nothing was
     /// dropped. Room that no dropped unit could use whole (each needed more), after the first
-    /// one that did not fit was cut into it where that was possible (ADR-0024).
+    /// one that did not fit was cut into it where that was possible (ADR-0037).
     #[serde(default)]
     pub idle_tokens: u64,
     /// Characters of the output.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use strata_core::format::Encoding;
 use strata_core::{
-    AnnouncedTool, AssemblyPath, Budget, PromptMode, RuntimeLayer, Section, ToolPolicy,
+    AnnouncedTool, AssemblyPath, Budget, PromptMode, RuntimeLayer, Section, Tier, ToolPolicy,
 };
 
 /// The budget of an assembly: given directly, or derived from a model's context window.
@@ -20,6 +20,25 @@ pub enum BudgetSpec {
     /// larger of the agent's default reserve and an eighth of the window, and the tier follows
     /// from the window (see `strata_core::Tier::for_context_window`).
     ContextWindow(u32),
+}
+
+impl BudgetSpec {
+    /// The budget this spec gives an agent whose definition's budget is `agent_default`, and
+    /// the tier that follows from its context window: the one rule both gathering and assembly
+    /// use, so a turn is gathered and assembled under the same tier.
+    pub fn resolve(&self, agent_default: &Budget) -> (Budget, Tier) {
+        let budget = match self {
+            BudgetSpec::AgentDefault => agent_default.clone(),
+            BudgetSpec::Explicit(b) => b.clone(),
+            BudgetSpec::ContextWindow(w) => Budget {
+                total_tokens: *w,
+                response_reserve: agent_default.response_reserve.max(w / 8),
+                ..agent_default.clone()
+            },
+        };
+        let tier = Tier::for_context_window(budget.total_tokens);
+        (budget, tier)
+    }
 }
 
 /// What to do with invisible and bidirectional-control characters in untrusted text.
@@ -57,6 +76,11 @@ impl RenderOptions {
         self.encodings[layer.index()] = enc;
         self
     }
+
+    /// The spotlighting of one layer.
+    pub fn encoding(&self, layer: RuntimeLayer) -> Encoding {
+        self.encodings[layer.index()]
+    }
 }
 
 /// One assembly's runtime input (layers 3-6) and settings. Identity comes only from the
@@ -89,7 +113,7 @@ pub struct AssemblyRequest {
     pub provider_options: crate::provider::ProviderOptions,
     /// Count a cut section's whole rendered form for its report entry
     /// (`SectionStatus::Cut { full_tokens }`). Off by default: the part of a section left out
-    /// is then never tokenized, and the report gives its size in bytes (ADR-0024). Diagnostic
+    /// is then never tokenized, and the report gives its size in bytes (ADR-0037). Diagnostic
     /// views such as `strata explain` turn it on.
     pub count_cut_sections: bool,
     /// The time of this assembly (Unix milliseconds). When given, the agent must be valid then,

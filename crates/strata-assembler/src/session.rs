@@ -1306,11 +1306,7 @@ impl Session<'_> {
             None if rt.configured => BudgetSpec::Explicit(rt.config.to_budget()),
             None => BudgetSpec::AgentDefault,
         };
-        let tier = match &budget {
-            BudgetSpec::ContextWindow(w) => Tier::for_context_window(*w),
-            BudgetSpec::Explicit(b) => Tier::for_context_window(b.total_tokens),
-            BudgetSpec::AgentDefault => Tier::for_context_window(agent.budget().total_tokens),
-        };
+        let (_, tier) = budget.resolve(agent.budget());
         let resolved_context = match path {
             AssemblyPath::Context if opts.resolved_context.is_empty() => {
                 return Err(SessionError::Invalid(
@@ -1562,11 +1558,7 @@ impl Runtime {
     ) -> Result<AssembledContext, SessionError> {
         let agent = &self.agent;
         let budget = req.budget.clone().unwrap_or(BudgetSpec::AgentDefault);
-        let tier = match &budget {
-            BudgetSpec::ContextWindow(w) => Tier::for_context_window(*w),
-            BudgetSpec::Explicit(b) => Tier::for_context_window(b.total_tokens),
-            BudgetSpec::AgentDefault => Tier::for_context_window(agent.budget().total_tokens),
-        };
+        let (_, tier) = budget.resolve(agent.budget());
         let tools = crate::assemble::narrowed_tools(agent, &req.tools, &req.tool_policy);
         let now_ms = req.now_ms.unwrap_or_else(now_ms);
         let (mut sections, omissions) = self.gather_turn(&Gathering {

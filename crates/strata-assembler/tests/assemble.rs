@@ -309,7 +309,7 @@ fn trimming_order_markers_and_tool_pairs() {
     );
 }
 
-/// Verifies ADR-0024 (amended): a request made again exactly, after it was made twice in a
+/// Verifies ADR-0037: a request made again exactly, after it was made twice in a
 /// row, is answered from the whole assembly kept then; the time of the call and sections
 /// rebuilt with equal fields in new allocations do not prevent that; any other change does,
 /// and every answer equals a fresh assembler's.
@@ -698,7 +698,7 @@ fn an_agent_past_its_validity_assembles_nothing() {
     assert!(err.to_string().contains("expired"), "{err}");
 }
 
-/// Verifies ADR-0024: a report entry holds its section's provenance by reference, whatever
+/// Verifies ADR-0037: a report entry holds its section's provenance by reference, whatever
 /// became of the section (kept, cut, dropped, filtered by mode, overridden), with the same fields
 /// as the section's; the JSON of the report writes the provenance out in full.
 #[test]
@@ -772,7 +772,7 @@ fn report_entries_share_the_provenance_of_their_sections() {
     assert_eq!(&back, report);
 }
 
-/// Verifies I4 and ADR-0024 (amended): a selection that takes the ids of the last call as
+/// Verifies I4 and ADR-0037: a selection that takes the ids of the last call as
 /// known distinct resolves conflicts exactly as a fresh assembler does. One assembler sees the
 /// same ids again with new text (ids known), then another agent whose identity holds one of
 /// those ids in place of another (the runtime section must lose), a key that two sections now claim, and an id
@@ -911,7 +911,7 @@ fn ids_known_from_the_last_call_resolve_conflicts_as_a_fresh_assembler_does() {
     assert!(!given_up.text().contains("second holder of a"));
 }
 
-/// Verifies ADR-0024 (amended): the entries of the last report, once its caller has let go of
+/// Verifies ADR-0037: the entries of the last report, once its caller has let go of
 /// it, are left in place only where they equal the entries the call would write. One assembler
 /// is taken through budgets that move sections between kept, cut, filled and dropped, sections
 /// rebuilt from new allocations with equal values, a revised text, fewer and more sections, and
@@ -1098,7 +1098,7 @@ fn entries_of_a_released_report_are_reused_only_where_equal() {
     assert_eq!(
         dropped.status,
         SectionStatus::Dropped {
-            reason: "layer_budget".into()
+            reason: DropReason::LayerBudget
         }
     );
     assert!(filled.filled);
@@ -1112,7 +1112,7 @@ fn entries_of_a_released_report_are_reused_only_where_equal() {
     assert_eq!(
         entry(&two, "large").1.status,
         SectionStatus::Dropped {
-            reason: "budget".into()
+            reason: DropReason::Budget
         }
     );
     assert_eq!(entry(&two, "small"), (at_small, filled));

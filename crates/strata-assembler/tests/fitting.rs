@@ -1,4 +1,4 @@
-//! Fitting the budget (ADR-0024): dropped sections are never tokenized, the budget is filled
+//! Fitting the budget (ADR-0037): dropped sections are never tokenized, the budget is filled
 //! with smaller, less important units after a drop, idle budget is reported, and a cut keeps
 //! the head, the tail or both ends of a section. Token counts are checked with tiktoken-rs, an
 //! independent implementation of o200k_base, never with strata's own tokenizer.
@@ -89,7 +89,7 @@ fn element(s: &Section) -> String {
     out
 }
 
-/// Verifies ADR-0024: with 2,000 memories of varied size against a budget that keeps a few
+/// Verifies ADR-0037: with 2,000 memories of varied size against a budget that keeps a few
 /// dozen, the assembler hands the tokenizer about the output and no more; before, it counted
 /// every section offered, about 40 times the output here.
 #[test]
@@ -193,7 +193,7 @@ fn dropped_sections_are_never_tokenized_in_full() {
     assert_eq!(after.probed_over, before.probed_over);
 }
 
-/// Verifies ADR-0024: the part of a cut section that is left out is not tokenized, and the
+/// Verifies ADR-0037: the part of a cut section that is left out is not tokenized, and the
 /// report says how much was left out in bytes; asked for, the whole section is counted too, and
 /// that count is the reference count of the whole element. Asking changes only the report.
 #[test]
@@ -258,7 +258,7 @@ fn a_cut_section_is_counted_whole_only_on_request() {
     ));
 }
 
-/// Verifies ADR-0024: a section cut again after its text changed (grown at its end, as a turn
+/// Verifies ADR-0037: a section cut again after its text changed (grown at its end, as a turn
 /// streamed in; edited before, at or after the cut; shortened) is cut exactly as a fresh
 /// assembler cuts it, by the reference count, whether or not the walk of its last cut is
 /// reused. Contents include text the escaping rewrites (headings, tags, labels, setext lines)
@@ -319,7 +319,7 @@ fn a_changed_section_is_cut_again_as_a_fresh_assembler_cuts_it() {
     }
 }
 
-/// Verifies ADR-0024: the resumed cut holds for a provider request, where a tool result cut to
+/// Verifies ADR-0037: the resumed cut holds for a provider request, where a tool result cut to
 /// let its sticky call fit carries the provider's framing, and for cl100k_base: each cut of a
 /// growing result equals a fresh assembler's, request body and report alike; in the plain
 /// format with cl100k_base, the total is tiktoken-rs's count of the output.
@@ -402,7 +402,7 @@ fn resumed_cuts_hold_for_provider_requests_and_cl100k() {
     assert!(b.cache_stats().resumed_cuts > 0, "no cl100k cut resumed");
 }
 
-/// Verifies ADR-0024: threads sharing one assembler cut sections of the same id at once, each
+/// Verifies ADR-0037: threads sharing one assembler cut sections of the same id at once, each
 /// growing its own text, so kept walks of one thread meet elements of another (which must not
 /// resume) and replace each other; every cut equals a fresh assembler's, by the reference
 /// count.
@@ -455,7 +455,7 @@ fn concurrent_cuts_of_one_id_equal_fresh_ones() {
     }
 }
 
-/// Verifies ADR-0024: a large, important unit that does not fit even in cut form (a tool call
+/// Verifies ADR-0037: a large, important unit that does not fit even in cut form (a tool call
 /// whose arguments and result are each larger than the budget, so neither fits beside the
 /// other cut) no longer empties the rest of the budget; older, smaller turns that fit are kept
 /// and reported as filled, and the idle budget is reported exactly.
@@ -566,7 +566,7 @@ fn log_result(text: &str) -> Section {
         .build()
 }
 
-/// Verifies ADR-0024: the first unit that does not fit is kept in cut form even when it is a
+/// Verifies ADR-0037: the first unit that does not fit is kept in cut form even when it is a
 /// tool call with its result: the call whole, the result cut to the room the call leaves, so
 /// the latest tool output is shortened rather than lost with its call. Counted by the
 /// reference: the output is within the budget and the cut used the room (less than the
@@ -627,7 +627,7 @@ fn a_tool_result_too_large_for_the_budget_is_cut_beside_its_call() {
     }
 }
 
-/// Verifies ADR-0024: a pair that cannot be kept even in cut form (call arguments and result
+/// Verifies ADR-0037: a pair that cannot be kept even in cut form (call arguments and result
 /// each over the budget) does not take the one cut attempt: the next unit that does not fit, a
 /// single large turn, is kept in cut form in the room left; the output fits by the reference.
 #[test]
@@ -670,7 +670,7 @@ fn a_pair_that_cannot_be_cut_leaves_the_cut_to_the_next_unit() {
     assert!(r.used_tokens <= r.prompt_budget);
 }
 
-/// Verifies ADR-0024: a tool result of several megabytes is cut from a walk bounded by the
+/// Verifies ADR-0037: a tool result of several megabytes is cut from a walk bounded by the
 /// budget, not by its size, and the cut is the same as the one found in a text only as long as
 /// that walk needs; the output fits by the reference count and the cut used the room.
 #[test]
@@ -719,7 +719,7 @@ fn a_tool_result_of_megabytes_is_cut_from_a_bounded_walk() {
     );
 }
 
-/// Verifies ADR-0024 (amended): a head cut walks a window of a long content first and a larger
+/// Verifies ADR-0037: a head cut walks a window of a long content first and a larger
 /// one only when the prefix reaches the window's last line, and the cut is the one a walk up to
 /// the bound finds, whatever the first window: for logs, dense text, text with long runs of
 /// blanks (more bytes per token than the first window allows), runs of blank lines, lines of
@@ -823,7 +823,7 @@ fn a_head_cut_from_a_window_is_the_cut_of_the_bounded_walk() {
     }
 }
 
-/// Verifies ADR-0024 (amended): a datamarked section is cut from a walk of the element it
+/// Verifies ADR-0037: a datamarked section is cut from a walk of the element it
 /// becomes, as an escaped one is (each space of the escaping written as a mark maps back by
 /// counting the marks): head and tail cuts of a log, prose, one long JSON line and dense CJK
 /// text are the same whatever the first window (one byte per token, regrown, or up to the
@@ -930,7 +930,7 @@ fn datamarked_cuts_are_the_cuts_of_the_bounded_walk() {
     }
 }
 
-/// Verifies ADR-0024 (amended): a long escaped or datamarked section is found over the room
+/// Verifies ADR-0037: a long escaped or datamarked section is found over the room
 /// from a walk of a window of it only when its whole element is over. For texts of every
 /// density (prose, a log, one line of JSON, dense CJK text, lines of `=`, words between long
 /// blanks), at the budget where the output with the section whole counts exactly the prompt
@@ -1041,7 +1041,7 @@ fn one_more_line(content: &str, tail_start: usize) -> usize {
         .map_or(0, |i| i + 1)
 }
 
-/// Verifies ADR-0024: a section that keeps its tail is cut to the longest run of whole-text
+/// Verifies ADR-0037: a section that keeps its tail is cut to the longest run of whole-text
 /// end that fits, with a visible elision marker; one more line would pass the budget by the
 /// reference count.
 #[test]
@@ -1115,7 +1115,7 @@ fn a_log_keeps_its_tail_and_shows_the_elision() {
     assert_eq!(a.cache_stats().tokenized_bytes, before.tokenized_bytes);
 }
 
-/// Verifies ADR-0024: keeping both ends writes the head, the elision marker and the tail; the
+/// Verifies ADR-0037: keeping both ends writes the head, the elision marker and the tail; the
 /// two parts are the start and the end of the content.
 #[test]
 fn both_ends_are_kept_around_a_marked_elision() {
@@ -1189,7 +1189,7 @@ fn both_ends_are_kept_around_a_marked_elision() {
     );
 }
 
-/// Verifies ADR-0024 and ADR-0009: content that spells the elision marker is escaped, so the
+/// Verifies ADR-0037 and ADR-0009: content that spells the elision marker is escaped, so the
 /// only marker in a cut section is the assembler's.
 #[test]
 fn content_cannot_forge_an_elision() {

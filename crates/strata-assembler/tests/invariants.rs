@@ -212,7 +212,7 @@ proptest! {
             }
         }
         // Each parsed runtime section is exactly one input section, or if cut its kept head and
-        // tail with exactly the elided bytes between them (ADR-0024).
+        // tail with exactly the elided bytes between them (ADR-0037).
         let inputs: BTreeMap<(u8, String), Vec<String>> = req.sections.iter().fold(BTreeMap::new(), |mut m, s| {
             m.entry((s.layer().number(), s.id().to_string())).or_insert_with(Vec::new).push(s.content().to_string());
             m
@@ -460,7 +460,7 @@ fn element(s: &Section) -> String {
 }
 
 proptest! {
-    /// Verifies ADR-0024 with reference counts (tiktoken-rs): filling the budget never keeps a
+    /// Verifies ADR-0037 with reference counts (tiktoken-rs): filling the budget never keeps a
     /// less important unit in place of a more important one. Every unit dropped for the budget
     /// could not have fit even if all less important kept units were removed (allowing for the
     /// reserved omission markers); a section is reported as filled exactly when a more
@@ -700,13 +700,84 @@ fn apply(req: &mut AssemblyRequest, change: &Change) {
     }
 }
 
+/// The same answer, or the same error, from the engine (`a`) and the plain kernel (`b`):
+/// text, conversation, provider request body and report.
+fn same_answer(
+    what: &str,
+    req: &AssemblyRequest,
+    a: Result<AssembledContext, AssembleError>,
+    b: Result<AssembledContext, AssembleError>,
+) -> Result<(), TestCaseError> {
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            prop_assert_eq!(a.text(), b.text(), "{}: text", what);
+            prop_assert_eq!(a.conversation(), b.conversation(), "{}: conversation", what);
+            prop_assert_eq!(a.report(), b.report(), "{}: report", what);
+            if let Some(p) = req.provider {
+                let params = RequestParams {
+                    model: "m".into(),
+                    max_tokens: Some(256),
+                    ..Default::default()
+                };
+                prop_assert_eq!(
+                    a.request_body(p, &params).ok(),
+                    b.request_body(p, &params).ok(),
+                    "{}: request body",
+                    what
+                );
+            }
+        }
+        (Err(a), Err(b)) => prop_assert_eq!(a, b, "{}: error", what),
+        (a, b) => {
+            return Err(TestCaseError::fail(format!(
+                "{what}: engine {:?}, kernel {:?}",
+                a.map(|c| c.text().len()),
+                b.map(|c| c.text().len())
+            )))
+        }
+    }
+    Ok(())
+}
+
 proptest! {
-    /// Verifies ADR-0024: the caches (elements, probes over the room, cut results, lower
+    /// Verifies ADR-0037: the memoisation engine changes nothing but speed. One assembler is
+    /// taken through a random request and a random sequence of changes to it (sections added,
+    /// removed, edited, reordered, renamed, rekeyed or rebuilt from new allocations; the budget
+    /// moved; mode, path, encoding, provider or clock changed), each request made one to three
+    /// times in a row, with a roomy or a tiny cache and a small or large first walk window; at
+    /// every call its answer equals the plain kernel's for the same request: the same bytes,
+    /// conversation, provider request body and report, or the same error.
+    #[test]
+    fn engine_equals_kernel(
+        first in request(),
+        steps in proptest::collection::vec((repeat(), 1usize..4), 1..8),
+        tiny_cache in proptest::bool::weighted(0.25),
+        walk_window in proptest::sample::select(&[1usize, 8, 64][..]),
+    ) {
+        let engine = if tiny_cache {
+            Assembler::o200k().with_cache_limit(4_096)
+        } else {
+            Assembler::o200k()
+        }
+        .with_walk_window(walk_window);
+        let mut req = first;
+        req.provider_options.pairs = PairPolicy::DropUnpaired;
+        for (step, (change, times)) in steps.iter().enumerate() {
+            apply_repeat(&mut req, change);
+            for run in 0..*times {
+                let what = format!("step {step} run {run}: {change:?}");
+                let kernel = engine.assemble_plain(agent(), &req);
+                same_answer(&what, &req, engine.assemble(agent(), &req), kernel)?;
+            }
+        }
+    }
+
+    /// Verifies ADR-0037: the caches (elements, probes over the room, cut results, lower
     /// bounds) and the orders kept from the last call never change an assembly. One assembler
     /// taken through a random sequence of requests (text edited, sections added, removed and
     /// reordered, the budget moved, the same request again), with a roomy or a tiny cache
     /// limit, gives at every step exactly the bytes, the provider conversation and the report
-    /// of a fresh assembler, or the same error.
+    /// of the plain kernel (ADR-0037), or the same error.
     #[test]
     fn warm_assembly_equals_cold(
         first in request(),
@@ -728,33 +799,19 @@ proptest! {
         for (step, change) in std::iter::once(&Change::Same).chain(&changes).enumerate() {
             apply(&mut req, change);
             let a = warm.assemble(agent(), &req);
-            let b = Assembler::o200k().assemble(agent(), &req);
-            match (a, b) {
-                (Ok(a), Ok(b)) => {
-                    prop_assert_eq!(a.text(), b.text(), "step {}: {:?}", step, change);
-                    prop_assert_eq!(a.conversation(), b.conversation(), "step {}", step);
-                    prop_assert_eq!(a.report(), b.report(), "step {}: {:?}", step, change);
-                }
-                (Err(a), Err(b)) => prop_assert_eq!(a, b),
-                (a, b) => {
-                    return Err(TestCaseError::fail(format!(
-                        "step {step}: warm {:?}, cold {:?}",
-                        a.map(|c| c.text().len()),
-                        b.map(|c| c.text().len())
-                    )))
-                }
-            }
+            let b = warm.assemble_plain(agent(), &req);
+            same_answer(&format!("step {step}: {change:?}"), &req, a, b)?;
         }
     }
 
-    /// Verifies ADR-0024 (amended): the whole assembly kept from an earlier call is given back
+    /// Verifies ADR-0037: the whole assembly kept from an earlier call is given back
     /// only for exactly the same request. One assembler is taken through random requests, each
     /// made one or more times in a row (so results are kept and served), changed between runs
     /// in their sections or in a setting alone (mode, path, encoding, provider, budget), with
     /// sections rebuilt from new allocations equal or not, and with the time of the call moved
     /// (in some cases each request is first made twenty times, so that it is kept and the
     /// checked answers are served from the kept entry); every answer equals a fresh
-    /// assembler's: bytes, conversation and report.
+    /// assembler's, which is the plain kernel's (ADR-0037): bytes, conversation and report.
     #[test]
     fn kept_whole_assembly_equals_a_fresh_one(
         first in request(),

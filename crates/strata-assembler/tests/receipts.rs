@@ -1273,7 +1273,7 @@ fn an_exact_repeat_gets_the_same_receipt_without_a_new_signature() {
     let (signer, collected) = collecting_signer(8);
     let warm = Assembler::new(tokenizer());
     let req = request(Some(Provider::OpenAiChat));
-    // The third assembly of a request is kept and the fourth is served from it (ADR-0024).
+    // The third assembly of a request is kept and the fourth is served from it (ADR-0037).
     for _ in 0..2 {
         warm.assemble(agent(), &req).unwrap();
     }

@@ -217,7 +217,7 @@ fn ascii_words_bytewise(text: &str) -> usize {
     words
 }
 
-/// The word bound every section works out when it is built (ADR-0024), per corpus, against the
+/// The word bound every section works out when it is built (ADR-0037), per corpus, against the
 /// byte-at-a-time loop.
 fn ascii_words(c: &mut Criterion) {
     let mut g = c.benchmark_group("separate_ascii_words");

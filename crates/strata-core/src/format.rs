@@ -48,7 +48,7 @@ const SECTION_CLOSE: &str = "</strata:section>";
 /// What ends every untrusted section after its body: a line break, the closing tag and a blank
 /// line.
 pub const UNTRUSTED_END: &str = "\n</strata:section>\n\n";
-/// The elision marker of a cut section, on its own line inside the body (ADR-0024).
+/// The elision marker of a cut section, on its own line inside the body (ADR-0037).
 const ELIDED_OPEN: &str = "<strata:elided bytes=\"";
 const ELIDED_CLOSE: &str = "\"/>\n";
 const DATAMARK: char = '\u{02C6}';
@@ -325,7 +325,7 @@ pub const ESCAPED_PER_BYTE: usize = 6;
 /// not one, whatever follows), with at least [`ESCAPE_LOOK_AHEAD`] bytes after that point. Then
 /// the escape of every line starting with `line` begins with the same output for all of `line`
 /// but its last [`ESCAPE_LOOK_AHEAD`] bytes. Conservative: `false` may be answered where the
-/// line is in fact decided (ADR-0024, amended).
+/// line is in fact decided (ADR-0037).
 pub fn line_start_decided(line: &str) -> bool {
     debug_assert!(!line.contains('\n'), "one line");
     let mut rest = line;
@@ -350,7 +350,7 @@ pub fn line_start_decided(line: &str) -> bool {
 /// How many bytes from the start of `text` [`escape`] writes within `max_len` bytes: the
 /// longest run of whole steps of the escaping (a character, an entity, a list marker, a label
 /// with its colon, a run of plain ASCII) whose output takes at most `max_len` bytes. Where a
-/// cut falls in an escaped text, in the text as given (ADR-0024). The escape of the prefix on
+/// cut falls in an escaped text, in the text as given (ADR-0037). The escape of the prefix on
 /// its own can differ from that output near its end (the rules look at the rest of a line).
 pub fn escaped_prefix_len(text: &str, max_len: usize) -> usize {
     escape_within(text, max_len).1
@@ -362,7 +362,7 @@ pub fn escaped_prefix_len(text: &str, max_len: usize) -> usize {
 /// less one byte per mark before it. `None` for base64, which writes no escaping, or where
 /// `len` is past the end of `encoded` or not on a character boundary. With
 /// [`escaped_prefix_len`]: where a cut of an encoded body falls in the text as given
-/// (ADR-0024, amended).
+/// (ADR-0037).
 pub fn escaped_len(encoded: &str, len: usize, encoding: Encoding) -> Option<usize> {
     let written = encoded.get(..len)?;
     match encoding {
@@ -876,7 +876,7 @@ pub fn write_untrusted(out: &mut String, h: &SectionHeader<'_>, text: &str, enco
 }
 
 /// Append an untrusted section that was cut to fit, keeping `head` and `tail` of its text with
-/// `elided` bytes left out between them (ADR-0024).
+/// `elided` bytes left out between them (ADR-0037).
 ///
 /// With [`Keep::Head`] the tail must be empty and the section is written as
 /// [`write_untrusted`] writes it with `h.cut` set. With [`Keep::Tail`] or [`Keep::Both`] the
@@ -923,7 +923,7 @@ pub fn write_untrusted_cut(
 
 /// Append an omission marker: what was left out, from which layer, why, and how many bytes of
 /// content it held. Bytes, not tokens: the assembler never tokenizes what it drops, so the
-/// size it can state exactly is the content's length in UTF-8 bytes (ADR-0024).
+/// size it can state exactly is the content's length in UTF-8 bytes (ADR-0037).
 pub fn write_omitted(out: &mut String, layer: Layer, id: &str, reason: &str, bytes: u64) {
     let _ = write!(
         out,
@@ -999,7 +999,7 @@ pub enum Parsed {
         encoding: Option<Encoding>,
         /// Cut to fit.
         cut: bool,
-        /// Which end a cut kept (`head` unless the tag says otherwise; ADR-0024).
+        /// Which end a cut kept (`head` unless the tag says otherwise; ADR-0037).
         keep: Keep,
         /// Where text was elided, for a cut that kept the tail or both ends.
         elided: Option<Elision>,
@@ -1020,7 +1020,7 @@ pub enum Parsed {
     },
 }
 
-/// Where a cut section's text was elided (ADR-0024).
+/// Where a cut section's text was elided (ADR-0037).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Elision {
     /// Byte offset in the decoded text where the elided part stood (the end of the kept head).
@@ -1329,7 +1329,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// Verifies ADR-0024: stopped at a length, the escape writes the start of the whole
+        /// Verifies ADR-0037: stopped at a length, the escape writes the start of the whole
         /// escape, within the length, and stops only where its next step would pass it.
         #[test]
         fn escape_within_is_the_longest_start_of_the_escape(
@@ -1473,7 +1473,7 @@ mod tests {
         assert!(!contains_reserved_marker("strata: the project"));
     }
 
-    /// ADR-0024: a cut that keeps the tail or both ends writes a visible elision marker that
+    /// ADR-0037: a cut that keeps the tail or both ends writes a visible elision marker that
     /// parses back to the kept head and tail, under every encoding; content that spells the
     /// marker is escaped and cannot stand in for it.
     #[test]

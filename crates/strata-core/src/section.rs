@@ -25,7 +25,7 @@ fn valid_name(s: &str, max: usize) -> bool {
 
 /// A section id: 1-128 characters of `[A-Za-z0-9._:/-]`, so it can be written into the
 /// rendered format without escaping. Ids of up to 23 bytes are held inline, so copying one (a
-/// report entry per section, ADR-0024) reads no other allocation and touches no reference
+/// report entry per section, ADR-0037) reads no other allocation and touches no reference
 /// count; longer ones share one allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SectionId(SmolStr);
@@ -351,7 +351,7 @@ impl Turn {
     }
 }
 
-/// Which end of a section is kept when it is cut to fit its budget (ADR-0024).
+/// Which end of a section is kept when it is cut to fit its budget (ADR-0037).
 ///
 /// A log's useful end is usually its tail; a document's is its head. Cutting `tail` or `both`
 /// writes an elision marker (`<strata:elided bytes="N"/>`) on its own line where text was left
@@ -416,7 +416,7 @@ pub struct Section {
     /// assembler's paths, where the provenance is not.
     content_hash: ContentHash,
     /// Shared: a report entry holds it by reference rather than copying its fields, and the
-    /// section stays small to walk (ADR-0024).
+    /// section stays small to walk (ADR-0037).
     provenance: Arc<Provenance>,
     content: Content,
 }
@@ -486,7 +486,7 @@ impl Section {
     /// text held in the same shared allocation on both sides (a clone's id, key, provenance
     /// name or content) is recognised by its address and never read. Comparing a request's
     /// sections with clones of them kept from an earlier call so costs no visit to any text
-    /// (ADR-0024: the kept whole assembly).
+    /// (ADR-0037: the kept whole assembly).
     pub fn same_as(&self, other: &Section) -> bool {
         // Every field named, so a field added to sections must be compared here to compile.
         let Section {
@@ -599,7 +599,7 @@ impl Section {
     pub fn turn(&self) -> Option<&Turn> {
         self.turn.as_ref()
     }
-    /// Which end is kept when the section is cut (ADR-0024).
+    /// Which end is kept when the section is cut (ADR-0037).
     pub fn keep(&self) -> Keep {
         self.keep
     }
@@ -703,7 +703,7 @@ impl SectionBuilder {
         self.s.paths = p;
         self
     }
-    /// Which end is kept when the section is cut (default [`Keep::Head`]; ADR-0024).
+    /// Which end is kept when the section is cut (default [`Keep::Head`]; ADR-0037).
     pub fn keep(mut self, k: Keep) -> Self {
         self.s.keep = k;
         self
@@ -749,7 +749,7 @@ mod tests {
     use super::*;
 
     proptest::proptest! {
-        /// Verifies ADR-0024: `same_as` answers as `==` does, for sections that share texts
+        /// Verifies ADR-0037: `same_as` answers as `==` does, for sections that share texts
         /// (clones) and for sections built separately from equal or different fields; ids, keys
         /// and names short enough to be held inline and long enough to be shared.
         #[test]
@@ -778,7 +778,7 @@ mod tests {
         }
     }
 
-    /// Verifies ADR-0024: `same_as` tells apart sections that differ only in the text of their
+    /// Verifies ADR-0037: `same_as` tells apart sections that differ only in the text of their
     /// id, key or producer name, for each pair of short (inline) and long (shared) texts of equal
     /// length, and sees sections built apart from the same texts as the same.
     #[test]
@@ -876,7 +876,7 @@ mod tests {
 
     /// The content hash held inline and the one in the shared provenance agree on every way a
     /// section is made (built, given a source and a record, given new content), and new
-    /// content leaves the original's provenance as it was (ADR-0024).
+    /// content leaves the original's provenance as it was (ADR-0037).
     #[test]
     fn the_inline_hash_is_the_provenance_hash() {
         let s = Section::builder(RuntimeLayer::Shared, "facts", "first")

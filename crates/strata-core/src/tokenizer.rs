@@ -86,7 +86,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     /// A suffix of `text` that starts on a character boundary and, counted on its own, holds at
     /// most `max_tokens` tokens: `len` is its length in bytes (the suffix is
     /// `text[text.len() - len..]`), `tokens` its exact count. Used to keep the tail of a section
-    /// that is cut (ADR-0024).
+    /// that is cut (ADR-0037).
     ///
     /// The default is a binary search over start positions with [`Tokenizer::count_up_to`], so
     /// each probe costs what the limit allows, not what the text holds, then a look back over
@@ -144,7 +144,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     }
 
     /// Whether every word counted by [`separate_ascii_words`] takes at least one token of its
-    /// own, so that function is a lower bound of the count of any text (ADR-0024). True for the
+    /// own, so that function is a lower bound of the count of any text (ADR-0037). True for the
     /// tiktoken encodings, whose pre-tokenizer never puts two such words into one piece; false
     /// by default (the estimator counts bytes).
     fn splits_ascii_words(&self) -> bool {
@@ -153,7 +153,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
 
     /// The most bytes one token covers, when known: a text of `n` bytes then holds at least
     /// `n / longest` tokens, so text far longer than a budget is known not to fit, and a walk
-    /// for a prefix within a budget can stop reading, without tokenizing the rest (ADR-0024).
+    /// for a prefix within a budget can stop reading, without tokenizing the rest (ADR-0037).
     /// `None` by default (no such bound is used).
     fn longest_token_bytes(&self) -> Option<usize> {
         None
@@ -163,7 +163,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     /// when that is bounded: the prefix of a text within a budget is then also the prefix of
     /// any text with the same bytes up to that far past its end, provided no run of whitespace
     /// crosses that point. An assembler walks a long section's head in windows only when this
-    /// is known (ADR-0024). `None` by default: the default search bisects over the whole text,
+    /// is known (ADR-0037). `None` by default: the default search bisects over the whole text,
     /// so its answer can depend on all of it.
     fn prefix_look_ahead(&self) -> Option<usize> {
         None
@@ -173,7 +173,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     /// same text may start: pass it back as `from` while its `tokens` are at most that search's
     /// budget, and the walk over the text before it is not repeated. `from` must be the start
     /// of the text (`len` and `tokens` 0) or a point this method returned for the same text.
-    /// The default always starts from, and offers, the start of the text (ADR-0024).
+    /// The default always starts from, and offers, the start of the text (ADR-0037).
     fn prefix_from(&self, text: &str, max_tokens: usize, from: Prefix) -> (Prefix, Prefix) {
         let _ = from;
         (self.prefix(text, max_tokens), Prefix { len: 0, tokens: 0 })
@@ -191,7 +191,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     /// `walked`: where the two texts are the same from their start to a little past `from`,
     /// the walk over `text` starts there; otherwise at the start of `text`. A text that changed
     /// after its kept part (a turn that grew) is then cut again without walking what it kept
-    /// (ADR-0024). The default always starts at the start.
+    /// (ADR-0037). The default always starts at the start.
     fn prefix_after(
         &self,
         text: &str,
@@ -205,7 +205,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
 
     /// The number of tokens in `text`, given a point `from` that [`Tokenizer::prefix_from`]
     /// offered for another text, `walked`: where the two texts are the same from their start
-    /// to a little past `from`, the part before `from` is not counted again (ADR-0024). Used
+    /// to a little past `from`, the part before `from` is not counted again (ADR-0037). Used
     /// to count a cut element after walking the element written with its whole body. Where
     /// they differ sooner (or `from` is the start), `text` is counted in full. `from` must come
     /// from a walk over `walked`. The default counts in full.
@@ -217,7 +217,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     /// The number of tokens in `text`, given `known`, a text of exactly `known_tokens` tokens
     /// that ends with the same bytes as `text`: where the two are split into the same pieces
     /// from some point of their common end, the part from there is not counted again. Used to
-    /// count a tail cut's element from the search that chose its tail (ADR-0024). Where the
+    /// count a tail cut's element from the search that chose its tail (ADR-0037). Where the
     /// pieces never line up, `text` is counted in full. `known_tokens` must be the exact count
     /// of `known`. The default counts in full.
     fn count_sharing_end(&self, text: &str, known: &str, known_tokens: usize) -> usize {
@@ -245,7 +245,7 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
 /// its own: a piece holds letters in one contiguous run, plus at most one leading character
 /// that is not a letter or digit and a contraction after an apostrophe; numbers, punctuation and
 /// whitespace pieces hold no letters. Tokens never span pieces, so this is a lower bound of the
-/// token count, found in one pass over the bytes with no tokenizer (ADR-0024). Letters next to
+/// token count, found in one pass over the bytes with no tokenizer (ADR-0037). Letters next to
 /// non-ASCII characters are not counted, since those can join them into one piece.
 ///
 /// The bytes are read 64 at a time, each block as bit masks (letters, bytes after which no word

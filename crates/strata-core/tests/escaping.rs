@@ -383,7 +383,7 @@ proptest! {
         round_trips(&text);
     }
 
-    /// Verifies ADR-0024: `escaped_prefix_len` says where, in the text as given, the escape's
+    /// Verifies ADR-0037: `escaped_prefix_len` says where, in the text as given, the escape's
     /// output reaches a length: the escape of the whole text fits exactly when all of it is
     /// covered; the covered prefix ends on a character boundary, grows with the length, and
     /// its own escape's length is close to the length asked for (the rules that look along a
@@ -404,7 +404,7 @@ proptest! {
         }
     }
 
-    /// Verifies ADR-0024 (amended): `escaped_len` maps a prefix of a datamarked body back to
+    /// Verifies ADR-0037: `escaped_len` maps a prefix of a datamarked body back to
     /// the prefix of the escaping it was written from, checked against the escaping itself:
     /// datamarking that prefix of the escaping gives exactly the datamarked prefix, at every
     /// character boundary; for the plain escaping it is the identity, and base64 has none.

@@ -264,7 +264,7 @@ fn check_prefix_locally(t: &TiktokenTokenizer, r: &CoreBPE, text: &str, budget: 
     check_cut_locally(t, r, text, budget, got);
     // Searches resumed from the point this one offers, with budgets a little smaller (as a
     // cut retried after its marker took more than estimated), give what a fresh search gives,
-    // with the reference's count, within the budget (ADR-0024). Whether that cut is also the
+    // with the reference's count, within the budget (ADR-0037). Whether that cut is also the
     // longest is the fresh search's property, checked at the drawn budget above.
     let (again, resume) = t.prefix_from(text, budget, Prefix { len: 0, tokens: 0 });
     assert_eq!(again, got);
@@ -355,7 +355,7 @@ fn check_resumed_counts(
     resume.len > 0
 }
 
-/// Verifies ADR-0024: a count that reuses the walk over another text, which shares its start,
+/// Verifies ADR-0037: a count that reuses the walk over another text, which shares its start,
 /// is the reference count, whatever follows the shared bytes (a cut element's end, soup,
 /// words, long runs) and wherever they stop.
 #[test]
@@ -394,7 +394,7 @@ fn counts_resumed_from_a_walk_match_the_reference() {
     }
 }
 
-/// Verifies ADR-0024: the count of a text taken from another text's count where the two end
+/// Verifies ADR-0037: the count of a text taken from another text's count where the two end
 /// with the same bytes (a tail cut's element, counted from the search that chose its tail) is
 /// the reference count, whatever stands before the shared end (a fenced opening, soup, words,
 /// long runs, blanks, nothing) and however long the shared end is, from nothing to all of it.
@@ -587,7 +587,7 @@ fn long_whitespace_runs_with_line_breaks_are_cut_at_the_longest() {
     });
 }
 
-/// Verifies ADR-0024: the suffix kept by a tail cut fits its budget by the reference count on
+/// Verifies ADR-0037: the suffix kept by a tail cut fits its budget by the reference count on
 /// every input and is the longest that fits, by brute force over every character boundary
 /// (a binary search alone fell short on 24 of these 1,120 cases, where BPE counts are not
 /// monotone inside a word; the look-back finds them).
@@ -781,7 +781,7 @@ proptest! {
         }
     }
 
-    /// Verifies ADR-0024: separate ASCII words are a lower bound of the reference count, for
+    /// Verifies ADR-0037: separate ASCII words are a lower bound of the reference count, for
     /// generated strings heavy in letters, apostrophes, digits, marks and non-ASCII neighbours,
     /// and for their escaped form.
     #[test]
@@ -817,7 +817,7 @@ fn words_by_regex(text: &str) -> usize {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// Verifies ADR-0024: the word count read 64 bytes at a time is the count its definition
+    /// Verifies ADR-0037: the word count read 64 bytes at a time is the count its definition
     /// gives, found independently (`words_by_regex`), on texts long enough to span blocks, with
     /// letters, apostrophes, contractions, non-ASCII neighbours and long runs of letters, read
     /// from every start up to 70 bytes in (so runs cross block edges at every offset).
@@ -836,7 +836,7 @@ proptest! {
     }
 }
 
-/// Verifies ADR-0024: on the corpus documents the word bound holds and is close to the count
+/// Verifies ADR-0037: on the corpus documents the word bound holds and is close to the count
 /// (most English words are one token), so it is worth its one pass over the bytes.
 #[test]
 fn separate_ascii_words_bound_the_count_of_documents() {
@@ -855,7 +855,7 @@ fn separate_ascii_words_bound_the_count_of_documents() {
     }
 }
 
-/// Verifies ADR-0024: a suffix of a text far longer than its budget (documents, runs without
+/// Verifies ADR-0037: a suffix of a text far longer than its budget (documents, runs without
 /// whitespace, whitespace runs, character soup, a mix) is found from a window at the end: its
 /// count is the reference's, it fits, and no start up to 64 bytes further back fits by the
 /// reference count; the budgets are small, so the window is smaller than the text and grows
@@ -896,7 +896,7 @@ fn suffix_of_long_texts_fits_and_is_the_longest_nearby() {
     }
 }
 
-/// Verifies ADR-0024: when the window at the end falls inside one long piece (a run of
+/// Verifies ADR-0037: when the window at the end falls inside one long piece (a run of
 /// replacement characters or of `#`, whose suffixes are not monotone in their counts), a suffix
 /// that starts before the window is still found: no start within 64 bytes before it fits.
 #[test]
@@ -928,7 +928,7 @@ fn check_suffix_looks_back(text: &str, budgets: std::ops::Range<usize>) {
     }
 }
 
-/// Verifies ADR-0024: the bound of bytes per token is the reference vocabulary's longest token
+/// Verifies ADR-0037: the bound of bytes per token is the reference vocabulary's longest token
 /// (every ordinary token's bytes, as tiktoken-rs decodes them), so `n / longest` tokens is a
 /// lower bound of any text of `n` bytes; and a run far longer than the bound's budget is over
 /// it by the reference count.

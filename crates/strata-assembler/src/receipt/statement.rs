@@ -87,7 +87,7 @@ pub struct SectionRecord {
     /// Content digest as the report gives it (`blake3:<hex>`).
     pub content_digest: String,
     /// For a cut section: tokens of the whole rendered section (the cut is at `tokens`), when
-    /// they were counted (sections cut to fit sticky ones, or on request; ADR-0024).
+    /// they were counted (sections cut to fit sticky ones, or on request; ADR-0037).
     pub full_tokens: Option<u64>,
     /// Section id.
     pub id: String,

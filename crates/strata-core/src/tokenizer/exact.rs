@@ -631,7 +631,7 @@ impl Tokenizer for TiktokenTokenizer {
     /// of whitespace, which it reads to its end; the prefix search looks at the pieces around
     /// the first one that does not fit, reaching forward over whitespace only. So the answer
     /// depends on at most [`PREFIX_LOOK_AHEAD`] bytes past its end when no whitespace run
-    /// crosses that point (ADR-0024).
+    /// crosses that point (ADR-0037).
     fn prefix_look_ahead(&self) -> Option<usize> {
         Some(PREFIX_LOOK_AHEAD)
     }
@@ -642,7 +642,7 @@ impl Tokenizer for TiktokenTokenizer {
     /// up to [`SHARED_PAST_RESUME`] past it, its pre-tokenizer makes the same pieces up to
     /// there, and the pieces after start afresh (the patterns look nowhere behind), so the
     /// count is the walk's count plus a count of the rest. Checked against tiktoken-rs in the
-    /// tests (ADR-0024).
+    /// tests (ADR-0037).
     fn resumes(&self, text: &str, walked: &str, from: Prefix) -> bool {
         shares_past(text, walked, from)
     }
@@ -681,7 +681,7 @@ impl Tokenizer for TiktokenTokenizer {
     /// nowhere behind a piece's start), so the rest of `text` counts what the rest of `known`
     /// does: `known_tokens` less what was counted of `known`. Cost: the pieces before that
     /// point in each text, and a comparison of the shared end. Checked against tiktoken-rs in
-    /// the tests (ADR-0024).
+    /// the tests (ADR-0037).
     fn count_sharing_end(&self, text: &str, known: &str, known_tokens: usize) -> usize {
         let shared = text
             .bytes()
@@ -731,7 +731,7 @@ impl Tokenizer for TiktokenTokenizer {
     }
 
     /// [`Tokenizer::suffix`] from the end of the text, in time that follows the budget rather
-    /// than the text (ADR-0024).
+    /// than the text (ADR-0037).
     ///
     /// The pre-tokenizer decides each piece from its start onwards and looks nowhere behind,
     /// so a walk over a window at the end of the text gives, for each of its piece boundaries,
@@ -887,7 +887,7 @@ impl Tokenizer for TiktokenTokenizer {
     /// `from.tokens` passes with that count, since counts at piece boundaries only grow. The
     /// point offered back is the last such boundary the walk passed at least
     /// [`RESUME_SLACK`] tokens below the budget, so a search a few tokens smaller (a cut
-    /// retried after its marker took more than estimated) can start there (ADR-0024).
+    /// retried after its marker took more than estimated) can start there (ADR-0037).
     fn prefix_from(&self, text: &str, max_tokens: usize, from: Prefix) -> (Prefix, Prefix) {
         let from = if from.tokens <= max_tokens && text.is_char_boundary(from.len) {
             from

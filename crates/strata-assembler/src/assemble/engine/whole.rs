@@ -1,6 +1,6 @@
 //! The last whole assembly, kept so that a request that repeats the one before it costs a
 //! comparison instead of the stages, and is answered with the kept result itself (a shared
-//! handle: no text or report entry is copied, however many sections; ADR-0024, amended).
+//! handle: no text or report entry is copied, however many sections; ADR-0037).
 //!
 //! One entry per assembler. It is found only by an exact comparison of everything that goes
 //! into an assembly: the agent's signed payload (its SHA-256, which fixes identity, tools and
