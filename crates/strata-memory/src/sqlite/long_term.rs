@@ -377,7 +377,9 @@ impl LongTermMemory for SqliteStore {
         options.check()?;
         let tags = check_tags(&options.tags)?;
         let inner = self.lock();
-        let (filter, fparams) = filter_sql(options.agent_id.as_deref(), &tags);
+        // Tags are matched against each row's own checksummed tag list, not through the tag
+        // index, whose damage could drop a row without a sign.
+        let (filter, fparams) = filter_sql(options.agent_id.as_deref(), &[]);
         // The whole group is read, checked and counted, then sorted and cut here (ADR-0036):
         // a page cut by SQL from an index's order would follow an index entry that damage
         // moved, or skip a dangling one, without a sign. A page costs a read of its group.
@@ -399,7 +401,6 @@ impl LongTermMemory for SqliteStore {
                 .agent_id
                 .as_deref()
                 .is_some_and(|a| &*r.agent_id != a)
-                || !tags.iter().all(|t| r.tags.contains(t))
         }) {
             return Err(MemoryError::Corrupt {
                 location: self.location.clone(),
@@ -419,7 +420,8 @@ impl LongTermMemory for SqliteStore {
                 ),
             });
         }
-        self.check_filtered(&inner.conn, options.agent_id.as_deref(), &tags, out.len())?;
+        self.check_filtered(&inner.conn, options.agent_id.as_deref(), &[], out.len())?;
+        out.retain(|r| tags.iter().all(|t| r.tags.contains(t)));
         out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
         Ok(out
             .into_iter()

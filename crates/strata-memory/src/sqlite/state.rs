@@ -46,13 +46,38 @@ impl crate::state::SessionState for SqliteStore {
             .map_err(|e| self.err(e))?
             .transpose()?;
         if found.is_none() {
-            // A miss is checked (ADR-0036): the session's documents, counted, must be all
-            // there, and none of them this one.
-            let names = self.texts(
-                &inner.conn,
-                "SELECT name FROM session_state WHERE session = ?1",
-                session,
-            )?;
+            // A miss is checked (ADR-0036): the session's documents, each against its checksum
+            // (a damaged name is found here) and counted, must be all there, and none of
+            // them this one.
+            let mut names = Vec::new();
+            {
+                let mut st = inner
+                    .conn
+                    .prepare_cached(
+                        "SELECT name, value, version, updated_ms, checksum FROM session_state WHERE session = ?1",
+                    )
+                    .map_err(|e| self.err(e))?;
+                let mut rows = st.query([session]).map_err(|e| self.err(e))?;
+                while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+                    let n = raw(r, 0).map_err(|e| self.err(e))?;
+                    let sum = state_sum(
+                        session.as_bytes(),
+                        n,
+                        raw(r, 1).map_err(|e| self.err(e))?,
+                        r.get(2).map_err(|e| self.err(e))?,
+                        r.get(3).map_err(|e| self.err(e))?,
+                    );
+                    let row = || format!("({session}, {})", String::from_utf8_lossy(n));
+                    verify_sum(
+                        loc,
+                        "session_state",
+                        &row,
+                        raw_opt(r, 4).map_err(|e| self.err(e))?,
+                        &sum,
+                    )?;
+                    names.push(utf8(loc, "session_state", &row, n)?);
+                }
+            }
             self.check_count(
                 &inner.conn,
                 &format!("session_state/{session}"),
