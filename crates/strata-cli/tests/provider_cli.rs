@@ -20,32 +20,43 @@ fn root() -> &'static Path {
         .unwrap()
 }
 
-fn assemble(format: &str) -> serde_json::Value {
+/// Run `strata assemble` on the demo agent with `input` and `extra` arguments.
+fn run_assemble(input: &std::path::Path, extra: &[&str]) -> std::process::Output {
     let demo = root().join("crates/strata-cli/demo");
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+    Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(["assemble", "--agent"])
         .arg(demo.join("agent.signed.json"))
         .arg("--trust")
         .arg(demo.join("trust.toml"))
         .arg("--input")
-        .arg(root().join("examples/conversation.json"))
-        .args([
-            "--format",
-            format,
-            "--model",
-            "test-model",
-            "--max-tokens",
-            "512",
-        ])
+        .arg(input)
+        .args(extra)
         .env_remove("RUST_LOG")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The body `strata assemble` prints for `input` in `format` (it must succeed).
+fn body_of(input: &std::path::Path, format: &str, extra: &[&str]) -> serde_json::Value {
+    let base = [
+        "--format",
+        format,
+        "--model",
+        "test-model",
+        "--max-tokens",
+        "512",
+    ];
+    let out = run_assemble(input, &[&base[..], extra].concat());
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn assemble(format: &str) -> serde_json::Value {
+    body_of(&root().join("examples/conversation.json"), format, &[])
 }
 
 #[test]
@@ -246,37 +257,12 @@ fn session_steps_run_a_conversation_across_processes() {
     assert!(!after.to_string().contains("notes.txt say"));
 }
 
-/// Run `strata assemble` on `input` for `format` with a budget of `budget` tokens.
+/// `strata assemble`'s body for `input` in `format` with a budget of `budget` tokens.
 fn assemble_input(input: &serde_json::Value, format: &str, budget: &str) -> serde_json::Value {
-    let demo = root().join("crates/strata-cli/demo");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("input.json");
     std::fs::write(&path, input.to_string()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["assemble", "--agent"])
-        .arg(demo.join("agent.signed.json"))
-        .arg("--trust")
-        .arg(demo.join("trust.toml"))
-        .arg("--input")
-        .arg(&path)
-        .args([
-            "--format",
-            format,
-            "--model",
-            "test-model",
-            "--max-tokens",
-            "512",
-        ])
-        .args(["--budget", budget])
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    body_of(&path, format, &["--budget", budget])
 }
 
 /// Verifies ADR-0039 through the command line: a failed tool's result carries Anthropic's
@@ -330,16 +316,7 @@ fn a_failed_log_is_flagged_and_keeps_its_newest_lines() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.json");
     std::fs::write(&path, bad.to_string()).unwrap();
-    let demo = root().join("crates/strata-cli/demo");
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["assemble", "--agent"])
-        .arg(demo.join("agent.signed.json"))
-        .arg("--trust")
-        .arg(demo.join("trust.toml"))
-        .arg("--input")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_assemble(&path, &[]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("only tool results take `is_error`"),

@@ -864,6 +864,12 @@ fn modes_paths_and_their_inputs_reach_the_turn_over_http_and_the_cli() {
         .as_str()
         .unwrap()
         .contains("resolved_context"));
+    // A refused turn stores nothing: the session has no entry.
+    assert_eq!(
+        srv.call("GET", "/v1/sessions/paths2", None, Some(TOKEN))
+            .status,
+        404
+    );
     let bad = srv.post(
         "/v1/sessions/paths3/turns",
         &json!({"message": "When?", "operational_mode": "sleeping"}),
