@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
             b = b.key(KEYS[(h[1] as usize) % KEYS.len()]).expect("keys are valid");
         }
         if layer == RuntimeLayer::WorkingMemory && h[2] & 0x10 != 0 {
-            b = b.turn(Turn { seq: u64::from(h[1]), role: Role::ToolCall, call_id: Some(if h[1] & 1 == 0 { "x".into() } else { "y".into() }), name: None, is_error: false });
+            b = b.turn(Turn { seq: u64::from(h[1]), role: Role::ToolCall, call_id: Some(if h[1] & 1 == 0 { "x".into() } else { "y".into() }), name: None, is_error: false, reasoning: Vec::new() });
         }
         sections.push(b.build());
     }

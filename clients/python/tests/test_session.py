@@ -157,3 +157,25 @@ def test_the_context_path_takes_its_resolved_context(client: StrataClient, sessi
     assert "Ticket 42&#58; the release moved to Thursday." in json.dumps(turn.request)
     with pytest.raises(InvalidRequestError):
         client.prepare_turn(f"{session_id}-b", "When?", operational_mode="sleeping")
+
+
+def test_reasoning_goes_back_first_and_unchanged(client: StrataClient, session_id: str) -> None:
+    client.prepare_turn(session_id, "What does notes.txt say?", tools=[scenario.FILE_READ])
+    thinking = {
+        "type": "thinking",
+        "thinking": "Read the file before answering.",
+        "signature": "EqQBCkYIBxgCKkCbz3Ck",
+    }
+    client.record_reply(session_id, tool_calls=[scenario.CALL], reasoning=[thinking])
+    assert client.record_tool_result(session_id, scenario.CALL["id"], "Deploys freeze on Fridays.")
+    turn = client.prepare_turn(session_id)
+    assistant = next(m for m in turn.request["messages"] if m["role"] == "assistant")
+    assert assistant["content"][0] == thinking
+    assert assistant["content"][1]["type"] == "tool_use"
+    # Another provider's item is refused, and nothing is stored.
+    held = client.session(session_id).turns
+    with pytest.raises(InvalidRequestError):
+        client.record_reply(
+            session_id, "more", reasoning=[{"type": "reasoning", "id": "rs_1", "summary": []}]
+        )
+    assert client.session(session_id).turns == held

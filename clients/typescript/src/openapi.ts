@@ -332,6 +332,13 @@ export interface components {
             text?: string;
             /** @description Tool calls, in order. */
             tool_calls?: components["schemas"]["ToolCallSpec"][];
+            /**
+             * @description The model's reasoning before the text and calls, exactly as the provider returned it:
+             *     Anthropic `thinking` / `redacted_thinking` blocks or OpenAI Responses `reasoning` items,
+             *     for the server's provider only. They are sent back unchanged while the reply's tool loop
+             *     lasts.
+             */
+            reasoning?: Record<string, unknown>[];
         };
         /** @description The reply was recorded. */
         ReplyResponse: {

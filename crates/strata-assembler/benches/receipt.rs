@@ -38,6 +38,7 @@ fn sections(n: usize, words: usize) -> Vec<Section> {
                     call_id: None,
                     name: None,
                     is_error: false,
+                    reasoning: Vec::new(),
                 });
             }
             if i % 3 == 0 {

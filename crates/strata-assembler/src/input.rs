@@ -118,6 +118,11 @@ pub struct TurnSpec {
     /// log's newest lines) or `both`.
     #[serde(default)]
     pub keep: Option<Keep>,
+    /// The model's reasoning before an assistant turn or tool call that opens a reply, in its
+    /// provider's form (Anthropic `thinking` / `redacted_thinking` blocks, OpenAI Responses
+    /// `reasoning` items), sent back unchanged (ADR-0043).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<strata_core::Reasoning>,
 }
 
 impl TurnSpec {
@@ -145,6 +150,11 @@ impl TurnSpec {
                 why: format!("turn {seq}: only tool results take `is_error` and `keep`"),
             });
         }
+        if !self.reasoning.is_empty() && !matches!(self.role, Role::Assistant | Role::ToolCall) {
+            return Err(CoreError::InvalidToolSchema {
+                why: format!("turn {seq}: only the agent's words and tool calls take `reasoning`"),
+            });
+        }
         let id = self.id.unwrap_or_else(|| format!("turn.{seq}"));
         let turn = Turn {
             seq,
@@ -152,6 +162,7 @@ impl TurnSpec {
             call_id: self.call_id.map(Into::into),
             name: self.name,
             is_error: self.is_error,
+            reasoning: self.reasoning,
         };
         Ok(Section::builder(RuntimeLayer::WorkingMemory, &id, content)?
             .phase(Phase::History)

@@ -195,6 +195,12 @@ pub enum Block {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
+    /// The model's reasoning before the blocks that follow it, in its provider's form, sent
+    /// unchanged (ADR-0043).
+    Reasoning {
+        /// The block or item, as the provider returned it.
+        block: strata_core::Reasoning,
+    },
 }
 
 /// One placed message.
@@ -350,7 +356,9 @@ impl Conversation {
                             Block::ToolResult { id, content, .. } => msgs.push(json!({
                                 "role": "tool", "tool_call_id": id, "content": content
                             })),
-                            Block::ToolUse { .. } => {}
+                            // Chat Completions takes no reasoning back; an assembly for it
+                            // refuses a history that holds some (ADR-0043).
+                            Block::ToolUse { .. } | Block::Reasoning { .. } => {}
                         }
                     }
                     if !text.is_empty() {
@@ -371,7 +379,7 @@ impl Conversation {
                                 "id": id, "type": "function",
                                 "function": { "name": name, "arguments": arguments }
                             })),
-                            Block::ToolResult { .. } => {}
+                            Block::ToolResult { .. } | Block::Reasoning { .. } => {}
                         }
                     }
                     let mut msg = Map::new();
@@ -444,6 +452,11 @@ impl Conversation {
                             "type": "function_call_output", "call_id": id, "output": content
                         }));
                     }
+                    // A reasoning item goes before the items it led to, as returned.
+                    Block::Reasoning { block } => {
+                        flush(&mut text, &mut input);
+                        input.push(reasoning_value(block));
+                    }
                 }
             }
             flush(&mut text, &mut input);
@@ -488,6 +501,7 @@ impl Conversation {
             for b in &m.blocks {
                 blocks.push(match b {
                     Block::Text { text } => json!({ "type": "text", "text": text }),
+                    Block::Reasoning { block } => reasoning_value(block),
                     Block::ToolUse {
                         id,
                         name,
@@ -634,4 +648,9 @@ pub struct AnthropicBreakpoints {
     pub system: bool,
     /// On the last block of these messages (indices into [`Conversation::messages`]).
     pub messages: Vec<usize>,
+}
+
+/// A reasoning block as its provider wrote it (ADR-0043).
+fn reasoning_value(block: &strata_core::Reasoning) -> Value {
+    serde_json::to_value(block).expect("a reasoning block is plain JSON")
 }

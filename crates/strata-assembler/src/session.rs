@@ -677,6 +677,12 @@ pub struct Reply {
     /// Tool calls, in order.
     #[serde(default)]
     pub tool_calls: Vec<ToolCall>,
+    /// The model's reasoning before the text and calls, in the runtime's provider's form
+    /// (Anthropic `thinking` / `redacted_thinking` blocks, OpenAI Responses `reasoning`
+    /// items), stored with the reply and sent back unchanged while the reply's tool loop lasts
+    /// (ADR-0043).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<strata_core::Reasoning>,
 }
 
 impl Reply {
@@ -685,6 +691,7 @@ impl Reply {
         Reply {
             text: text.into(),
             tool_calls: Vec::new(),
+            reasoning: Vec::new(),
         }
     }
 
@@ -697,7 +704,14 @@ impl Reply {
                 name,
                 arguments,
             }],
+            reasoning: Vec::new(),
         }
+    }
+
+    /// The same reply with the model's reasoning before it.
+    pub fn with_reasoning(mut self, reasoning: Vec<strata_core::Reasoning>) -> Reply {
+        self.reasoning = reasoning;
+        self
     }
 }
 
@@ -954,6 +968,7 @@ impl Session<'_> {
         if let Some(answer) = self.repeated(op.map(|o| o.0))? {
             return Ok(Outcome::Repeated(answer));
         }
+        Self::check_reasoning(&reply.reasoning)?;
         let mut entries = Vec::with_capacity(reply.tool_calls.len() + 1);
         if !reply.text.trim().is_empty() {
             entries.push(NewEntry::assistant(reply.text.clone()));
@@ -976,6 +991,14 @@ impl Session<'_> {
             // Working memory keeps the tool's name with its arguments (ADR-0016).
             let stored = serde_json::json!({ "name": c.name, "arguments": c.arguments });
             entries.push(NewEntry::tool_call(c.id.clone(), stored.to_string()));
+        }
+        // The reasoning goes with the entry that opens the reply, which is sent first.
+        let opening = EntryMeta {
+            reasoning: reply.reasoning.clone(),
+            ..EntryMeta::default()
+        };
+        if let (Some(first), Some(meta)) = (entries.first_mut(), opening.to_json()) {
+            first.meta = Some(meta);
         }
         // Every check the store would make, before the goal markers change anything.
         if !reply.tool_calls.is_empty() {
@@ -1000,6 +1023,33 @@ impl Session<'_> {
             }
             Committed::Repeated(answer) => Outcome::Repeated(answer),
         })
+    }
+
+    /// Refuse reasoning no request can send back unchanged: blocks of two providers in one
+    /// reply, or a block holding a form of the wire format (ADR-0043). Whether the blocks are
+    /// the provider's of the request is checked when a request is assembled.
+    fn check_reasoning(reasoning: &[strata_core::Reasoning]) -> Result<(), SessionError> {
+        let Some(first) = reasoning.first() else {
+            return Ok(());
+        };
+        for (i, r) in reasoning.iter().enumerate() {
+            if r.format() != first.format() {
+                return Err(SessionError::Invalid(format!(
+                    "reasoning block {i} is a `{}` block ({}), after a `{}` block ({}); a reply's reasoning comes from one provider",
+                    r.type_name(),
+                    r.format().provider_name(),
+                    first.type_name(),
+                    first.format().provider_name()
+                )));
+            }
+            if r.holds_wire_form() {
+                return Err(SessionError::Invalid(format!(
+                    "reasoning block {i} (`{}`) holds a form of strata's wire format, which a native message may not carry and which cannot be changed without breaking the provider's check; record the reply without it",
+                    r.type_name()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The tools this session keeps between turns.
@@ -1165,6 +1215,7 @@ impl Session<'_> {
         let meta = EntryMeta {
             is_error: output.is_error,
             keep: output.keep,
+            ..EntryMeta::default()
         };
         if let Some(meta) = meta.to_json() {
             entry = entry.with_meta(meta);

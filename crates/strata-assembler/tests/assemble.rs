@@ -49,6 +49,7 @@ fn identity_comes_first_and_sections_follow_layer_then_phase_order() {
                     call_id: None,
                     name: None,
                     is_error: false,
+                    reasoning: Vec::new(),
                 })
                 .build(),
             sec(RuntimeLayer::WorkingMemory, "t1", "first")
@@ -58,6 +59,7 @@ fn identity_comes_first_and_sections_follow_layer_then_phase_order() {
                     call_id: None,
                     name: None,
                     is_error: false,
+                    reasoning: Vec::new(),
                 })
                 .build(),
         ],
@@ -259,6 +261,7 @@ fn trimming_order_markers_and_tool_pairs() {
                 call_id: call.map(Into::into),
                 name: None,
                 is_error: false,
+                reasoning: Vec::new(),
             })
             .build()
     };
@@ -625,6 +628,7 @@ fn a_sticky_call_cuts_its_large_result_instead_of_failing() {
                 call_id: Some("c1".into()),
                 name: None,
                 is_error: false,
+                reasoning: Vec::new(),
             })
             .build()
     };

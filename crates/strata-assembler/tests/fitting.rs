@@ -467,6 +467,7 @@ fn smaller_units_fill_the_budget_after_a_large_one_is_dropped() {
         call_id: call.map(Into::into),
         name: None,
         is_error: false,
+        reasoning: Vec::new(),
     };
     let mut sections = vec![
         Section::builder(

@@ -126,6 +126,7 @@ fn section() -> impl Strategy<Value = Section> {
                         call_id: call.map(Into::into),
                         name: None,
                         is_error: false,
+                        reasoning: Vec::new(),
                     });
                 }
                 b.build()
@@ -385,6 +386,7 @@ fn fill_request() -> impl Strategy<Value = (Vec<Section>, u32)> {
                         call_id: call.map(Into::into),
                         name: None,
                         is_error: false,
+                        reasoning: Vec::new(),
                     });
                 }
                 b.build()

@@ -278,6 +278,7 @@ fn every_turn_takes_the_role_it_was_offered_with() {
                 call_id: None,
                 name: None,
                 is_error: false,
+                reasoning: Vec::new(),
             })
             .build()
     };
@@ -1035,6 +1036,7 @@ fn build(s: &Spec) -> AssemblyRequest {
                     call_id: None,
                     name: None,
                     is_error: false,
+                    reasoning: Vec::new(),
                 })
                 .build(),
         );

@@ -436,6 +436,7 @@ fn a_refused_reply_stores_nothing() {
                 arguments: json!({"path": "3"}),
             },
         ],
+        reasoning: Vec::new(),
     };
     let held = s.turns().unwrap();
     assert!(matches!(

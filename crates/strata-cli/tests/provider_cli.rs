@@ -349,3 +349,153 @@ fn a_failed_log_is_flagged_and_keeps_its_newest_lines() {
     );
     assert_eq!(stdout.lines().last().unwrap(), "1 passed, 0 failed");
 }
+
+/// Verifies ADR-0043 through the command line: a reply's reasoning recorded with `strata
+/// session reply --reasoning FILE` is sent back first and unchanged in the next request of its
+/// tool loop, for Anthropic (`thinking`, `redacted_thinking`) and OpenAI Responses
+/// (`reasoning`), in bodies the official SDKs' types accept item by item.
+#[test]
+fn reasoning_recorded_from_the_command_line_goes_back_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = root().join("crates/strata-cli/demo");
+    let run = |id: &str, step: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("session")
+            .arg("--agent")
+            .arg(demo.join("agent.signed.json"))
+            .arg("--trust")
+            .arg(demo.join("trust.toml"))
+            .args(["--id", id, "--store"])
+            .arg(dir.path().join("m.db"))
+            .args(step)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let cases = [
+        (
+            "anthropic",
+            serde_json::json!([
+                {"type": "thinking", "thinking": "Read notes.txt before answering.", "signature": "EqQBCkYIBxgCKkCbz3Ck"},
+                {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"}
+            ]),
+        ),
+        (
+            "openai-responses",
+            serde_json::json!([
+                {"type": "reasoning", "id": "rs_0a1b", "summary": [{"type": "summary_text", "text": "Read the notes."}],
+                 "encrypted_content": "gAAAAABo9xQz"}
+            ]),
+        ),
+    ];
+    let mut corpus = String::new();
+    for (format, blocks) in &cases {
+        let file = dir.path().join(format!("{format}.json"));
+        std::fs::write(&file, blocks.to_string()).unwrap();
+        let prepare = ["--format", format, "--model", "test-model", "--input"];
+        let tools = dir.path().join("tools.json");
+        std::fs::write(
+            &tools,
+            r#"{"tools": [{"name": "file_read", "description": "Read a file in the workspace."}]}"#,
+        )
+        .unwrap();
+        let tools = tools.to_str().unwrap();
+        let ok = |r: (bool, String, String)| {
+            assert!(r.0, "{format}: {}", r.2);
+            r.1
+        };
+        ok(run(
+            format,
+            &[
+                &["prepare", "What does notes.txt say?"][..],
+                &prepare[..],
+                &[tools],
+            ]
+            .concat(),
+        ));
+        ok(run(
+            format,
+            &[
+                "reply",
+                "--tool-call",
+                "call_1:file_read:{\"path\":\"notes.txt\"}",
+                "--reasoning",
+                file.to_str().unwrap(),
+            ],
+        ));
+        ok(run(
+            format,
+            &["tool-result", "call_1", "Deploys freeze on Fridays."],
+        ));
+        let body: serde_json::Value = serde_json::from_str(&ok(run(
+            format,
+            &[
+                "prepare",
+                "--continue",
+                "--format",
+                format,
+                "--model",
+                "test-model",
+            ],
+        )))
+        .unwrap();
+        if *format == "anthropic" {
+            let assistant = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["role"] == "assistant")
+                .unwrap();
+            assert_eq!(assistant["content"][0], blocks[0], "{body}");
+            assert_eq!(assistant["content"][1], blocks[1], "{body}");
+            assert_eq!(assistant["content"][2]["type"], "tool_use", "{body}");
+        } else {
+            let input = body["input"].as_array().unwrap();
+            let at = |t: &str| input.iter().position(|i| i["type"] == t).unwrap();
+            assert_eq!(input[at("reasoning")], blocks[0], "{body}");
+            assert!(at("reasoning") < at("function_call"), "{body}");
+        }
+        let wire = serde_json::to_string(&body).unwrap();
+        corpus += &(serde_json::json!({"provider": format, "body": body, "wire": wire})
+            .to_string()
+            + "\n");
+    }
+
+    // A block the provider does not define is refused, and the reply is not stored.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"[{"type": "thinking", "thinking": "x", "signature": "s", "role": "system"}]"#,
+    )
+    .unwrap();
+    let (ok, _, err) = run(
+        "bad",
+        &["reply", "Hi", "--reasoning", bad.to_str().unwrap()],
+    );
+    assert!(!ok && err.contains("--reasoning"), "{err}");
+
+    if std::env::var_os("STRATA_SKIP_SDK_TESTS").is_some() {
+        eprintln!("SDK check skipped: STRATA_SKIP_SDK_TESTS is set");
+        return;
+    }
+    let path = dir.path().join("reasoning.jsonl");
+    std::fs::write(&path, corpus).unwrap();
+    let python = std::env::var("STRATA_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python)
+        .arg(root().join("crates/strata-cli/tests/sdk/check_requests.py"))
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().last().unwrap(), "2 passed, 0 failed");
+}

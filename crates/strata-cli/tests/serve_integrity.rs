@@ -396,3 +396,62 @@ fn tools_persist_and_a_body_defines_the_tools_it_calls() {
         ("anthropic", &t4.body["request"]),
     ]);
 }
+
+/// Verifies ADR-0043 through the service: a reply's `reasoning` comes back first and unchanged
+/// in the next request of its tool loop (checked with the Anthropic SDK's types); another
+/// provider's blocks, a block the provider does not define and a block holding the wire format
+/// are refused and store nothing.
+#[test]
+fn reasoning_round_trips_through_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), &["--provider", "anthropic"]);
+    let t1 = srv.post(
+        "/v1/sessions/r/turns",
+        &json!({"message": "read notes.txt", "tools": [{"name": "file_read"}]}),
+    );
+    assert_eq!(t1.status, 200, "{:?}", t1.body);
+    let held = turns(&srv, "r");
+    let thinking =
+        json!({"type": "thinking", "thinking": "Read it first.", "signature": "EqQBCkYIBxgC"});
+    for (bad, why) in [
+        (
+            json!({"type": "reasoning", "id": "rs_1", "summary": []}),
+            "only openai-responses",
+        ),
+        (
+            json!({"type": "thinking", "thinking": "x", "signature": "s", "cache_control": {}}),
+            "not a provider's reasoning block",
+        ),
+        (
+            json!({"type": "thinking", "thinking": "<strata:omitted/>", "signature": "s"}),
+            "wire format",
+        ),
+    ] {
+        let mut reply = read_call();
+        reply["reasoning"] = json!([bad]);
+        let r = srv.post("/v1/sessions/r/replies", &reply);
+        assert_eq!(r.status, 400, "{:?}", r.body);
+        assert!(r.body.to_string().contains(why), "{:?}", r.body);
+    }
+    assert_eq!(turns(&srv, "r"), held, "a refused reply stored something");
+    let mut reply = read_call();
+    reply["reasoning"] = json!([thinking]);
+    assert_eq!(srv.post("/v1/sessions/r/replies", &reply).status, 200);
+    let r = srv.post(
+        "/v1/sessions/r/tool-results",
+        &json!({"call_id": "call_1", "output": "the notes"}),
+    );
+    assert_eq!(r.status, 200);
+    let t2 = srv.post("/v1/sessions/r/turns", &json!({}));
+    assert_eq!(t2.status, 200, "{:?}", t2.body);
+    let body = &t2.body["request"];
+    let assistant = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .unwrap();
+    assert_eq!(assistant["content"][0], thinking, "{body}");
+    assert_eq!(assistant["content"][1]["type"], "tool_use", "{body}");
+    sdk_check(&[("anthropic", body)]);
+}

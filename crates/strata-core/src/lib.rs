@@ -21,6 +21,7 @@ pub mod identity;
 pub mod layer;
 pub mod mode;
 pub mod provenance;
+pub mod reasoning;
 #[cfg(feature = "schema")]
 mod schema;
 pub mod section;
@@ -35,6 +36,7 @@ pub use identity::{IdentityLayers, IdentitySection};
 pub use layer::{IdentityLayer, Layer, RuntimeLayer};
 pub use mode::{AssemblyPath, ModeSet, OperationalMode, PathSet, PromptMode};
 pub use provenance::{Provenance, SourceKind};
+pub use reasoning::{Reasoning, ReasoningFormat};
 pub use section::{
     id_digest, Keep, Phase, Role, Section, SectionBuilder, SectionId, SectionKey, Stability, Turn,
     Weight,

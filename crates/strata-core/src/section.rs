@@ -308,6 +308,10 @@ pub struct Turn {
     /// with the result (Anthropic's `is_error`); the text is sent either way.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
+    /// For the agent's words or tool call that open a reply: the model's reasoning before them,
+    /// in its provider's form, sent back unchanged where the provider requires it (ADR-0043).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<crate::Reasoning>,
 }
 
 impl Turn {
@@ -319,6 +323,7 @@ impl Turn {
             call_id: None,
             name: None,
             is_error: false,
+            reasoning: Vec::new(),
         }
     }
 
@@ -330,6 +335,7 @@ impl Turn {
             call_id: Some(call_id.into()),
             name: Some(name),
             is_error: false,
+            reasoning: Vec::new(),
         }
     }
 
@@ -341,6 +347,7 @@ impl Turn {
             call_id: Some(call_id.into()),
             name: None,
             is_error: false,
+            reasoning: Vec::new(),
         }
     }
 

@@ -117,12 +117,18 @@ impl Entry {
     /// The turn metadata the assembler uses to drop the oldest turns first and keep a tool
     /// call and its result together (ADR-0008), with the failure flag of a tool result.
     pub fn turn(&self) -> Turn {
+        let meta = self.meta();
         Turn {
             seq: self.seq,
             role: self.role,
             call_id: self.call_id.clone(),
             name: None,
-            is_error: self.role == Role::ToolResult && self.meta().is_error,
+            is_error: self.role == Role::ToolResult && meta.is_error,
+            reasoning: if matches!(self.role, Role::Assistant | Role::ToolCall) {
+                meta.reasoning
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -149,24 +155,32 @@ impl Entry {
 
 /// The properties of an entry that the runtime keeps in its `meta` object and the history
 /// contributor reads (ADR-0039). Other keys of the object are kept and ignored.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EntryMeta {
     /// A tool result from a tool that failed (`"is_error": true`).
     pub is_error: bool,
     /// Which end of a tool result to keep when it is cut (`"keep": "tail"` for a log whose
     /// newest lines matter); the head by default.
     pub keep: Keep,
+    /// For the entry that opens a model's reply: the model's reasoning before it, in its
+    /// provider's form (`"reasoning": [...]`, ADR-0043).
+    pub reasoning: Vec<strata_core::Reasoning>,
 }
 
 impl EntryMeta {
     /// The `meta` text for these properties; `None` when all are defaults.
-    pub fn to_json(self) -> Option<String> {
+    pub fn to_json(&self) -> Option<String> {
         let mut map = serde_json::Map::new();
         if self.is_error {
             map.insert("is_error".into(), serde_json::Value::Bool(true));
         }
         if self.keep != Keep::Head {
             map.insert("keep".into(), self.keep.name().into());
+        }
+        if !self.reasoning.is_empty() {
+            let blocks = serde_json::to_value(&self.reasoning)
+                .expect("reasoning blocks are plain JSON values");
+            map.insert("reasoning".into(), blocks);
         }
         (!map.is_empty()).then(|| serde_json::Value::Object(map).to_string())
     }
@@ -186,6 +200,10 @@ impl EntryMeta {
                 .get("keep")
                 .and_then(serde_json::Value::as_str)
                 .and_then(Keep::from_name)
+                .unwrap_or_default(),
+            reasoning: map
+                .get("reasoning")
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
                 .unwrap_or_default(),
         }
     }

@@ -160,6 +160,13 @@ pub struct ReplyRequest {
     /// Tool calls, in order.
     #[serde(default)]
     pub tool_calls: Vec<ToolCallSpec>,
+    /// The model's reasoning before the text and calls, exactly as the provider returned it:
+    /// Anthropic `thinking` / `redacted_thinking` blocks or OpenAI Responses `reasoning` items,
+    /// for the server's provider only. They are sent back unchanged while the reply's tool loop
+    /// lasts.
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub reasoning: Vec<Value>,
 }
 
 /// The reply was recorded.

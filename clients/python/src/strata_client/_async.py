@@ -184,10 +184,16 @@ class AsyncStrataClient:
         text: str | None = None,
         *,
         tool_calls: Sequence[ToolCall] | None = None,
+        reasoning: Sequence[Mapping[str, Any]] | None = None,
         idempotency_key: str | None = None,
     ) -> RecordedReply:
-        """Records the model's reply: its text and its tool calls."""
-        body = ops.reply_body(text, tool_calls)
+        """Records the model's reply: its text and its tool calls.
+
+        ``reasoning`` holds the reply's thinking blocks (Anthropic) or reasoning items (OpenAI
+        Responses) exactly as the provider returned them; they are sent back unchanged while
+        the reply's tool loop lasts.
+        """
+        body = ops.reply_body(text, tool_calls, reasoning)
         data = await self._json("record_reply", session_id, body, idempotency_key)
         return RecordedReply.from_json(data)
 

@@ -283,13 +283,19 @@ def turn_body(
     return body
 
 
-def reply_body(text: str | None, tool_calls: Sequence[ToolCall] | None) -> dict[str, Any]:
+def reply_body(
+    text: str | None,
+    tool_calls: Sequence[ToolCall] | None,
+    reasoning: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The body of ``record_reply``."""
     body: dict[str, Any] = {}
     if text is not None:
         body["text"] = text
     if tool_calls is not None:
         body["tool_calls"] = [dict(c) for c in tool_calls]
+    if reasoning:
+        body["reasoning"] = [dict(b) for b in reasoning]
     return body
 
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use strata_core::format::{self, Authority, Encoding, SectionHeader};
 use strata_core::{
-    ContentHash, Keep, Role, RuntimeLayer, Section, SectionId, SectionKey, SourceKind, Tokenizer,
-    ToolName,
+    ContentHash, Keep, Reasoning, Role, RuntimeLayer, Section, SectionId, SectionKey, SourceKind,
+    Tokenizer, ToolName,
 };
 
 use super::engine::{CacheStats, Engine};
@@ -51,6 +51,15 @@ pub(super) struct CutAt {
 /// How far past its resume point a kept walk's text is kept: what the tokenizer compares
 /// before resuming there (64 bytes for the exact tokenizer), with room to spare.
 const WALK_KEPT_PAST: usize = 128;
+
+/// The hash of a turn's reasoning blocks, when it has some (part of an element's key).
+fn reasoning_hash(reasoning: &[Reasoning]) -> Option<ContentHash> {
+    if reasoning.is_empty() {
+        return None;
+    }
+    let json = serde_json::to_string(reasoning).expect("reasoning blocks are plain JSON values");
+    Some(ContentHash::of(&json))
+}
 
 /// What stands in a native user message where a cut left text out: plain words on their own
 /// line, no strata syntax (a native message is the user's channel, not a fenced element;
@@ -157,6 +166,15 @@ struct CutSearch {
     tail_allow: usize,
 }
 
+/// What of a working-memory turn an element's key holds: role, call id, tool name and the hash
+/// of its reasoning.
+pub(super) type TurnKey = (
+    Role,
+    Option<Arc<str>>,
+    Option<ToolName>,
+    Option<ContentHash>,
+);
+
 /// The cache key of a rendered element. Every part is a copy or a reference-counted clone, so
 /// building one allocates nothing (ADR-0037).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -171,8 +189,9 @@ pub(super) struct ElementKey {
     /// Which end a cut keeps: part of the key of cut results.
     pub(super) keep: Keep,
     pub(super) native: bool,
-    /// Role, call id and tool name of a working-memory turn: all rendered.
-    pub(super) turn: Option<(Role, Option<Arc<str>>, Option<ToolName>)>,
+    /// Role, call id and tool name of a working-memory turn: all rendered; and the hash of
+    /// its reasoning, which is sent and counted with it (ADR-0043).
+    pub(super) turn: Option<TurnKey>,
 }
 
 /// What measures elements: the tokenizer, the first window of a head cut's walk, and the
@@ -212,6 +231,21 @@ impl Meter<'_> {
         3 + self.text_cost(role).0
     }
 
+    /// Tokens of a turn's reasoning as sent: every string each block carries and three for
+    /// each block's framing, as a message's (ADR-0043). Zero for a turn without reasoning.
+    fn reasoning_cost(&self, reasoning: &[Reasoning]) -> u64 {
+        reasoning
+            .iter()
+            .map(|r| {
+                3 + r
+                    .strings()
+                    .into_iter()
+                    .map(|s| self.text_cost(s).0)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
     /// The cache key of `s` rendered with `enc`, cut at `cut`, in a provider frame or not.
     fn element_key(s: &Section, enc: Encoding, cut: Option<CutAt>, native: bool) -> ElementKey {
         ElementKey {
@@ -219,7 +253,14 @@ impl Meter<'_> {
             turn: s
                 .turn()
                 .filter(|_| s.layer() == RuntimeLayer::WorkingMemory)
-                .map(|t| (t.role, t.call_id.clone(), t.name.clone())),
+                .map(|t| {
+                    (
+                        t.role,
+                        t.call_id.clone(),
+                        t.name.clone(),
+                        reasoning_hash(&t.reasoning),
+                    )
+                }),
             content: s.content_hash(),
             id: s.id().clone(),
             key: s.key().cloned(),
@@ -275,13 +316,15 @@ impl Meter<'_> {
             },
             (true, Some(t)) if t.role == Role::Assistant => (
                 native::words(body).into_owned(),
-                self.frame_msg("assistant"),
+                self.frame_msg("assistant") + self.reasoning_cost(&t.reasoning),
             ),
             (true, Some(t)) if t.role == Role::ToolCall => {
                 let name = t.name.as_ref().map_or("", |n| n.as_str());
                 (
                     native::arguments(body).into_owned(),
-                    3 + self.text_cost(name).0 + self.frame_msg("assistant"),
+                    3 + self.text_cost(name).0
+                        + self.frame_msg("assistant")
+                        + self.reasoning_cost(&t.reasoning),
                 )
             }
             _ => {

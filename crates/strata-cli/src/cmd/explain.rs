@@ -165,6 +165,9 @@ pub fn channel_rows(c: &Conversation) -> Vec<[String; 5]> {
                 Block::ToolResult { id, content, .. } => {
                     format!("tool result [{id}] ({} bytes, fenced)", content.len())
                 }
+                Block::Reasoning { block } => {
+                    format!("{} (model's reasoning, sent unchanged)", block.type_name())
+                }
             })
             .collect();
         rows.push([

@@ -121,6 +121,11 @@ pub enum Step {
         /// A tool call, `ID:NAME:JSON-ARGUMENTS`; repeatable.
         #[arg(long, value_name = "ID:NAME:JSON")]
         tool_call: Vec<String>,
+        /// A JSON file holding the reply's reasoning blocks as the provider returned them (an
+        /// array of Anthropic `thinking` / `redacted_thinking` blocks or OpenAI Responses
+        /// `reasoning` items); they are sent back unchanged while the tool loop lasts.
+        #[arg(long, value_name = "FILE")]
+        reasoning: Option<PathBuf>,
     },
     /// Record a tool's output.
     ToolResult {
@@ -160,6 +165,17 @@ fn runtime_input(file: &Path) -> Result<(Vec<AnnouncedTool>, Vec<Section>), CliE
         })
         .collect::<Result<_, _>>()?;
     Ok((input.tools, sections))
+}
+
+fn read_reasoning(file: &Path) -> Result<Vec<strata_core::Reasoning>, CliError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::io(file, e, "give a JSON file of reasoning blocks"))?;
+    serde_json::from_str(&text).map_err(|e| {
+        CliError::Usage(format!(
+            "--reasoning {}: not an array of a provider's reasoning blocks as returned: {e}",
+            file.display()
+        ))
+    })
 }
 
 fn parse_keep(s: &str) -> Result<Keep, String> {
@@ -279,7 +295,11 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                 .map_err(|e| CliError::Other(e.to_string()))?;
             out.result(&(body + "\n"))
         }
-        Step::Reply { text, tool_call } => {
+        Step::Reply {
+            text,
+            tool_call,
+            reasoning,
+        } => {
             let rt = builder.build().map_err(fail)?;
             let reply = Reply {
                 text: text
@@ -291,6 +311,10 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                     .iter()
                     .map(|c| parse_call(c))
                     .collect::<Result<_, _>>()?,
+                reasoning: match reasoning {
+                    Some(file) => read_reasoning(file)?,
+                    None => Vec::new(),
+                },
             };
             if reply.text.trim().is_empty() && reply.tool_calls.is_empty() {
                 return Err(CliError::Usage(

@@ -279,6 +279,22 @@ pub(super) async fn record_reply(
             arguments: c.arguments,
         });
     }
+    for (i, block) in req.reasoning.into_iter().enumerate() {
+        let block: strata_core::Reasoning = serde_json::from_value(block).map_err(|e| {
+            ApiError::invalid(format!(
+                "reasoning block {i} is not a provider's reasoning block as returned: {e}"
+            ))
+        })?;
+        let wanted = block.format().provider_name();
+        if wanted != st.settings.provider.name() {
+            return Err(ApiError::invalid(format!(
+                "reasoning block {i} is a `{}` block, which only {wanted} requests take; this server writes {} requests",
+                block.type_name(),
+                st.settings.provider.name()
+            )));
+        }
+        reply.reasoning.push(block);
+    }
     if reply.text.trim().is_empty() && reply.tool_calls.is_empty() {
         return Err(ApiError::invalid(
             "a reply has text, tool calls, or both; this one has neither",

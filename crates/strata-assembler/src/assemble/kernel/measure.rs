@@ -7,6 +7,8 @@
 //! sticky content does not fit, fitting cuts it to its head and tail before failing the request
 //! (ADR-0030). Without it a model would answer the question before.
 //!
+//! A turn's reasoning stays with it only where it is sent (ADR-0043).
+//!
 //! Hand-off: [`Measured`], the candidates and their units.
 
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use strata_core::{Keep, Role, Section};
 
 use super::frame::Settings;
-use super::{history_turn, strip_invisible, Base, Cand, Members, Unit};
+use super::{history_turn, reasoning, strip_invisible, Base, Cand, Members, Unit};
 use crate::assemble::FastMap;
 use crate::request::Invisible;
 
@@ -50,6 +52,8 @@ pub(super) fn measure<'a>(winners: Vec<&'a Section>, settings: &Settings<'_>) ->
     let mut units: Vec<Unit> = Vec::with_capacity(winners.len());
     let mut unit_of_call: FastMap<Arc<str>, usize> = FastMap::default();
     let newest_user = newest_user_turn(&winners);
+    let newest_seq = newest_user.and_then(|i| history_turn(winners[i]).map(|t| t.seq));
+    let native = settings.provider.is_some();
     for (i, s) in winners.into_iter().enumerate() {
         let newest = newest_user == Some(i);
         let sticky = newest || s.sticky() || settings.protected_priorities.contains(&s.priority());
@@ -63,6 +67,11 @@ pub(super) fn measure<'a>(winners: Vec<&'a Section>, settings: &Settings<'_>) ->
                 Base::Owned(Box::new(strip_invisible(s).with_keep(Keep::Both)))
             }
             Invisible::Strip => Base::Owned(Box::new(strip_invisible(s))),
+        };
+        // Reasoning goes only where its provider requires it (ADR-0043).
+        let base = match reasoning::without_unsent(base.get(), native, newest_seq) {
+            Some(bare) => Base::Owned(Box::new(bare)),
+            None => base,
         };
         let section = base.get();
         let call = history_turn(section).and_then(|t| t.call_id.clone());

@@ -35,6 +35,7 @@ mod frame;
 mod measure;
 mod pairs;
 mod place;
+mod reasoning;
 mod report;
 mod select;
 mod tools;

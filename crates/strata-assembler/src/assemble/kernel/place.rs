@@ -296,7 +296,7 @@ fn dynamic_message(
 
 /// Add one history turn as a native message (ADR-0014): user and assistant words as their own
 /// messages, a tool call joining the assistant message before it, tool results sharing one
-/// user-position message.
+/// user-position message. A turn with reasoning opens its own message with it (ADR-0043).
 fn push_turn(meter: &Meter<'_>, msgs: &mut Vec<Message>, cand: &Cand<'_>) {
     let Some(t) = cand.turn() else {
         return;
@@ -322,7 +322,8 @@ fn push_turn(meter: &Meter<'_>, msgs: &mut Vec<Message>, cand: &Cand<'_>) {
                     .unwrap_or_else(|| ToolName::new("unnamed").expect("a valid literal name")),
                 arguments: text,
             };
-            let joined = last.filter(|m| m.role == MessageRole::Assistant);
+            let joined =
+                last.filter(|m| m.role == MessageRole::Assistant && t.reasoning.is_empty());
             let call_tokens = tokens - meter.frame_msg("assistant");
             (
                 MessageRole::Assistant,
@@ -354,12 +355,20 @@ fn push_turn(meter: &Meter<'_>, msgs: &mut Vec<Message>, cand: &Cand<'_>) {
             msg.blocks.push(block);
             msg.tokens += added;
         }
-        None => msgs.push(Message {
-            role,
-            kind: MessageKind::History,
-            blocks: vec![block],
-            tokens,
-        }),
+        None => {
+            let mut blocks: Vec<Block> = t
+                .reasoning
+                .iter()
+                .map(|r| Block::Reasoning { block: r.clone() })
+                .collect();
+            blocks.push(block);
+            msgs.push(Message {
+                role,
+                kind: MessageKind::History,
+                blocks,
+                tokens,
+            });
+        }
     }
 }
 

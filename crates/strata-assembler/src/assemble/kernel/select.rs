@@ -13,6 +13,7 @@ use strata_core::{IdentitySection, Layer, Role, RuntimeLayer, Section, SectionId
 
 use super::frame::Settings;
 use super::pairs::check_pairs;
+use super::reasoning::check_reasoning;
 use super::{history_turn, report_of};
 use crate::assemble::FastMap;
 use crate::error::AssembleError;
@@ -121,6 +122,9 @@ pub(super) fn select<'a>(
     };
     if settings.provider.is_some() {
         winners = check_pairs(winners, settings.provider_options.pairs, &mut reports)?;
+        if let Some(p) = settings.provider {
+            check_reasoning(&winners, p)?;
+        }
         winners = drop_empty_turns(winners, &mut reports);
     }
     Ok(Selected {
