@@ -227,3 +227,76 @@ fn blocks_with_unknown_keys_do_not_parse() {
     }));
     assert!(reply.is_err());
 }
+
+/// A loop whose opening tool call carries `reasoning`, as the runtime input of an assembly.
+fn loop_request(reasoning: Value, budget: u32) -> AssemblyRequest {
+    let turn = |seq: u64, t: strata_core::Turn, text: &str| {
+        strata_core::Section::builder(
+            strata_core::RuntimeLayer::WorkingMemory,
+            format!("turn.{seq}"),
+            text,
+        )
+        .unwrap()
+        .phase(strata_core::Phase::History)
+        .turn(t)
+        .build()
+    };
+    let mut call = strata_core::Turn::tool_call(2, "call_1", ToolName::new("file_read").unwrap());
+    call.reasoning = blocks(reasoning);
+    AssemblyRequest {
+        sections: vec![
+            turn(
+                1,
+                strata_core::Turn::new(1, strata_core::Role::User),
+                "What does notes.txt say?",
+            ),
+            turn(2, call, r#"{"path":"notes.txt"}"#),
+            turn(
+                3,
+                strata_core::Turn::tool_result(3, "call_1"),
+                "Deploys freeze on Fridays.",
+            ),
+        ],
+        tools: vec![AnnouncedTool::new(ToolName::new("file_read").unwrap(), "")],
+        budget: Some(BudgetSpec::Explicit(Budget {
+            total_tokens: budget,
+            response_reserve: 0,
+            ..Budget::default()
+        })),
+        provider: Some(Provider::Anthropic),
+        ..Default::default()
+    }
+}
+
+/// Verifies ADR-0043 and ADR-0037: an assembler that kept the last assembly answers a request
+/// whose only change is a turn's reasoning with the same bytes and report as the plain kernel
+/// (the reasoning is part of what the engine keys its answers by).
+#[test]
+fn a_changed_reasoning_is_not_answered_from_the_engine() {
+    let agent = agent();
+    let asm = Assembler::o200k();
+    let params = RequestParams {
+        model: "test-model".into(),
+        max_tokens: Some(256),
+        ..Default::default()
+    };
+    let first = loop_request(thinking(), 8_000);
+    let mut changed = thinking();
+    changed[0]["thinking"] = json!("A different thought, longer than the first one was, by far.");
+    let second = loop_request(changed.clone(), 8_000);
+    asm.assemble(&agent, &first).unwrap();
+    let warm = asm.assemble(&agent, &second).unwrap();
+    let plain = asm.assemble_plain(&agent, &second).unwrap();
+    let body = |c: &AssembledContext| c.request_body(Provider::Anthropic, &params).unwrap();
+    assert_eq!(body(&warm), body(&plain));
+    assert_eq!(
+        serde_json::to_value(warm.report()).unwrap(),
+        serde_json::to_value(plain.report()).unwrap()
+    );
+    assert!(body(&warm).to_string().contains("A different thought"));
+    // Text assembly sends no reasoning and counts none.
+    let mut text = loop_request(changed, 8_000);
+    text.provider = None;
+    let out = asm.assemble(&agent, &text).unwrap();
+    assert!(!out.text().contains("A different thought"));
+}
