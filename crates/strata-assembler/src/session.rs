@@ -1351,12 +1351,8 @@ impl Session<'_> {
         let operational = opts
             .operational_mode
             .unwrap_or_else(|| agent.default_mode());
-        // One budget, one tier: used by gathering and assembly alike.
-        let budget = match opts.context_window {
-            Some(w) => BudgetSpec::ContextWindow(w),
-            None if rt.configured => BudgetSpec::Explicit(rt.config.to_budget()),
-            None => BudgetSpec::AgentDefault,
-        };
+        // One budget, one tier: used by gathering and assembly alike (ADR-0044).
+        let budget = turn_budget(rt, opts.context_window);
         let (_, tier) = budget.resolve(agent.budget());
         let resolved_context = match path {
             AssemblyPath::Context if opts.resolved_context.is_empty() => {
@@ -1688,6 +1684,22 @@ fn native_tool_call(s: Section) -> Result<Section, SessionError> {
         is_error: false,
         ..turn
     }))
+}
+
+/// The budget of a turn (ADR-0044): a context window sets the total, the response reserve (at
+/// least an eighth of the window) and the tier; the per-layer budgets, the section cap and the
+/// character cap come from `strata.toml` when the runtime has one, else from the definition,
+/// whatever the window.
+fn turn_budget(rt: &Runtime, context_window: Option<u32>) -> BudgetSpec {
+    match (context_window, rt.configured) {
+        (Some(w), true) => {
+            let base = rt.config.to_budget();
+            BudgetSpec::Explicit(BudgetSpec::ContextWindow(w).resolve(&base).0)
+        }
+        (Some(w), false) => BudgetSpec::ContextWindow(w),
+        (None, true) => BudgetSpec::Explicit(rt.config.to_budget()),
+        (None, false) => BudgetSpec::AgentDefault,
+    }
 }
 
 /// Refuse a definition whose signed template for a mode and tier is over the tier's prompt

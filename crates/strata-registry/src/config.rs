@@ -32,6 +32,10 @@
 //! # postgres = "postgresql://strata@db.internal/strata"
 //! ```
 //!
+//! When a turn gives its model's context window, the window sets the total, the response
+//! reserve (at least an eighth of it) and the tier; the per-layer budgets and
+//! `max_total_chars` above still apply, as absolute caps (ADR-0044).
+//!
 //! Every table and key is optional and defaults to the numbers of the seed systems. Unknown
 //! keys are errors, and every error names the key and its line and column, so a typo never
 //! silently falls back to a default.
