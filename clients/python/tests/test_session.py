@@ -179,3 +179,11 @@ def test_reasoning_goes_back_first_and_unchanged(client: StrataClient, session_i
             session_id, "more", reasoning=[{"type": "reasoning", "id": "rs_1", "summary": []}]
         )
     assert client.session(session_id).turns == held
+
+
+def test_turns_tell_what_they_changed(client: StrataClient, session_id: str) -> None:
+    first = client.prepare_turn(session_id, "Hello.")
+    assert [e["type"] for e in first.events] == ["prompt_updated"]
+    client.record_reply(session_id, "Hi.")
+    second = client.prepare_turn(session_id, "Again.")
+    assert second.events == []

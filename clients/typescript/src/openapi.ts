@@ -465,6 +465,13 @@ export interface components {
              *     each (not in the signed allowlist, definition changed, restricted by the caller...).
              */
             refused_tools: components["schemas"]["RefusedToolView"][];
+            /**
+             * @description What this turn changed for the session: `{"type": "prompt_updated", "digest": ...}` when
+             *     its standing prompt (system channel, tool definitions, stable context, goal, operational
+             *     template) differs from the previous turn's, so a provider's prompt cache misses;
+             *     `{"type": "mode_changed", "from": ..., "to": ...}` when its operational mode does.
+             */
+            events: Record<string, unknown>[];
         };
     };
     responses: never;

@@ -481,7 +481,7 @@ pub struct Runtime {
     tools: Vec<AnnouncedTool>,
     /// Per session, the digest of the system prompt (system channel and tool definitions)
     /// last prepared, to tell subscribers when it changes.
-    prompts: std::sync::Mutex<std::collections::HashMap<Arc<str>, ContentHash>>,
+    prompts: std::sync::Mutex<std::collections::HashMap<Arc<str>, (ContentHash, OperationalMode)>>,
     receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
     /// The conversation-history contributor, which also renders the entries a turn holds back
     /// until it is stored (ADR-0031).
@@ -788,6 +788,33 @@ pub struct PreparedTurn {
     pub context: AssembledContext,
     /// The signed receipt of this turn, when the runtime has a receipt key (ADR-0021).
     pub receipt: Option<crate::receipt::SignedReceipt>,
+    /// What changed for the session with this turn (ADR-0045): its stable prefix, its
+    /// operational mode. Published to the registry's subscribers once the turn is stored.
+    pub events: Vec<TurnEvent>,
+    /// The stable prefix's digest and the operational mode, remembered once published.
+    seen: (ContentHash, OperationalMode),
+}
+
+/// A change a turn brings to its session (ADR-0045), in the turn's answer and, as
+/// [`RegistryEvent`]s, to the registry's subscribers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TurnEvent {
+    /// The stable prefix differs from the session's previous turn (or this is its first turn
+    /// in this runtime): the system channel, the tool definitions or the stable context
+    /// (identity, tools, goals, the operational template). A provider's prompt cache misses.
+    PromptUpdated {
+        /// The new prefix's digest.
+        digest: String,
+    },
+    /// The operational mode differs from the session's previous turn.
+    ModeChanged {
+        /// The previous turn's mode.
+        from: OperationalMode,
+        /// This turn's mode.
+        to: OperationalMode,
+    },
 }
 
 impl PreparedTurn {
@@ -894,6 +921,7 @@ impl Session<'_> {
             match self.commit(batch, operation) {
                 Ok(Committed::Applied(_)) => {
                     self.keep_offered(opts)?;
+                    self.publish(&turn);
                     return Ok(Outcome::Done(turn));
                 }
                 Ok(Committed::Repeated(answer)) => return Ok(Outcome::Repeated(answer)),
@@ -929,7 +957,52 @@ impl Session<'_> {
         };
         let turn = self.assemble(Some(query.as_str()), opts, &[])?;
         self.keep_offered(opts)?;
+        self.publish(&turn);
         Ok(turn)
+    }
+
+    /// What a turn whose stable prefix and mode are `seen` changes for this session, against
+    /// its previous turn in this runtime.
+    fn events_of(&self, seen: (ContentHash, OperationalMode)) -> Vec<TurnEvent> {
+        let before = self
+            .rt
+            .prompts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&self.id)
+            .copied();
+        let mut events = Vec::new();
+        if before.map(|b| b.0) != Some(seen.0) {
+            events.push(TurnEvent::PromptUpdated {
+                digest: seen.0.to_string(),
+            });
+        }
+        if let Some((_, from)) = before.filter(|b| b.1 != seen.1) {
+            events.push(TurnEvent::ModeChanged { from, to: seen.1 });
+        }
+        events
+    }
+
+    /// Remember a turn that was stored (or, continued, sent) and tell the registry's
+    /// subscribers what it changed.
+    fn publish(&self, turn: &PreparedTurn) {
+        self.rt
+            .prompts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(self.id.clone(), turn.seen);
+        for e in &turn.events {
+            match e {
+                TurnEvent::PromptUpdated { .. } => {
+                    self.rt
+                        .registry
+                        .system_prompt_updated(&self.id, turn.seen.0);
+                }
+                TurnEvent::ModeChanged { from, to } => {
+                    self.rt.registry.session_mode_changed(&self.id, *from, *to);
+                }
+            }
+        }
     }
 
     /// Record the model's reply: its text, then its tool calls, all or nothing; goal markers in
@@ -1456,19 +1529,8 @@ impl Session<'_> {
                 (context, body, sent, None)
             }
         };
-        if let Some(conv) = context.conversation() {
-            let tools = serde_json::to_string(&conv.tools).unwrap_or_default();
-            let digest = ContentHash::of(&format!("{}\u{0}{tools}", conv.system));
-            let changed = rt
-                .prompts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(self.id.clone(), digest)
-                != Some(digest);
-            if changed {
-                rt.registry.system_prompt_updated(&self.id, digest);
-            }
-        }
+        let seen = (stable_digest(&context, &req.sections), operational);
+        let events = self.events_of(seen);
         tracing::debug!(
             session = &*self.id,
             tokens = context.inner.report.used_tokens,
@@ -1479,6 +1541,8 @@ impl Session<'_> {
             sent,
             context,
             receipt,
+            events,
+            seen,
         })
     }
 }
@@ -1684,6 +1748,34 @@ fn native_tool_call(s: Section) -> Result<Section, SessionError> {
         is_error: false,
         ..turn
     }))
+}
+
+/// The digest of a session's standing prompt (ADR-0045): what stays byte-identical at the
+/// start of a request (the system channel, the tool definitions, the stable context), and the
+/// goal and the operational template wherever they are placed.
+fn stable_digest(context: &AssembledContext, sections: &[Section]) -> ContentHash {
+    let mut text = match context.conversation() {
+        Some(conv) => {
+            let stable: Vec<&crate::provider::Message> = conv
+                .messages
+                .iter()
+                .filter(|m| m.kind == crate::provider::MessageKind::StableContext)
+                .collect();
+            let tools = serde_json::to_string(&conv.tools).unwrap_or_default();
+            let stable = serde_json::to_string(&stable).unwrap_or_default();
+            format!("{}\u{0}{tools}\u{0}{stable}", conv.system)
+        }
+        None => context.stable_prefix().to_owned(),
+    };
+    // The sections the goal manager and the operational template write.
+    let standing = |id: &str| id == "goal" || id.starts_with("template/");
+    for s in sections.iter().filter(|s| standing(s.id().as_str())) {
+        text.push('\u{0}');
+        text.push_str(s.id().as_str());
+        text.push('\u{0}');
+        text.push_str(&s.content_hash().to_string());
+    }
+    ContentHash::of(&text)
 }
 
 /// The budget of a turn (ADR-0044): a context window sets the total, the response reserve (at

@@ -964,3 +964,39 @@ fn a_reply_calling_a_tool_off_the_allowlist_is_refused_and_stores_nothing() {
     );
     assert_eq!(ok.status, 200, "{:?}", ok.body);
 }
+
+/// Verifies ADR-0045 through the service: each turn's answer says what it changed for the
+/// session: the first turn's prompt, an operational mode change (with the prompt its template
+/// changes), and nothing for a turn that only adds to the history.
+#[test]
+fn turn_answers_carry_the_sessions_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), &[]);
+    let turn = |body: Value| {
+        let r = srv.post("/v1/sessions/ev/turns", &body);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let reply = srv.post("/v1/sessions/ev/replies", &json!({"text": "Ok."}));
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+        r.body["events"].as_array().unwrap().clone()
+    };
+    let types = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = turn(json!({"message": "Hello.", "operational_mode": "assistant"}));
+    assert_eq!(types(&first), vec!["prompt_updated"]);
+    assert!(
+        first[0]["digest"].as_str().unwrap().starts_with("blake3:"),
+        "{first:?}"
+    );
+    assert_eq!(
+        turn(json!({"message": "More.", "operational_mode": "assistant"})),
+        Vec::<Value>::new()
+    );
+    let dev = turn(json!({"message": "Debug it.", "operational_mode": "developer"}));
+    let changed = dev.iter().find(|e| e["type"] == "mode_changed").unwrap();
+    assert_eq!(changed["from"], "assistant");
+    assert_eq!(changed["to"], "developer");
+}

@@ -65,12 +65,23 @@ pub enum RegistryEvent {
         /// The session.
         session: Arc<str>,
     },
-    /// The system prompt a session sends changed (its digest differs from the previous turn's).
+    /// The stable prefix a session sends changed (its digest differs from the previous turn's):
+    /// the system channel, the tool definitions or the stable context, which holds the goals
+    /// and the operational template (ADR-0045).
     SystemPromptUpdated {
         /// The session.
         session: Arc<str>,
         /// The new digest.
         digest: ContentHash,
+    },
+    /// A session's turn used another operational mode than its previous turn (ADR-0045).
+    SessionModeChanged {
+        /// The session.
+        session: Arc<str>,
+        /// The previous turn's mode.
+        from: OperationalMode,
+        /// This turn's mode.
+        to: OperationalMode,
     },
     /// The set of MCP servers with registered contributors changed.
     ActiveMcpUpdated {
@@ -465,6 +476,15 @@ impl Registry {
     /// The operational mode changed (cache keys include it, so nothing is invalidated).
     pub fn mode_changed(&self, mode: OperationalMode) {
         self.emit(RegistryEvent::ModeChanged { mode });
+    }
+
+    /// A session's turn used another operational mode than its previous turn.
+    pub fn session_mode_changed(&self, session: &str, from: OperationalMode, to: OperationalMode) {
+        self.emit(RegistryEvent::SessionModeChanged {
+            session: Arc::from(session),
+            from,
+            to,
+        });
     }
 
     /// A new verified definition is in use: cached output of any other digest is dropped.

@@ -126,6 +126,12 @@ pub struct TurnResponse {
     /// The tools announced for this turn that the request does not offer, with the reason of
     /// each (not in the signed allowlist, definition changed, restricted by the caller...).
     pub refused_tools: Vec<RefusedToolView>,
+    /// What this turn changed for the session: `{"type": "prompt_updated", "digest": ...}` when
+    /// its standing prompt (system channel, tool definitions, stable context, goal, operational
+    /// template) differs from the previous turn's, so a provider's prompt cache misses;
+    /// `{"type": "mode_changed", "from": ..., "to": ...}` when its operational mode does.
+    #[schema(value_type = Vec<Object>)]
+    pub events: Vec<Value>,
 }
 
 /// A tool the request does not offer.

@@ -80,6 +80,7 @@ from ._types import (
     Tier,
     ToolCall,
     ToolsReport,
+    TurnEvent,
 )
 
 __all__ = [
@@ -140,6 +141,7 @@ __all__ = [
     "ToolNotAllowedError",
     "ToolsReport",
     "TransportError",
+    "TurnEvent",
     "UnauthorizedError",
     "UnknownSessionError",
     "__version__",

@@ -310,6 +310,15 @@ class RefusedTool(TypedDict):
     reason: str
 
 
+# What a turn changed for its session: ``{"type": "prompt_updated", "digest": ...}`` when its
+# standing prompt (system channel, tools, stable context, goal, operational template) changed,
+# ``{"type": "mode_changed", "from": ..., "to": ...}`` when its operational mode did. (The
+# functional form, since ``from`` is a keyword.)
+TurnEvent = TypedDict(
+    "TurnEvent", {"type": str, "digest": str, "from": str, "to": str}, total=False
+)
+
+
 class RequestReport(TypedDict):
     """The provider request's token count (``exact`` or ``estimate``) and caching."""
 
@@ -374,6 +383,7 @@ class PreparedTurn:
     identity_digest: str
     receipt: dict[str, Any] | None
     refused_tools: list[RefusedTool]
+    events: list[TurnEvent]
 
     @classmethod
     def from_json(cls, data: Any) -> PreparedTurn:
@@ -386,6 +396,8 @@ class PreparedTurn:
             receipt=_get_optional(data, "receipt", dict),
             # Servers before the field existed send none.
             refused_tools=cast(list[RefusedTool], _get_optional(data, "refused_tools", list) or []),
+            # Servers before the field existed send none.
+            events=cast(list[TurnEvent], _get_optional(data, "events", list) or []),
         )
 
     @overload

@@ -248,6 +248,11 @@ fn turn_response(
                 reason: t.reason,
             })
             .collect(),
+        events: prepared
+            .events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+            .collect(),
     })
 }
 
