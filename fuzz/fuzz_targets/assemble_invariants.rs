@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use strata_agentdef::{sign_definition, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, memory::*, prelude::*, receipt::*, session::*};
 use strata_core::format::Trust;
 
 fn agent() -> &'static VerifiedAgent {

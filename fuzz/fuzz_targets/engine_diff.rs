@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use strata_agentdef::{sign_definition, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, memory::*, prelude::*, receipt::*, session::*};
 
 fn agent() -> &'static VerifiedAgent {
     static A: OnceLock<VerifiedAgent> = OnceLock::new();

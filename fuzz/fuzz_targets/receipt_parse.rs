@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha256};
 use strata_agentdef::TrustStore;
-use strata_assembler::receipt_log::{audit_bytes, parse_entries, GENESIS};
+use strata_assembler::receipt::log::{audit_bytes, parse_entries, GENESIS};
 
 struct Fixed {
     trust: TrustStore,

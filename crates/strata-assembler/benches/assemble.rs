@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use strata_assembler::*;
+use strata_assembler::assemble::*;
 
 fn sections(n: usize, words: usize) -> Vec<Section> {
     (0..n)

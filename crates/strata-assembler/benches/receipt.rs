@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use strata_assembler::receipt::{self, Sent};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, receipt::*};
 
 fn sections(n: usize, words: usize) -> Vec<Section> {
     (0..n)

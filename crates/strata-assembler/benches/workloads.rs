@@ -28,7 +28,11 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use serde_json::Value;
 use strata_agentdef::{sign_definition, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent};
-use strata_assembler::*;
+use strata_assembler::{
+    assemble::*,
+    receipt,
+    receipt::{ReceiptSigner, SignedReceipt},
+};
 
 /// Numbers the revisions of the changing turns, so that every changed turn is new text.
 static TURN: AtomicU64 = AtomicU64::new(0);

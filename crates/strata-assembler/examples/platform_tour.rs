@@ -12,8 +12,10 @@ use std::sync::Arc;
 
 use strata_agentdef::{sign_definition, KeyPair};
 use strata_assembler::{
-    AnnouncedTool, GoalPriority, Loader, NewMemory, Provider, RollbackGuard, Runtime, RuntimeLayer,
-    Section, SourceKind, ToolName, TrustStore, TurnOptions,
+    assemble::{RuntimeLayer, Section, SourceKind},
+    memory::NewMemory,
+    session::GoalPriority,
+    AnnouncedTool, Loader, Provider, RollbackGuard, Runtime, ToolName, TrustStore, TurnOptions,
 };
 use strata_registry::{ContributionContext, Contributor, ContributorError, ContributorMeta};
 

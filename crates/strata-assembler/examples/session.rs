@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use serde_json::json;
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, prelude::*};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The demo agent, signed with the public demo key, and the trust store trusting only it.

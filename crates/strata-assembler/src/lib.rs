@@ -1,78 +1,79 @@
-//! `strata-assembler`: the Context Assembler, the single enforcement point for layer priority,
-//! identity immutability, exact token budgets and fencing of untrusted content (ADR-0006).
-//!
-//! This is the crate platform teams depend on; it re-exports the paved path.
+//! `strata-assembler`: the facade platform teams depend on. A [`Runtime`] holds one verified
+//! agent, its memory stores and its contributors; a [`Session`] turns each user message into
+//! the request a provider takes, through the Context Assembler, the single enforcement point
+//! for layer priority, identity immutability, exact token budgets and fencing of untrusted
+//! content (ADR-0006).
 //!
 //! ```no_run
-//! use strata_assembler::{Assembler, AssemblyRequest, Loader, RollbackGuard, RuntimeLayer, Section, TrustStore};
+//! use strata_assembler::prelude::*;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let trust = TrustStore::read("trust.toml".as_ref())?;
-//! let guard = RollbackGuard::open("rollback.json")?;
-//! let agent = Loader::new(&trust, &guard).load_file("agent.signed.json".as_ref())?;
-//! let assembler = Assembler::o200k();
-//! let memory = Section::builder(RuntimeLayer::LongTermMemory, "memory.1", "The user prefers metric units.")?.build();
-//! let ctx = assembler.assemble(&agent, &AssemblyRequest { sections: vec![memory], ..Default::default() })?;
-//! assert!(ctx.text().starts_with(agent.identity_text()));
+//! let agent = Loader::new(&trust, &RollbackGuard::open("rollback.json")?)
+//!     .load_file("agent.signed.json".as_ref())?;
+//! let runtime = Runtime::builder(agent)
+//!     .provider(Provider::Anthropic, "claude-sonnet-4-5")
+//!     .sqlite(".strata/memory.db")
+//!     .build()?;
+//! let session = runtime.session("s1");
+//! let turn = session.prepare("What does notes.txt say?", &TurnOptions::default())?;
+//! // Send `turn.body` with the provider's SDK, then record what the model said:
+//! session.record_reply(&Reply::text("It says deploys freeze on Fridays."))?;
+//! # let _ = turn;
 //! # Ok(()) }
 //! ```
+//!
+//! The rest is grouped by what it is for:
+//!
+//! - [`session`]: the session API ([`Runtime`], [`Session`], turns, replies, tool results,
+//!   goals and the registry's events);
+//! - [`agent`]: loading and verifying signed agent definitions;
+//! - [`assemble`]: the assembler itself, for callers that gather their own sections: the
+//!   request, the sections and their layers, the report and the provider formats;
+//! - [`receipt`]: signed receipts of what was sent, and their logs;
+//! - [`memory`]: the memory stores' types a runtime hands in or reads back.
+//!
+//! [`prelude`] holds the names of a first turn; they are also at the crate root.
 //!
 //! Architecture invariants: assembly is pure (no I/O, no clock, no randomness); identity is
 //! taken only from a [`VerifiedAgent`]; runtime sections are always fenced and escaped.
 #![forbid(unsafe_code)]
 
-mod assemble;
-pub mod error;
-pub mod input;
-pub mod output;
+pub mod assemble;
+mod error;
+mod input;
+mod output;
 mod per_layer;
-pub mod provider;
+mod provider;
 pub mod receipt;
-pub mod receipt_log;
-#[cfg(feature = "postgres")]
-pub mod receipt_log_pg;
-pub mod receipt_signer;
-pub mod report;
-pub mod request;
+mod report;
+mod request;
 pub mod session;
 
-pub use assemble::{narrowed_tools, Assembler, CacheStats, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
-pub use error::AssembleError;
-pub use input::{RuntimeInput, SectionSpec, TurnSpec};
-pub use output::AssembledContext;
-pub use provider::{
-    Block, Conversation, Message, MessageKind, MessageRole, PairPolicy, Provider, ProviderOptions,
-    RequestError, RequestParams, RequestTool, SystemRole, ToolDescriptions,
-};
-pub use receipt::{
-    body_bytes, ReceiptError, Receipted, ReceiptedError, SignedReceipt, Statement, VerifiedReceipt,
-};
-pub use receipt_log::{Audit, LogError, ReceiptLog};
-#[cfg(feature = "postgres")]
-pub use receipt_log_pg::PgReceiptLog;
-pub use receipt_signer::{ReceiptSigner, ReceiptSink, SignerError};
-pub use report::{
-    DropReason, FilterReason, RefusedTool, Report, SchemaTextRemoved, SectionReport, SectionStatus,
-};
-pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
-pub use session::{
-    OperationId, Outcome, PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError,
-    StoreSpec, ToolCall, ToolOutput, TurnOptions,
-};
-pub use strata_memory::{
-    FileAction, LongTermMemory, MemoryId, NewMemory, SearchOptions, SessionFile, SqliteStore,
-};
-pub use strata_registry::{
-    AssistantOutput, Config, GoalManager, GoalPriority, MarkerReport, Registry, RegistryEvent,
-};
+/// Loading and verifying signed agent definitions (ADR-0017): the only way to a
+/// [`VerifiedAgent`].
+pub mod agent {
+    pub use strata_agentdef::{
+        AgentDefError, Expiry, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent,
+    };
+}
 
-pub use strata_agentdef::{
-    AgentDefError, Expiry, KeyPair, Loader, RollbackGuard, TrustStore, VerifiedAgent,
-};
-pub use strata_core::format::{parse, Encoding, Parsed};
-#[cfg(feature = "tiktoken")]
-pub use strata_core::TiktokenTokenizer;
-pub use strata_core::{
-    AnnouncedTool, AssemblyPath, Budget, Content, Keep, Layer, ModeSet, OperationalMode, PathSet,
-    Phase, PromptMode, Role, RuntimeLayer, Section, SourceKind, Stability, Tier, Tokenizer,
-    ToolName, ToolPolicy, ToolSchema, Turn, Weight,
-};
+/// The memory stores' types a runtime hands in or reads back (ADR-0016).
+pub mod memory {
+    pub use strata_memory::{
+        Entry, FileAction, LongTermMemory, MemoryId, NewMemory, SearchOptions, SessionFile,
+        SqliteStore,
+    };
+}
+
+/// The names of a first turn: a runtime, a session, a turn and a reply, and the agent they
+/// are built from.
+pub mod prelude {
+    pub use crate::agent::{Loader, RollbackGuard, TrustStore, VerifiedAgent};
+    pub use crate::assemble::{AnnouncedTool, Provider, ToolName};
+    pub use crate::session::{
+        PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError, ToolCall, ToolOutput,
+        TurnOptions,
+    };
+}
+
+pub use prelude::*;

@@ -17,7 +17,7 @@ use crate::report::Report;
 /// The result of one assembly. Read-only: it can only be produced by the assembler, so what a
 /// runtime sends is what the assembler checked (I1, I8).
 ///
-/// A shared handle: cloning it (to keep it, to hand it to a [`crate::ReceiptSigner`], or when
+/// A shared handle: cloning it (to keep it, to hand it to a [`crate::receipt::ReceiptSigner`], or when
 /// the assembler answers a repeated request from its last assembly) copies a pointer, not the
 /// text or the report, whatever the number of sections (ADR-0037).
 #[derive(Debug, Clone, Serialize)]

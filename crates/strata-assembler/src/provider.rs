@@ -84,7 +84,7 @@ pub enum ToolDescriptions {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PairPolicy {
-    /// Fail the assembly with [`crate::AssembleError::History`].
+    /// Fail the assembly with [`crate::assemble::AssembleError::History`].
     #[default]
     Error,
     /// Leave the unpaired turn out and report it as filtered (`unpaired`).

@@ -126,10 +126,10 @@ impl AssemblyRequest {
     /// Refuse a working-memory history whose tool turns do not pair up: a call without a
     /// result after it, or a result without a call before it (ADR-0015). A provider-native
     /// assembly checks this itself (with the rest of its history rules, honouring
-    /// [`crate::PairPolicy`]); a caller that wants the plain-text and JSON outputs to refuse
+    /// [`crate::assemble::PairPolicy`]); a caller that wants the plain-text and JSON outputs to refuse
     /// the same histories calls this before assembling, so that the output format does not
     /// decide whether an input is accepted.
-    pub fn check_tool_pairs(&self) -> Result<(), crate::AssembleError> {
+    pub fn check_tool_pairs(&self) -> Result<(), crate::assemble::AssembleError> {
         use std::collections::BTreeMap;
         use strata_core::Role;
         let mut calls: BTreeMap<&str, u64> = BTreeMap::new();
@@ -163,7 +163,7 @@ impl AssemblyRequest {
             .min();
         match unpaired {
             None => Ok(()),
-            Some((id, missing)) => Err(crate::AssembleError::History {
+            Some((id, missing)) => Err(crate::assemble::AssembleError::History {
                 why: format!(
                     "tool call `{id}` has no {missing}; record the missing turn, or leave unpaired tool turns out with `--drop-unpaired`"
                 ),

@@ -22,7 +22,7 @@
 //! an [`OperationId`]: a repeat gets the first answer and writes nothing.
 //!
 //! Architecture invariant: the session does I/O (the store, contributors); assembly itself
-//! stays the pure function of [`crate::Assembler`].
+//! stays the pure function of [`crate::assemble::Assembler`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,9 +42,12 @@ use strata_memory::{
     WorkingMemoryContributor,
 };
 use strata_registry::{
-    builtins::WorkspaceHints, AssistantOutput, Builtins, Config, ContributionContext, Contributor,
-    ContributorMeta, GoalManager, MarkerReport, Registry, RequestInputs, StandardSection,
-    SystemClock,
+    builtins::WorkspaceHints, Builtins, ContributionContext, Contributor, ContributorMeta,
+    RequestInputs, StandardSection, SystemClock,
+};
+
+pub use strata_registry::{
+    AssistantOutput, Config, GoalManager, GoalPriority, MarkerReport, Registry, RegistryEvent,
 };
 
 use crate::assemble::Assembler;
@@ -1903,7 +1906,7 @@ impl Session<'_> {
 /// Counters for services that export metrics.
 impl Runtime {
     /// The assembler's section-cache counters.
-    pub fn cache_stats(&self) -> crate::CacheStats {
+    pub fn cache_stats(&self) -> crate::assemble::CacheStats {
         self.assembler.cache_stats()
     }
 }

@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*};
 
 fn sec(layer: RuntimeLayer, id: &str, text: &str) -> strata_core::SectionBuilder {
     Section::builder(layer, id, text).unwrap()

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, prelude::*};
 
 fn demo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo")

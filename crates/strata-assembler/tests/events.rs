@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use strata_assembler::session::TurnEvent;
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, prelude::*, session::*};
 
 fn demo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo")

@@ -11,7 +11,7 @@ mod support;
 
 use std::sync::OnceLock;
 
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*};
 use strata_core::format::{self, Authority, SectionHeader};
 
 fn reference(text: &str) -> u64 {

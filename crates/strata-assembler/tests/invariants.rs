@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*};
 use strata_core::ContentHash;
 
 /// A kept section as parsed: its head, its tail and the bytes elided between them, if cut so.

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*};
 
 const PROVIDERS: [Provider; 3] = [
     Provider::OpenAiChat,

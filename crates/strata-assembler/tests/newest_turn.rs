@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use serde_json::Value;
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*};
 
 fn reference(text: &str) -> u64 {
     tiktoken_rs::o200k_base_singleton()

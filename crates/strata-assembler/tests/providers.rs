@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use serde_json::Value;
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*};
 
 const PROVIDERS: [Provider; 3] = [
     Provider::OpenAiChat,

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, prelude::*};
 use strata_core::Reasoning;
 
 fn demo() -> PathBuf {

@@ -22,9 +22,9 @@ use proptest::prelude::*;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use strata_agentdef::envelope::Envelope;
+use strata_assembler::receipt::log::{self as receipt_log, GENESIS, LOG_HEADER};
 use strata_assembler::receipt::{self, Sent, PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE};
-use strata_assembler::receipt_log::{self, GENESIS, LOG_HEADER};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, receipt::*};
 
 const RUNTIME_SEED: [u8; 32] = [0x72; 32];
 const OTHER_SEED: [u8; 32] = [0x6f; 32];

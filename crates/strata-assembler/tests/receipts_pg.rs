@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use sha2::{Digest as _, Sha256};
-use strata_assembler::receipt_log_pg::{self, PgReceiptLog};
-use strata_assembler::*;
+use strata_assembler::receipt::log_pg::{self as receipt_log_pg, PgReceiptLog};
+use strata_assembler::{agent::*, assemble::*};
 
 fn runtime_key() -> KeyPair {
     KeyPair::from_seed(&[0x52; 32])
@@ -82,7 +82,10 @@ fn the_log_is_created_once_and_a_missing_log_is_refused() {
     let e = receipt_log_pg::audit(&params, &schema, None, None).unwrap_err();
     assert_eq!(e.cause(), "not_initialised", "{e}");
     let mut log = PgReceiptLog::init(&params, &schema).unwrap();
-    assert_eq!(log.head().unwrap(), (0, receipt_log::GENESIS.to_owned()));
+    assert_eq!(
+        log.head().unwrap(),
+        (0, strata_assembler::receipt::log::GENESIS.to_owned())
+    );
     let e = PgReceiptLog::init(&params, &schema).unwrap_err();
     assert_eq!(e.cause(), "database", "{e}");
     let e = PgReceiptLog::open(&params, "Bad-Name").unwrap_err();
@@ -137,7 +140,7 @@ fn concurrent_runtimes_extend_one_chain_and_lose_nothing() {
         assert_eq!((&e.digest, &e.body), (d, body), "entry {}", e.seq);
     }
     // The chain links are the format's, recomputed here independently.
-    let mut prev = receipt_log::GENESIS.to_owned();
+    let mut prev = strata_assembler::receipt::log::GENESIS.to_owned();
     for e in &audit.entries {
         let seq = i64::try_from(e.seq).unwrap();
         assert_eq!(e.prev, prev);

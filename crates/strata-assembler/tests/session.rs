@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, memory::*, prelude::*, session::*};
 
 fn demo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo")

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, prelude::*, session::*};
 use strata_core::Role;
 
 fn demo() -> PathBuf {

@@ -13,7 +13,7 @@ mod pg_harness;
 use std::path::Path;
 use std::process::Command;
 
-use strata_assembler::*;
+use strata_assembler::{agent::*, assemble::*, prelude::*, session::*};
 
 /// Set in the second process: the connection string to use.
 const CHILD_ENV: &str = "STRATA_TEST_PG_CHILD";

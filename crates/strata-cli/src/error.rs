@@ -33,10 +33,10 @@ pub enum CliError {
     Refused(#[source] AgentDefError),
     /// An assembly receipt was refused (exit code 3), ADR-0021.
     #[error("REFUSED {cause}: {0}", cause = .0.cause())]
-    ReceiptRefused(#[source] strata_assembler::ReceiptError),
+    ReceiptRefused(#[source] strata_assembler::receipt::ReceiptError),
     /// A receipt log failed its audit (exit code 3), ADR-0021.
     #[error("REFUSED {cause}: {0}", cause = .0.cause())]
-    LogRefused(#[source] strata_assembler::LogError),
+    LogRefused(#[source] strata_assembler::receipt::LogError),
     /// A library call failed on some input; `doing` says what the command was doing.
     #[error("{doing}: {source}")]
     AgentDef {
@@ -82,9 +82,9 @@ impl CliError {
             CliError::Refused(_) | CliError::ReceiptRefused(_) => EXIT_REFUSED,
             // A log that cannot be read is an error; one that fails its audit is a refusal.
             CliError::LogRefused(
-                strata_assembler::LogError::Io { .. }
-                | strata_assembler::LogError::Database { .. }
-                | strata_assembler::LogError::NotInitialised { .. },
+                strata_assembler::receipt::LogError::Io { .. }
+                | strata_assembler::receipt::LogError::Database { .. }
+                | strata_assembler::receipt::LogError::NotInitialised { .. },
             ) => EXIT_ERROR,
             CliError::LogRefused(_) => EXIT_REFUSED,
             CliError::Usage(_) => EXIT_USAGE,

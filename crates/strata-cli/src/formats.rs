@@ -246,7 +246,7 @@ pub fn render() -> String {
          narrow the signed tool allowlist. Turns become layer-5 sections `turn.1`, `turn.2`, \
          ... in the order given; a `tool_call` and its `tool_result` share a `call_id`. The \
          example, `examples/ada/turn.json`:",
-        &schemars::schema_for!(strata_assembler::RuntimeInput),
+        &schemars::schema_for!(strata_assembler::assemble::RuntimeInput),
         &example("examples/ada/turn.json", "json"),
     );
     let config_example = format!(
@@ -316,6 +316,6 @@ mod tests {
             assert!(page.contains(field), "the reference lacks {field}");
         }
         let turn = std::fs::read_to_string(root().join("examples/ada/turn.json")).unwrap();
-        strata_assembler::RuntimeInput::from_json(&turn).unwrap();
+        strata_assembler::assemble::RuntimeInput::from_json(&turn).unwrap();
     }
 }

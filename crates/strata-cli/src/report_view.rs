@@ -9,8 +9,8 @@
 //! the role and sequence. `strata assemble --format json` writes them next to the report.
 
 use serde::{Deserialize, Serialize};
-use strata_assembler::report::{LayerReport, Report, SectionReport, SectionStatus};
-use strata_assembler::{Layer, Section, Tokenizer, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
+use strata_assembler::assemble::{Layer, Section, Tokenizer, TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
+use strata_assembler::assemble::{LayerReport, Report, SectionReport, SectionStatus};
 
 /// Characters of a section's text kept as its preview.
 pub const PREVIEW_CHARS: usize = 600;

@@ -5,7 +5,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use strata_assembler::{AssembleError, SessionError};
+use strata_assembler::{assemble::AssembleError, SessionError};
 use strata_memory::MemoryError;
 use utoipa::ToSchema;
 

@@ -1,11 +1,14 @@
-//! The assembler: a plain kernel under a memoisation engine (ADR-0037).
+//! The assembler, for callers that gather their own sections: an [`AssemblyRequest`] of
+//! [`Section`]s and announced tools in, an [`AssembledContext`] out, with its [`Report`] and,
+//! for a provider, the request body ([`AssembledContext::request_body`]).
 //!
-//! [`kernel`] is the assembly as plain functions with typed hand-offs, the enforcement point of
-//! I1-I9 (ARCHITECTURE.md); [`element`] renders, counts and cuts one section for it. [`engine`]
-//! holds everything an [`Assembler`] keeps from one call to the next (the last whole assembly,
-//! the element cache, where sorts start, the last report's entries), and answers the kernel's
-//! lookups; its contract is that an assembly through it equals the kernel's alone, byte for
-//! byte and report for report.
+//! Inside, it is a plain kernel under a memoisation engine (ADR-0037): `kernel` is the assembly
+//! as plain functions with typed hand-offs, the enforcement point of I1-I9 (ARCHITECTURE.md);
+//! `element` renders, counts and cuts one section for it; `engine` holds everything an
+//! [`Assembler`] keeps from one call to the next (the last whole assembly, the element cache,
+//! where sorts start, the last report's entries) and answers the kernel's lookups. Its contract
+//! is that an assembly through it equals the kernel's alone, byte for byte and report for
+//! report.
 //!
 //! Architecture invariant: this module does no I/O and reads no clock; the same inputs give the
 //! same bytes (I6, ADR-0013).
@@ -14,7 +17,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use strata_agentdef::VerifiedAgent;
-use strata_core::Tokenizer;
 
 mod element;
 mod engine;
@@ -24,12 +26,30 @@ mod schema;
 
 pub use engine::CacheStats;
 
+// What a caller of the assembler writes and reads: the request and its sections, the output
+// and its report, the provider formats.
+pub use crate::error::AssembleError;
+pub use crate::input::{RuntimeInput, SectionSpec, TurnSpec};
+pub use crate::output::AssembledContext;
+pub use crate::provider::{
+    min_cacheable_tokens, AnthropicBreakpoints, Block, Conversation, Message, MessageKind,
+    MessageRole, PairPolicy, Provider, ProviderOptions, RequestError, RequestParams, RequestTool,
+    SystemRole, ToolDescriptions,
+};
+pub use crate::report::*;
+pub use crate::request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
+pub use strata_core::format::{parse, Encoding, Parsed};
+#[cfg(feature = "tiktoken")]
+pub use strata_core::TiktokenTokenizer;
+pub use strata_core::{
+    AnnouncedTool, AssemblyPath, Budget, Content, Keep, Layer, LayerBudgets, ModeSet,
+    OperationalMode, PathSet, Phase, PromptMode, Reasoning, Role, RuntimeLayer, Section,
+    SectionBuilder, SourceKind, Stability, Tier, Tokenizer, ToolName, ToolPolicy, ToolSchema, Turn,
+    Weight,
+};
+
 use element::{Meter, WALK_WINDOW_BYTES_PER_TOKEN};
 use engine::Engine;
-
-use crate::error::AssembleError;
-use crate::output::AssembledContext;
-use crate::request::AssemblyRequest;
 
 /// Hash maps keyed by caller-chosen strings on the per-call path: a fast keyed hash that is
 /// still seeded per process, so crafted ids cannot force collisions.

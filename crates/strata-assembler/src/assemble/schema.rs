@@ -4,7 +4,7 @@
 //! A provider reads a tool's schema as instructions about the tool, so free text in it
 //! (`description`, `title`, `examples`, `default`, `$comment`, `pattern`, a sentence in an
 //! `enum`) is text with more authority than the user's, written by whoever announced the tool.
-//! Under [`crate::ToolDescriptions::Signed`] and [`crate::ToolDescriptions::Withheld`] the
+//! Under [`crate::assemble::ToolDescriptions::Signed`] and [`crate::assemble::ToolDescriptions::Withheld`] the
 //! announced schema keeps its structure and loses every value that can carry words: a keyword is
 //! kept only where this module knows it and its value has the shape it expects, so an unknown
 //! keyword is removed, never passed on. Names the structure needs (property names, `required`

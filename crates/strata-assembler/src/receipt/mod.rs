@@ -48,6 +48,16 @@ pub use statement::{
 };
 pub use verify::{read_unverified, verify, ReceiptError, VerifiedReceipt};
 
+pub mod log;
+#[cfg(feature = "postgres")]
+pub mod log_pg;
+mod signer;
+
+pub use log::{Audit, LogError, ReceiptLog};
+#[cfg(feature = "postgres")]
+pub use log_pg::PgReceiptLog;
+pub use signer::{ReceiptSigner, ReceiptSink, SignerError};
+
 /// The in-toto Statement type of every receipt.
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 /// The predicate type of a strata assembly receipt.

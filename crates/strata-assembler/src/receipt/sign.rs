@@ -10,10 +10,10 @@ use super::build::statement;
 use super::build::statement_bytes;
 use super::statement::{Sent, Statement};
 use super::{body_bytes, ReceiptError, PAYLOAD_TYPE};
+use crate::assemble::Assembler;
 use crate::output::AssembledContext;
 use crate::provider::{RequestError, RequestParams};
 use crate::request::AssemblyRequest;
-use crate::Assembler;
 
 /// A signed receipt: the DSSE envelope over a statement's canonical bytes, and the statement.
 ///
@@ -101,7 +101,7 @@ pub struct Receipted {
 pub enum ReceiptedError {
     /// The assembly failed.
     #[error(transparent)]
-    Assemble(#[from] crate::AssembleError),
+    Assemble(#[from] crate::assemble::AssembleError),
     /// The request body could not be written.
     #[error(transparent)]
     Request(#[from] RequestError),

@@ -8,10 +8,13 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use strata_assembler::{
-    AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, Expiry, Loader,
-    PairPolicy, PromptMode, Provider, ProviderOptions, RequestParams, RollbackGuard, Runtime,
-    RuntimeInput, RuntimeLayer, Section, SourceKind, SystemRole, TiktokenTokenizer, Tokenizer,
-    ToolDescriptions, VerifiedAgent,
+    agent::Expiry,
+    assemble::{
+        AssembledContext, Assembler, AssemblyPath, AssemblyRequest, BudgetSpec, PairPolicy,
+        PromptMode, ProviderOptions, RequestParams, RuntimeInput, RuntimeLayer, Section,
+        SourceKind, SystemRole, TiktokenTokenizer, Tokenizer, ToolDescriptions,
+    },
+    Loader, Provider, RollbackGuard, Runtime, VerifiedAgent,
 };
 
 use crate::cmd::explain::{terminal_with, Explained};
@@ -494,7 +497,7 @@ fn newest_user_message(req: &AssemblyRequest) -> Option<String> {
         .filter(|s| {
             s.layer() == RuntimeLayer::WorkingMemory
                 && s.turn()
-                    .is_some_and(|t| t.role == strata_assembler::Role::User)
+                    .is_some_and(|t| t.role == strata_assembler::assemble::Role::User)
         })
         .max_by_key(|s| s.turn().map(|t| t.seq))
         .map(|s| s.content().as_str().to_owned())

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use strata_agentdef::{Loader, RollbackGuard, TrustStore, VerifiedAgent};
 use strata_assembler::{
-    parse, AnnouncedTool, GoalPriority, Parsed, PreparedTurn, Provider, Reply, Runtime, ToolName,
-    TurnOptions,
+    assemble::{parse, Parsed},
+    session::GoalPriority,
+    AnnouncedTool, PreparedTurn, Provider, Reply, Runtime, ToolName, TurnOptions,
 };
 use strata_core::format::Trust;
 use strata_memory::{LongTermMemory, NewMemory, Scope, SharedContextWriter, SqliteStore};

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use strata_assembler::report::{Report, SectionStatus};
-use strata_assembler::{Block, Conversation, Layer, MessageKind, MessageRole};
+use strata_assembler::assemble::{Block, Conversation, Layer, MessageKind, MessageRole};
+use strata_assembler::assemble::{Report, SectionStatus};
 
 use crate::error::CliError;
 use crate::output::Output;

@@ -5,14 +5,17 @@
 //! and can append it to a receipt log; `verify` checks a receipt's signature and, when given,
 //! the body and the definition; `show` says what a receipt records in words; `audit` checks a
 //! receipt log's chain. Every check is the library's (`strata_assembler::receipt`,
-//! `strata_assembler::receipt_log`); a refusal exits with code 3 and `REFUSED <cause>: ...`.
+//! `strata_assembler::receipt::log`); a refusal exits with code 3 and `REFUSED <cause>: ...`.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
+use strata_assembler::receipt::log::{self as receipt_log, ReceiptLog};
 use strata_assembler::receipt::{self, VerifiedReceipt};
-use strata_assembler::receipt_log::{self, ReceiptLog};
-use strata_assembler::{Assembler, Loader, RequestParams, RollbackGuard, TrustStore};
+use strata_assembler::{
+    assemble::{Assembler, RequestParams},
+    Loader, RollbackGuard, TrustStore,
+};
 
 use crate::cmd::assemble::{build_request, load_agent, AssembleArgs};
 use crate::error::CliError;
@@ -247,7 +250,7 @@ fn verify(args: &VerifyArgs, out: &Output) -> Result<(), CliError> {
         // rollback state belongs to the runtime, not to the auditor.
         let guard = RollbackGuard::in_memory();
         let agent = Loader::new(trust, &guard)
-            .expiry(strata_assembler::Expiry::IgnoreDangerously)
+            .expiry(strata_assembler::agent::Expiry::IgnoreDangerously)
             .for_audit()
             .load_file(def)
             .map_err(|e| {
@@ -300,7 +303,7 @@ fn audit(args: &AuditArgs, out: &Output) -> Result<(), CliError> {
             super::require_file(log, "receipt log")?;
             receipt_log::audit(log, trust.as_ref(), args.head.as_deref())
         }
-        (None, Some(url)) => strata_assembler::receipt_log_pg::audit(
+        (None, Some(url)) => strata_assembler::receipt::log_pg::audit(
             url,
             strata_memory::pg::DEFAULT_PG_SCHEMA,
             trust.as_ref(),

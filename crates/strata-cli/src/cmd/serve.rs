@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use strata_assembler::{Provider, StoreSpec};
+use strata_assembler::{session::StoreSpec, Provider};
 use strata_serve::{
     AgentSource, Limits, Listen, Listener, RollbackSpec, RuntimeSettings, ServeOptions, TlsFiles,
     TokenSet,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use strata_assembler::{
-    AnnouncedTool, AssemblyPath, OperationalMode, PromptMode, Provider, Reply, Runtime,
-    RuntimeInput, Section, ToolCall, ToolName, ToolOutput, TurnOptions,
+    assemble::{AssemblyPath, OperationalMode, PromptMode, RuntimeInput, Section},
+    AnnouncedTool, Provider, Reply, Runtime, ToolCall, ToolName, ToolOutput, TurnOptions,
 };
 use strata_core::{CoreError, Keep};
 

@@ -9,7 +9,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
 use serde::de::DeserializeOwned;
-use strata_assembler::OperationId;
+use strata_assembler::session::OperationId;
 
 use crate::error::{ApiError, ErrorCode};
 

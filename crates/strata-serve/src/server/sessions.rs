@@ -10,8 +10,9 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 use strata_assembler::{
-    AnnouncedTool, AssemblyPath, OperationId, OperationalMode, Outcome, PreparedTurn, PromptMode,
-    Reply, Section, SectionSpec, Session, SessionError, ToolCall, ToolName, ToolOutput,
+    assemble::{AssemblyPath, OperationalMode, PromptMode, Section, SectionSpec},
+    session::{OperationId, Outcome},
+    AnnouncedTool, PreparedTurn, Reply, Session, SessionError, ToolCall, ToolName, ToolOutput,
     TurnOptions,
 };
 
@@ -316,19 +317,20 @@ pub(super) async fn record_reply(
         if !session.exists()? {
             return Err(ApiError::unknown_session(&id));
         }
-        let respond = |report: &strata_assembler::MarkerReport| -> Result<String, SessionError> {
-            let refused: Vec<Value> = report
-                .refused()
-                .map(|(m, why)| json!({ "marker": format!("{m:?}"), "reason": why }))
-                .collect();
-            to_json(&ReplyResponse {
-                goals: json!({
-                    "markers": report.outcomes.len(),
-                    "refused": refused,
-                    "malformed": report.malformed.len(),
-                }),
-            })
-        };
+        let respond =
+            |report: &strata_assembler::session::MarkerReport| -> Result<String, SessionError> {
+                let refused: Vec<Value> = report
+                    .refused()
+                    .map(|(m, why)| json!({ "marker": format!("{m:?}"), "reason": why }))
+                    .collect();
+                to_json(&ReplyResponse {
+                    goals: json!({
+                        "markers": report.outcomes.len(),
+                        "refused": refused,
+                        "malformed": report.malformed.len(),
+                    }),
+                })
+            };
         Ok(match &op {
             Some(op) => match session.record_reply_once(op, &reply, &respond)? {
                 Outcome::Done(report) => answer(respond(&report)?, false),

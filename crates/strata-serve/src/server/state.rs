@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use strata_assembler::{Provider, Runtime, SessionError, StoreSpec};
+use strata_assembler::{session::StoreSpec, Provider, Runtime, SessionError};
 use tokio::sync::Semaphore;
 
 use super::{Limits, ServeError};
@@ -129,12 +129,15 @@ pub enum ReceiptLogSpec {
 /// An open receipt log.
 #[derive(Debug)]
 pub(super) enum ReceiptSink {
-    File(strata_assembler::ReceiptLog),
-    Postgres(Box<strata_assembler::PgReceiptLog>),
+    File(strata_assembler::receipt::ReceiptLog),
+    Postgres(Box<strata_assembler::receipt::PgReceiptLog>),
 }
 
 impl ReceiptSink {
-    pub(super) fn append(&mut self, envelope: &[u8]) -> Result<(), strata_assembler::LogError> {
+    pub(super) fn append(
+        &mut self,
+        envelope: &[u8],
+    ) -> Result<(), strata_assembler::receipt::LogError> {
         match self {
             ReceiptSink::File(log) => log.append(envelope).map(drop),
             ReceiptSink::Postgres(log) => log.append(envelope).map(drop),
@@ -198,7 +201,7 @@ impl AppState {
                 format!("receipt log in PostgreSQL schema {schema}")
             }
         };
-        let fail = |e: strata_assembler::LogError| ServeError::Io {
+        let fail = |e: strata_assembler::receipt::LogError| ServeError::Io {
             what: what.clone(),
             source: std::io::Error::other(e.to_string()),
         };
@@ -211,14 +214,14 @@ impl AppState {
         let sink = match spec {
             ReceiptLogSpec::File(path) => {
                 let (log, removed) =
-                    strata_assembler::ReceiptLog::open_after_crash(path).map_err(fail)?;
+                    strata_assembler::receipt::ReceiptLog::open_after_crash(path).map_err(fail)?;
                 tracing::info!(path = %path.display(), entries = log.len(), head = %log.head(), torn_bytes_removed = removed, "receipt log open");
                 ReceiptSink::File(log)
             }
             ReceiptLogSpec::Postgres { url, schema, init } => {
-                let log = match strata_assembler::PgReceiptLog::open(url, schema) {
-                    Err(strata_assembler::LogError::NotInitialised { .. }) if *init => {
-                        strata_assembler::PgReceiptLog::init(url, schema)
+                let log = match strata_assembler::receipt::PgReceiptLog::open(url, schema) {
+                    Err(strata_assembler::receipt::LogError::NotInitialised { .. }) if *init => {
+                        strata_assembler::receipt::PgReceiptLog::init(url, schema)
                     }
                     other => other,
                 }

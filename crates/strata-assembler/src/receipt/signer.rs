@@ -30,7 +30,7 @@
 //! millisecond for a quarter of a second before it blocks, so a submission during a
 //! conversation does not pay for waking a thread; a receipt waits at most that millisecond.
 //!
-//! [`Assembler::assemble_with_receipt`]: crate::Assembler::assemble_with_receipt
+//! [`Assembler::assemble_with_receipt`]: crate::assemble::Assembler::assemble_with_receipt
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -40,8 +40,8 @@ use std::time::Duration;
 use strata_agentdef::{KeyId, KeyPair, VerifiedAgent};
 use strata_core::ContentHash;
 
+use crate::assemble::AssembledContext;
 use crate::receipt::{Sent, SignedReceipt};
-use crate::AssembledContext;
 
 /// Receives each signed receipt, on the signer's worker thread, in submission order. An error
 /// is kept and returned by [`ReceiptSigner::finish`]; later receipts are still delivered.
@@ -59,7 +59,7 @@ where
     }
 }
 
-impl ReceiptSink for crate::ReceiptLog {
+impl ReceiptSink for crate::receipt::ReceiptLog {
     fn receive(&mut self, receipt: SignedReceipt) -> Result<(), String> {
         self.append(receipt.to_json().as_bytes())
             .map(drop)
@@ -68,7 +68,7 @@ impl ReceiptSink for crate::ReceiptLog {
 }
 
 #[cfg(feature = "postgres")]
-impl ReceiptSink for crate::PgReceiptLog {
+impl ReceiptSink for crate::receipt::PgReceiptLog {
     fn receive(&mut self, receipt: SignedReceipt) -> Result<(), String> {
         self.append(receipt.to_json().as_bytes())
             .map(drop)

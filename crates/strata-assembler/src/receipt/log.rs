@@ -475,7 +475,7 @@ impl ReceiptLog {
         ))
     }
 
-    /// Append one receipt envelope (the bytes of [`crate::SignedReceipt::to_json`]) and sync
+    /// Append one receipt envelope (the bytes of [`crate::receipt::SignedReceipt::to_json`]) and sync
     /// it to disk. Returns the entry's sequence number and the new head digest.
     pub fn append(&mut self, envelope: &[u8]) -> Result<Appended, LogError> {
         self.append_at(envelope, unix_ms_now())

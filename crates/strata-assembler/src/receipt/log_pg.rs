@@ -1,7 +1,7 @@
 //! The receipt log in PostgreSQL, for several runtimes that share one chained log (ADR-0021).
 //!
 //! One row per entry in `<schema>.receipt_log`, with the same fields and the same chain as the
-//! file log ([`crate::receipt_log`]): `seq` counts from 0, `prev` is the previous entry's
+//! file log ([`crate::receipt::log`]): `seq` counts from 0, `prev` is the previous entry's
 //! digest, `digest` is the SHA-256 of `"<seq> <unix_ms> <len> <prev>\n"` and the envelope bytes.
 //! An audit reads the rows in `seq` order and checks them with [`audit_entries`], so a deleted,
 //! edited or re-numbered row is refused with the same typed errors as a damaged file.
@@ -15,7 +15,7 @@
 
 use strata_agentdef::TrustStore;
 
-use crate::receipt_log::{
+use crate::receipt::log::{
     audit_entries, check_size, entry_digest, unix_ms_now, Appended, Audit, Entry, LogError,
     GENESIS, MAX_ENTRY_BYTES,
 };
@@ -376,7 +376,7 @@ impl PgReceiptLog {
     }
 }
 
-/// Audit the receipt log in `schema`: the same checks as [`crate::receipt_log::audit`] on a file
+/// Audit the receipt log in `schema`: the same checks as [`crate::receipt::log::audit`] on a file
 /// (ADR-0021).
 pub fn audit(
     params: &str,
