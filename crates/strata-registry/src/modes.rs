@@ -80,7 +80,8 @@ pub enum StandardSection {
     GenerationModels,
     /// Special action syntax (layer 3).
     SpecialActions,
-    /// Workspace bootstrap files: SOUL.md, AGENTS.md, TOOLS.md, COMMANDS.md, IDENTITY.md
+    /// Workspace bootstrap files: SOUL.md, AGENTS.md, TOOLS.md, COMMANDS.md, IDENTITY.md,
+    /// PREFERENCES.md
     /// (layer 3, never identity).
     BootstrapFiles,
     /// Operator or user custom instructions (layer 3).

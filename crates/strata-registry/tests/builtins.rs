@@ -230,9 +230,11 @@ fn contents_are_generated_from_the_inputs() {
         find(&g.sections, "instructions.custom").provenance().source,
         SourceKind::Config
     );
-    // The time is sticky (never trimmed), the rest is not.
+    // The time and the runtime environment are sticky (never trimmed, as Ivy's), the rest is
+    // not.
     assert!(find(&g.sections, "time").sticky());
-    assert!(!find(&g.sections, "environment").sticky());
+    assert!(find(&g.sections, "environment").sticky());
+    assert!(!find(&g.sections, "runtime").sticky());
     // Same inputs, same bytes.
     let again = r
         .gather(&ctx(PromptMode::Full, AssemblyPath::Soul))

@@ -1,4 +1,5 @@
-//! Workspace bootstrap files: `SOUL.md`, `AGENTS.md`, `TOOLS.md`, `COMMANDS.md`, `IDENTITY.md`.
+//! Workspace bootstrap files: `SOUL.md`, `AGENTS.md`, `TOOLS.md`, `COMMANDS.md`, `IDENTITY.md`,
+//! and the user's `PREFERENCES.md` (Ivy's preferences contributor).
 //!
 //! These files are unsigned and anyone with write access to the workspace can change them, so
 //! they are layer 3 content, fenced like any other runtime text, and never identity whatever
@@ -34,6 +35,7 @@ impl BootstrapFiles {
         "TOOLS.md",
         "COMMANDS.md",
         "IDENTITY.md",
+        "PREFERENCES.md",
     ];
     /// The longest file kept, in characters; longer files are cut with a marker.
     pub const DEFAULT_MAX_CHARS: usize = 20_000;

@@ -51,8 +51,12 @@ impl Contributor for Environment {
     fn layer(&self) -> RuntimeLayer {
         RuntimeLayer::Shared
     }
+    /// Sticky, as Ivy's runtime environment: a few lines every turn needs, never trimmed.
     fn meta(&self) -> ContributorMeta {
-        StandardSection::Environment.meta()
+        ContributorMeta {
+            sticky: true,
+            ..StandardSection::Environment.meta()
+        }
     }
     fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
         Some(Fingerprint::new(Self::ID).add(&self.date(ctx).0).finish())
