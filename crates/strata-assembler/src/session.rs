@@ -574,9 +574,21 @@ impl Runtime {
         &self.registry
     }
 
-    /// Long-term memory, to add or search memories.
+    /// Long-term memory, to search memories (add them with [`Runtime::remember`], which also
+    /// drops the memory search's kept hits).
     pub fn memory(&self) -> Arc<dyn LongTermMemory> {
         self.store.long_term()
+    }
+
+    /// Add a long-term memory. The hits the memory search keeps for a query (30 seconds, as
+    /// DevClaw) are dropped, so the next turn in this runtime can find it; other runtimes on the
+    /// same store find it once their kept hits expire.
+    pub fn remember(&self, memory: NewMemory) -> Result<strata_memory::MemoryId, SessionError> {
+        let id = self.store.long_term().put(memory)?.id;
+        if let Some(cache) = self.registry.cache() {
+            cache.invalidate_contributor(MEMORY_SEARCH_ID);
+        }
+        Ok(id)
     }
 
     /// A session by id; its history is whatever the store holds for that id.
@@ -1243,7 +1255,7 @@ impl Session<'_> {
             strata_memory::EPISODE_TAG.to_owned(),
             format!("session:{}", self.id),
         ]);
-        Ok(self.rt.store.long_term().put(memory)?.id)
+        self.rt.remember(memory)
     }
 
     /// Record a tool's output for the call `call_id`.
@@ -1780,6 +1792,9 @@ fn stable_digest(context: &AssembledContext, sections: &[Section]) -> ContentHas
     }
     ContentHash::of(&text)
 }
+
+/// The id of the runtime's memory search contributor.
+const MEMORY_SEARCH_ID: &str = "memory.search";
 
 /// The budget of a turn (ADR-0044): a context window sets the total, the response reserve (at
 /// least an eighth of the window) and the tier; the per-layer budgets, the section cap and the

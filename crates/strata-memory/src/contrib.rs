@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use strata_core::{Phase, Role, RuntimeLayer, Section, SourceKind, Stability, Tokenizer};
+use strata_core::{
+    ContentHash, Phase, Role, RuntimeLayer, Section, SourceKind, Stability, Tokenizer,
+};
 use strata_registry::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
@@ -308,11 +310,17 @@ pub struct LongTermMemoryContributor {
     own_memories_only: bool,
     graph: Option<(Arc<NoteGraph>, WalkOptions)>,
     meta: ContributorMeta,
+    cache_ttl: Option<Duration>,
 }
 
 impl LongTermMemoryContributor {
+    /// How long a search's hits are kept for the same query by default: 30 seconds, as
+    /// DevClaw caches its memory search.
+    pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(30);
+
     /// Search `store` with `search` (top-k, tags, mode...). Defaults: id `memory.search`,
-    /// phase `memory`, priority 40, dynamic, only the agent's own memories.
+    /// phase `memory`, priority 40, dynamic, only the agent's own memories, the hits of a
+    /// query kept for [`Self::DEFAULT_CACHE_TTL`] (a runtime that adds a memory drops them).
     pub fn new(store: Arc<dyn LongTermMemory>, search: SearchOptions) -> LongTermMemoryContributor {
         LongTermMemoryContributor {
             id: "memory.search".into(),
@@ -321,7 +329,15 @@ impl LongTermMemoryContributor {
             own_memories_only: true,
             graph: None,
             meta: store_meta(40, Phase::Memory, Stability::Dynamic),
+            cache_ttl: Some(Self::DEFAULT_CACHE_TTL),
         }
+    }
+
+    /// Keep a query's hits for `ttl` (`None`: search on every request).
+    #[must_use]
+    pub fn with_cache_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.cache_ttl = ttl;
+        self
     }
 
     /// Search every agent's memories, not only the requesting agent's.
@@ -365,6 +381,22 @@ impl Contributor for LongTermMemoryContributor {
 
     fn meta(&self) -> ContributorMeta {
         self.meta.clone()
+    }
+
+    fn cache_policy(&self) -> CachePolicy {
+        match self.cache_ttl {
+            Some(ttl) => CachePolicy::Ttl(Some(ttl)),
+            None => CachePolicy::Never,
+        }
+    }
+
+    /// The hits depend on the query (the agent is part of every cache key).
+    fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        Some(
+            strata_registry::Fingerprint::new(&self.id)
+                .add_opt(ctx.query.as_deref())
+                .finish(),
+        )
     }
 
     fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {

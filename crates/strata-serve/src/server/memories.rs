@@ -32,14 +32,11 @@ pub(super) async fn add_memory(
     }
     blocking(move || {
         let rt = loaded.rt();
-        let rec = rt
-            .memory()
-            .put(NewMemory::new(rt.agent().agent_id(), req.content).with_tags(req.tags))?;
+        let id =
+            rt.remember(NewMemory::new(rt.agent().agent_id(), req.content).with_tags(req.tags))?;
         Ok((
             StatusCode::CREATED,
-            Json(MemoryCreated {
-                id: rec.id.to_string(),
-            }),
+            Json(MemoryCreated { id: id.to_string() }),
         ))
     })
     .await
