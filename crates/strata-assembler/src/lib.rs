@@ -62,7 +62,8 @@ pub use strata_memory::{
     FileAction, LongTermMemory, MemoryId, NewMemory, SearchOptions, SessionFile, SqliteStore,
 };
 pub use strata_registry::{
-    AssistantOutput, Config, GoalManager, GoalPriority, MarkerReport, Registry, RegistryEvent,
+    ActiveSkill, AssistantOutput, Config, GoalManager, GoalPriority, Inbound, InputError,
+    MarkerReport, Registry, RegistryEvent, ThinkingLevel, TimeZone, UnknownThinkingLevel,
 };
 
 pub use strata_agentdef::{

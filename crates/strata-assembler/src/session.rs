@@ -42,9 +42,9 @@ use strata_memory::{
     WorkingMemoryContributor,
 };
 use strata_registry::{
-    builtins::WorkspaceHints, AssistantOutput, Builtins, Config, ContributionContext, Contributor,
-    ContributorMeta, GoalManager, MarkerReport, Registry, RequestInputs, StandardSection,
-    SystemClock,
+    builtins::WorkspaceHints, ActiveSkill, AssistantOutput, Builtins, Config, ContributionContext,
+    Contributor, ContributorMeta, GoalManager, Inbound, MarkerReport, Registry, RequestInputs,
+    StandardSection, SystemClock, ThinkingLevel, TimeZone,
 };
 
 use crate::assemble::Assembler;
@@ -82,6 +82,10 @@ pub enum SessionError {
     /// A caller's input is invalid.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A per-turn input (skill, time zone, sender...) is invalid; the message is the same in
+    /// every interface.
+    #[error(transparent)]
+    Input(#[from] strata_registry::InputError),
     /// A reply calls a tool the signed definition does not allowlist; nothing was recorded.
     #[error("the reply calls tool `{name}` (call `{call}`), which is not on the agent's signed allowlist; nothing was recorded. Send only the tools a prepared turn offered, and record replies that call those")]
     ToolNotAllowed {
@@ -615,6 +619,44 @@ pub struct TurnOptions {
     /// records, a delegated task...). The context path requires it and it takes part on that
     /// path only.
     pub resolved_context: Vec<Section>,
+    /// Skills activated for this turn: each becomes a `skill/<id>` section of layer 4.
+    pub skills: Vec<ActiveSkill>,
+    /// How much explicit reasoning to ask for (default: none asked).
+    pub thinking: Option<ThinkingLevel>,
+    /// Who sent the message, through which channel.
+    pub inbound: Option<Inbound>,
+    /// The answer will be spoken rather than read.
+    pub voice: bool,
+    /// The language to answer in (a name or a BCP 47 tag).
+    pub language: Option<String>,
+    /// The model this turn goes to: named in the runtime section, given to templates as
+    /// `model`, and written into the request body (default: the runtime's model).
+    pub model: Option<String>,
+    /// The caller's time zone for dates and times (default: UTC).
+    pub time_zone: Option<TimeZone>,
+}
+
+impl TurnOptions {
+    /// The per-turn inputs the built-in contributors and templates read, with the runtime's
+    /// model when the turn names none; checked, with the same messages in every interface.
+    fn request_inputs(&self, runtime_model: &str) -> Result<RequestInputs, SessionError> {
+        let model = self
+            .model
+            .clone()
+            .or_else(|| (!runtime_model.is_empty()).then(|| runtime_model.to_owned()));
+        let inputs = RequestInputs {
+            active_skills: self.skills.clone(),
+            inbound: self.inbound.clone(),
+            voice: self.voice,
+            language: self.language.as_deref().map(Arc::from),
+            thinking: self.thinking,
+            model: model.as_deref().map(Arc::from),
+            time_zone: self.time_zone.clone(),
+            ..RequestInputs::default()
+        };
+        inputs.check()?;
+        Ok(inputs)
+    }
 }
 
 /// A tool call in a model's reply.
@@ -1289,6 +1331,7 @@ impl Session<'_> {
     ) -> Result<PreparedTurn, SessionError> {
         let rt = self.rt;
         rt.check_refused()?;
+        let inputs = opts.request_inputs(&rt.params.model)?;
         let agent = &rt.agent;
         // Default mode: strata.toml's when one was given, else the signed definition's.
         let mode = opts.mode.unwrap_or(if rt.configured {
@@ -1352,6 +1395,7 @@ impl Session<'_> {
             operational,
             tools: &tools,
             now_ms,
+            inputs,
         })?;
         // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
         // cached paths), the request still carries the current exchange: the newest user
@@ -1387,9 +1431,20 @@ impl Session<'_> {
                 .collect(),
             omissions,
             provider: Some(rt.provider),
-            provider_options: rt.options.clone(),
+            provider_options: ProviderOptions {
+                model: opts.model.clone().or_else(|| rt.options.model.clone()),
+                ..rt.options.clone()
+            },
             now_ms: Some(now_ms),
             ..AssemblyRequest::default()
+        };
+        // A turn that names its model is written for it.
+        let params = match &opts.model {
+            Some(m) => std::borrow::Cow::Owned(RequestParams {
+                model: m.clone(),
+                ..rt.params.clone()
+            }),
+            None => std::borrow::Cow::Borrowed(&rt.params),
         };
         // Without a receipt the body is written once and serialised once; with one, the
         // receipted bytes are what is sent, and the body is read back from exactly them.
@@ -1397,14 +1452,14 @@ impl Session<'_> {
             Some(key) => {
                 let r = rt
                     .assembler
-                    .assemble_with_receipt(agent, &req, &rt.params, key)?;
+                    .assemble_with_receipt(agent, &req, &params, key)?;
                 let body: Value = serde_json::from_slice(&r.sent)
                     .map_err(|e| SessionError::Invalid(format!("request body: {e}")))?;
                 (r.context, body, r.sent, Some(r.receipt))
             }
             None => {
                 let context = rt.assembler.assemble(agent, &req)?;
-                let body = context.request_body(rt.provider, &rt.params)?;
+                let body = context.request_body(rt.provider, &params)?;
                 let sent = crate::receipt::body_bytes(&body);
                 (context, body, sent, None)
             }
@@ -1447,6 +1502,8 @@ struct Gathering<'a> {
     /// Already narrowed to what the model may see.
     tools: &'a [AnnouncedTool],
     now_ms: i64,
+    /// The turn's inputs (skills, inbound, model...); tools and hints are set from `tools`.
+    inputs: RequestInputs,
 }
 
 impl Runtime {
@@ -1480,7 +1537,7 @@ impl Runtime {
         ctx.inputs = Arc::new(RequestInputs {
             tools: t.tools.to_vec(),
             tool_hints,
-            ..RequestInputs::default()
+            ..t.inputs.clone()
         });
         let gathered = self
             .registry
@@ -1570,6 +1627,7 @@ impl Runtime {
             operational: agent.default_mode(),
             tools: &tools,
             now_ms,
+            inputs: TurnOptions::default().request_inputs(&self.params.model)?,
         })?;
         sections.append(&mut req.sections);
         req.sections = sections;

@@ -51,7 +51,10 @@ pub use goals::{
     parse_markers, AssistantOutput, Goal, GoalError, GoalManager, GoalPriority, GoalStore, Marker,
     MarkerOutcome, MarkerReport,
 };
-pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};
+pub use inputs::{
+    ActiveSkill, Fingerprint, Inbound, InputError, RequestInputs, ThinkingLevel, TimeZone,
+    UnknownThinkingLevel,
+};
 pub use modes::{Owner, StandardSection};
 pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};
 pub use templates::{OperationalTemplate, SignedTemplate, TemplateError, TemplateValues};

@@ -103,6 +103,54 @@ pub struct TurnRequest {
     /// offered tools by the message's words); used on no other path.
     #[serde(default)]
     pub retrieved_tools: Option<Vec<ToolSpec>>,
+    /// Skills activated for this turn; each becomes a `skill/<id>` section of layer 4.
+    #[serde(default)]
+    pub skills: Option<Vec<SkillSpec>>,
+    /// How much explicit reasoning to ask for: `off`, `low`, `medium` or `high`.
+    #[serde(default)]
+    pub thinking: Option<String>,
+    /// Who sent the message, through which channel.
+    #[serde(default)]
+    pub inbound: Option<InboundSpec>,
+    /// The answer will be spoken rather than read.
+    #[serde(default)]
+    pub voice: Option<bool>,
+    /// The language to answer in (a name or a BCP 47 tag).
+    #[serde(default)]
+    pub language: Option<String>,
+    /// The model this turn goes to (default: the server's): named in the runtime section,
+    /// given to templates as `model` and written into the request body.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The caller's time zone: `UTC`, an offset such as `+01:00`, or a name and an offset
+    /// such as `Europe/Paris +01:00` (default: UTC).
+    #[serde(default)]
+    pub time_zone: Option<String>,
+}
+
+/// A skill activated for a turn.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkillSpec {
+    /// The skill's id: 1-100 characters of `[A-Za-z0-9._:/-]`.
+    pub id: String,
+    /// What the skill tells the agent to do (data from the caller, fenced when sent).
+    pub instructions: String,
+}
+
+/// The inbound message's origin.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InboundSpec {
+    /// Who sent it (a user name, an address, another agent's id).
+    #[serde(default)]
+    pub sender: Option<String>,
+    /// The channel it came through (`cli`, `slack`, `email`...).
+    #[serde(default)]
+    pub channel: Option<String>,
+    /// Further metadata, shown in key order.
+    #[serde(default)]
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// A prepared turn.

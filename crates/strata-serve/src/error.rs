@@ -180,7 +180,9 @@ impl From<SessionError> for ApiError {
     fn from(e: SessionError) -> ApiError {
         let message = e.to_string();
         let code = match &e {
-            SessionError::Invalid(_) | SessionError::Goals(_) => ErrorCode::InvalidRequest,
+            SessionError::Invalid(_) | SessionError::Input(_) | SessionError::Goals(_) => {
+                ErrorCode::InvalidRequest
+            }
             SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
             SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
             SessionError::Store(m) => match m {

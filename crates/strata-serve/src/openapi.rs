@@ -42,6 +42,7 @@ use crate::error;
     ),
     components(schemas(
         api::Status, api::AgentInfo, api::ReloadInfo, api::ToolSpec, api::TurnRequest,
+        api::SkillSpec, api::InboundSpec,
         api::TurnResponse, api::RefusedToolView, api::ToolCallSpec, api::ReplyRequest, api::ReplyResponse,
         api::ToolResultRequest, api::KeepEnd, api::Recorded, api::TurnEntry, api::SessionView, api::Removed,
         api::MemoryRequest, api::MemoryCreated, api::SearchRequest, api::MemoryHit,

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use strata_assembler::{
-    AnnouncedTool, AssemblyPath, OperationalMode, PromptMode, Provider, Reply, Runtime,
-    RuntimeInput, Section, ToolCall, ToolName, ToolOutput, TurnOptions,
+    ActiveSkill, AnnouncedTool, AssemblyPath, Inbound, OperationalMode, PromptMode, Provider,
+    Reply, Runtime, RuntimeInput, Section, ThinkingLevel, TimeZone, ToolCall, ToolName, ToolOutput,
+    TurnOptions,
 };
 use strata_core::{CoreError, Keep};
 
@@ -113,6 +114,8 @@ pub enum Step {
         /// `hydration` path (used on no other).
         #[arg(long, value_name = "FILE")]
         retrieved_tools: Option<PathBuf>,
+        #[command(flatten)]
+        inputs: Box<TurnInputArgs>,
     },
     /// Record the model's reply: its text and its tool calls.
     Reply {
@@ -137,6 +140,77 @@ pub enum Step {
     },
     /// Forget the conversation.
     Reset,
+}
+
+/// The per-turn inputs of `strata session prepare` that built-in contributors and signed
+/// templates read (`--model`, the request's model, is the `model` input too).
+#[derive(Debug, Args)]
+pub struct TurnInputArgs {
+    /// A skill activated for this turn, `ID=FILE` (the file holds its instructions); repeatable.
+    #[arg(long = "skill", value_name = "ID=FILE")]
+    pub skills: Vec<String>,
+    /// How much explicit reasoning to ask for: off, low, medium or high.
+    #[arg(long, value_name = "LEVEL", value_parser = thinking)]
+    pub thinking: Option<ThinkingLevel>,
+    /// Who sent the message.
+    #[arg(long, value_name = "NAME")]
+    pub sender: Option<String>,
+    /// The channel the message came through (cli, slack, email...).
+    #[arg(long, value_name = "NAME")]
+    pub channel: Option<String>,
+    /// The answer will be spoken rather than read.
+    #[arg(long)]
+    pub voice: bool,
+    /// The language to answer in (a name or a BCP 47 tag).
+    #[arg(long, value_name = "LANGUAGE")]
+    pub language: Option<String>,
+    /// The caller's time zone: UTC, an offset such as +01:00, or a name and an offset such as
+    /// 'Europe/Paris +01:00' (default: UTC).
+    #[arg(long, value_name = "ZONE", value_parser = time_zone)]
+    pub time_zone: Option<TimeZone>,
+}
+
+fn thinking(s: &str) -> Result<ThinkingLevel, String> {
+    s.parse::<ThinkingLevel>().map_err(|e| e.to_string())
+}
+
+fn time_zone(s: &str) -> Result<TimeZone, String> {
+    s.parse::<TimeZone>().map_err(|e| e.to_string())
+}
+
+impl TurnInputArgs {
+    /// Put these inputs into `opts`.
+    fn apply(&self, opts: &mut TurnOptions) -> Result<(), CliError> {
+        for spec in &self.skills {
+            let (id, file) = spec.split_once('=').ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--skill `{spec}`: expected ID=FILE, e.g. review=skills/review.md"
+                ))
+            })?;
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                CliError::io(
+                    Path::new(file),
+                    e,
+                    "give a file holding the skill's instructions",
+                )
+            })?;
+            opts.skills.push(
+                ActiveSkill::new(id, text.as_str()).map_err(|e| CliError::Usage(e.to_string()))?,
+            );
+        }
+        opts.thinking = self.thinking;
+        if self.sender.is_some() || self.channel.is_some() {
+            opts.inbound = Some(Inbound {
+                sender: self.sender.as_deref().map(Into::into),
+                channel: self.channel.as_deref().map(Into::into),
+                ..Inbound::default()
+            });
+        }
+        opts.voice = self.voice;
+        opts.language = self.language.clone();
+        opts.time_zone = self.time_zone.clone();
+        Ok(())
+    }
 }
 
 /// A mode or path by its name, refused with the same words as the service's.
@@ -231,6 +305,7 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
             operational_mode,
             resolved_context,
             retrieved_tools,
+            inputs,
         } => {
             let mut opts = TurnOptions {
                 context_window: *context_window,
@@ -239,6 +314,7 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                 operational_mode: *operational_mode,
                 ..TurnOptions::default()
             };
+            inputs.apply(&mut opts)?;
             if let Some(file) = input {
                 let (tools, sections) = runtime_input(file)?;
                 // Tools in the input are this turn's and, from now on, the session's.

@@ -10,9 +10,9 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 use strata_assembler::{
-    AnnouncedTool, AssemblyPath, OperationId, OperationalMode, Outcome, PreparedTurn, PromptMode,
-    Reply, Section, SectionSpec, Session, SessionError, ToolCall, ToolName, ToolOutput,
-    TurnOptions,
+    ActiveSkill, AnnouncedTool, AssemblyPath, Inbound, InputError, OperationId, OperationalMode,
+    Outcome, PreparedTurn, PromptMode, Reply, Section, SectionSpec, Session, SessionError,
+    ToolCall, ToolName, ToolOutput, TurnOptions, UnknownThinkingLevel,
 };
 
 use super::extract::{blocking, Keyed, KeyedJson, SessionId};
@@ -80,6 +80,33 @@ fn turn_options(
                 .map_err(|e| ApiError::invalid(format!("operational_mode `{m}`: {e}")))?,
         );
     }
+    if let Some(t) = &req.thinking {
+        opts.thinking = Some(
+            t.parse()
+                .map_err(|e: UnknownThinkingLevel| ApiError::invalid(e.to_string()))?,
+        );
+    }
+    if let Some(z) = &req.time_zone {
+        opts.time_zone = Some(
+            z.parse()
+                .map_err(|e: InputError| ApiError::invalid(e.to_string()))?,
+        );
+    }
+    for s in req.skills.unwrap_or_default() {
+        st.limits
+            .check_section(&format!("skill `{}`", s.id), s.instructions.len())?;
+        opts.skills.push(
+            ActiveSkill::new(s.id, s.instructions).map_err(|e| ApiError::invalid(e.to_string()))?,
+        );
+    }
+    opts.inbound = req.inbound.map(|i| Inbound {
+        sender: i.sender.map(Into::into),
+        channel: i.channel.map(Into::into),
+        metadata: i.metadata,
+    });
+    opts.voice = req.voice.unwrap_or(false);
+    opts.language = req.language;
+    opts.model = req.model;
     opts.context_window = req.context_window;
     opts.tools = req.tools.map(announced).transpose()?;
     opts.retrieved_tools = req.retrieved_tools.map(announced).transpose()?;
