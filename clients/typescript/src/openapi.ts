@@ -266,6 +266,17 @@ export interface components {
             /** @description What went wrong and what to do about it. */
             message: string;
         };
+        /** @description The inbound message's origin. */
+        InboundSpec: {
+            /** @description Who sent it (a user name, an address, another agent's id). */
+            sender?: string | null;
+            /** @description The channel it came through (`cli`, `slack`, `email`...). */
+            channel?: string | null;
+            /** @description Further metadata, shown in key order. */
+            metadata?: {
+                [key: string]: string;
+            };
+        };
         /**
          * @description Which end of a tool's output is kept when it is cut to fit.
          * @enum {string}
@@ -357,6 +368,13 @@ export interface components {
             /** @description Its entries, oldest first. */
             turns: components["schemas"]["TurnEntry"][];
         };
+        /** @description A skill activated for a turn. */
+        SkillSpec: {
+            /** @description The skill's id: 1-100 characters of `[A-Za-z0-9._:/-]`. */
+            id: string;
+            /** @description What the skill tells the agent to do (data from the caller, fenced when sent). */
+            instructions: string;
+        };
         /** @description `GET /healthz` and `GET /readyz`. */
         Status: {
             /** @description `ok` (alive) or `ready` (the agent is loaded and valid now). */
@@ -438,6 +456,25 @@ export interface components {
              *     offered tools by the message's words); used on no other path.
              */
             retrieved_tools?: components["schemas"]["ToolSpec"][] | null;
+            /** @description Skills activated for this turn; each becomes a `skill/<id>` section of layer 4. */
+            skills?: components["schemas"]["SkillSpec"][] | null;
+            /** @description How much explicit reasoning to ask for: `off`, `low`, `medium` or `high`. */
+            thinking?: string | null;
+            inbound?: null | components["schemas"]["InboundSpec"];
+            /** @description The answer will be spoken rather than read. */
+            voice?: boolean | null;
+            /** @description The language to answer in (a name or a BCP 47 tag). */
+            language?: string | null;
+            /**
+             * @description The model this turn goes to (default: the server's): named in the runtime section,
+             *     given to templates as `model` and written into the request body.
+             */
+            model?: string | null;
+            /**
+             * @description The caller's time zone: `UTC`, an offset such as `+01:00`, or a name and an offset
+             *     such as `Europe/Paris +01:00` (default: UTC).
+             */
+            time_zone?: string | null;
         };
         /** @description A prepared turn. */
         TurnResponse: {

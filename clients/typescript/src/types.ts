@@ -20,6 +20,10 @@ export type ReloadInfo = Schemas["ReloadInfo"];
 export type AnnouncedTool = Schemas["ToolSpec"];
 /** The body of `prepareTurn`. */
 export type PrepareTurnRequest = Schemas["TurnRequest"];
+/** A skill activated for one turn: shown as the section `skill/<id>`. */
+export type Skill = Schemas["SkillSpec"];
+/** Who sent a turn's message, through which channel. */
+export type Inbound = Schemas["InboundSpec"];
 /**
  * A prepared turn; `request` is the provider request body, ready for the official SDK (typed as
  * its parameters by `@strata/client/openai` and `@strata/client/anthropic`), and `report` says

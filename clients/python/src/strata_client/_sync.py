@@ -14,10 +14,12 @@ from . import _operations as ops
 from ._types import (
     AgentInfo,
     AnnouncedTool,
+    Inbound,
     MemoryHit,
     PreparedTurn,
     RecordedReply,
     SessionHistory,
+    Skill,
     Status,
     ToolCall,
     memory_id,
@@ -163,14 +165,25 @@ class StrataClient:
         operational_mode: str | None = None,
         resolved_context: Sequence[Mapping[str, Any]] | None = None,
         retrieved_tools: Sequence[AnnouncedTool] | None = None,
+        skills: Sequence[Skill] | None = None,
+        thinking: str | None = None,
+        inbound: Inbound | None = None,
+        voice: bool | None = None,
+        language: str | None = None,
+        model: str | None = None,
+        time_zone: str | None = None,
         idempotency_key: str | None = None,
     ) -> PreparedTurn:
         """Records the user's ``message`` and prepares the provider request for it; without a
         message, prepares the next request after tool results (``UnknownSessionError`` if the
         session has no turns). ``tools`` and ``sections`` apply to this turn only;
         ``resolved_context`` is the ``context`` path's input and ``retrieved_tools`` the
-        ``hydration`` path's. A repeat
-        with the same ``idempotency_key`` and arguments gets the first answer."""
+        ``hydration`` path's. ``skills`` (each a ``skill/<id>`` section), ``thinking`` (off,
+        low, medium, high), ``inbound`` (sender, channel), ``voice``, ``language``, ``model``
+        (default: the server's) and ``time_zone`` (``UTC``, ``+01:00`` or ``Europe/Paris
+        +01:00``) are what the built-in sections and the signed templates read; a bad value
+        raises ``InvalidRequestError`` and stores nothing. A repeat with the same
+        ``idempotency_key`` and arguments gets the first answer."""
         body = ops.turn_body(
             message,
             mode,
@@ -181,6 +194,7 @@ class StrataClient:
             operational_mode,
             resolved_context,
             retrieved_tools,
+            ops.turn_inputs(skills, thinking, inbound, voice, language, model, time_zone),
         )
         data = self._json("prepare_turn", session_id, body, idempotency_key)
         return PreparedTurn.from_json(data)

@@ -39,6 +39,22 @@ class AnnouncedTool(_AnnouncedToolRequired, total=False):
     server: str
 
 
+class Skill(TypedDict):
+    """A skill activated for one turn: its id (1-100 characters of ``[A-Za-z0-9._:/-]``) and
+    its instructions; the turn shows it as the section ``skill/<id>``."""
+
+    id: str
+    instructions: str
+
+
+class Inbound(TypedDict, total=False):
+    """Who sent a turn's message, through which channel, with further metadata."""
+
+    sender: str
+    channel: str
+    metadata: dict[str, str]
+
+
 class ToolCall(TypedDict):
     """A tool call in the model's reply, as the provider gave it."""
 
