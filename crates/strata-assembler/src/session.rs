@@ -1134,6 +1134,77 @@ impl Session<'_> {
         )?)
     }
 
+    /// Change this session's goals with the caller's authority (the runtime or its operator;
+    /// a model's marker only proposes a lock, ADR-0011); the goal as it is after the change.
+    /// A refused change writes nothing.
+    pub fn change_goals(
+        &self,
+        change: &strata_registry::GoalChange,
+    ) -> Result<strata_registry::Goal, SessionError> {
+        Ok(self.goals()?.change(change)?)
+    }
+
+    /// [`Session::change_goals`] as a retry-safe operation (ADR-0031): the change and its
+    /// record are one write of the session's goal document; `answer` makes a repeat's answer.
+    pub fn change_goals_once(
+        &self,
+        op: &OperationId,
+        change: &strata_registry::GoalChange,
+        answer: &dyn Fn(&strata_registry::Goal) -> Result<String, SessionError>,
+    ) -> Result<Outcome<strata_registry::Goal>, SessionError> {
+        if let Some(done) = self.repeated(Some(op))? {
+            return Ok(Outcome::Repeated(done));
+        }
+        // The answer's own error, kept to be returned as it was.
+        let failed = std::cell::RefCell::new(None::<SessionError>);
+        let made = |g: &strata_registry::Goal| {
+            answer(g).map_err(|e| {
+                let text = e.to_string();
+                *failed.borrow_mut() = Some(e);
+                strata_registry::GoalError::Invalid(text)
+            })
+        };
+        match self
+            .goals()?
+            .change_once(&op.key, &op.fingerprint, change, &made)
+        {
+            Ok(strata_registry::ChangeOutcome::Done(g)) => Ok(Outcome::Done(g)),
+            Ok(strata_registry::ChangeOutcome::Repeated(a)) => Ok(Outcome::Repeated(a)),
+            Err(strata_registry::GoalError::KeyReused { key }) => {
+                Err(SessionError::KeyReused { key })
+            }
+            Err(e) => Err(failed.take().unwrap_or(SessionError::Goals(e))),
+        }
+    }
+
+    /// [`Session::record_file`] as a retry-safe operation (ADR-0031): the file and the
+    /// operation's record are one write of the session's files document; `answer` is what a
+    /// repeat gets.
+    pub fn record_file_once(
+        &self,
+        op: &OperationId,
+        path: &str,
+        action: FileAction,
+        answer: &str,
+    ) -> Result<Outcome<()>, SessionError> {
+        if let Some(done) = self.repeated(Some(op))? {
+            return Ok(Outcome::Repeated(done));
+        }
+        match strata_memory::record_session_file_once(
+            &*self.rt.store.state(),
+            &self.id,
+            path,
+            action,
+            now_ms(),
+            Some((&op.key, &op.fingerprint, answer)),
+        ) {
+            Ok(strata_memory::FileRecorded::Recorded) => Ok(Outcome::Done(())),
+            Ok(strata_memory::FileRecorded::Repeated(a)) => Ok(Outcome::Repeated(a)),
+            Err(MemoryError::OperationExists { key, .. }) => Err(SessionError::KeyReused { key }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Note that a tool of this session read, changed or deleted the file at `path`; the
     /// session-files section lists what the session touched, newest first.
     pub fn record_file(&self, path: &str, action: FileAction) -> Result<(), SessionError> {
@@ -1282,7 +1353,31 @@ impl Session<'_> {
     /// service asks this first, so that a repeat is answered before any check of the session's
     /// state (a reset session no longer exists, yet its reset repeats).
     pub fn repeated_answer(&self, op: &OperationId) -> Result<Option<String>, SessionError> {
-        self.repeated(Some(op))
+        if let Some(done) = self.repeated(Some(op))? {
+            return Ok(Some(done));
+        }
+        // Goal changes and file recordings keep their records with what they changed; one key
+        // names one request whichever of them it was used for.
+        match self.goals()?.repeated(&op.key, &op.fingerprint) {
+            Ok(Some(done)) => return Ok(Some(done)),
+            Ok(None) => {}
+            Err(strata_registry::GoalError::KeyReused { key }) => {
+                return Err(SessionError::KeyReused { key })
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match strata_memory::session_file_operation(
+            &*self.rt.store.state(),
+            &self.id,
+            &op.key,
+            now_ms(),
+        )? {
+            Some(rec) if rec.fingerprint == op.fingerprint => Ok(Some(rec.answer)),
+            Some(_) => Err(SessionError::KeyReused {
+                key: op.key.clone(),
+            }),
+            None => Ok(None),
+        }
     }
 
     /// [`Session::repeated_answer`] for an optional operation.

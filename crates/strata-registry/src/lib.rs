@@ -48,8 +48,9 @@ pub use contributor::{
 };
 pub use gather::{GatherError, Gathered, Omission, OmissionReason, Run, RunOutcome};
 pub use goals::{
-    parse_markers, AssistantOutput, Goal, GoalError, GoalManager, GoalPriority, GoalStore, Marker,
-    MarkerOutcome, MarkerReport,
+    parse_markers, ArtifactAction, ArtifactKind, AssistantOutput, ChangeOutcome, CheckpointStatus,
+    Goal, GoalChange, GoalError, GoalManager, GoalPriority, GoalStore, Marker, MarkerOutcome,
+    MarkerReport,
 };
 pub use inputs::{
     ActiveSkill, Fingerprint, Inbound, InputError, RequestInputs, ThinkingLevel, TimeZone,

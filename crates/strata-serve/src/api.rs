@@ -340,3 +340,167 @@ pub struct SearchResponse {
     /// The results.
     pub results: Vec<MemoryHit>,
 }
+
+/// `GET /v1/sessions/{session_id}/goals`: the session's goals.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GoalsView {
+    /// The session.
+    pub session_id: String,
+    /// Every goal, oldest first (at most one is active).
+    pub goals: Vec<GoalView>,
+    /// Decisions of the active goal whose lock the model proposed and nobody confirmed or
+    /// refused yet.
+    pub pending_locks: Vec<PendingLock>,
+}
+
+/// A decision waiting for the caller to confirm or refuse its lock.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PendingLock {
+    /// The goal.
+    pub goal: String,
+    /// The decision's number within it.
+    pub decision: u32,
+    /// What was decided.
+    pub description: String,
+}
+
+/// A goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GoalView {
+    /// Its id (`goal-1`...).
+    pub id: String,
+    /// What it is.
+    pub description: String,
+    /// `high`, `medium` or `low`.
+    pub priority: String,
+    /// `active`, `paused` or `completed`.
+    pub status: String,
+    /// Completed checkpoints.
+    pub completed: usize,
+    /// All checkpoints.
+    pub total: usize,
+    /// Its checkpoints.
+    pub checkpoints: Vec<CheckpointView>,
+    /// Its decisions.
+    pub decisions: Vec<DecisionView>,
+    /// Its artifacts.
+    pub artifacts: Vec<ArtifactView>,
+    /// The next step, if one was named.
+    pub next: Option<String>,
+}
+
+/// A checkpoint of a goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointView {
+    /// Its number within the goal.
+    pub id: u32,
+    /// What it is.
+    pub description: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: String,
+}
+
+/// A decision of a goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DecisionView {
+    /// Its number within the goal.
+    pub id: u32,
+    /// What was decided.
+    pub description: String,
+    /// Why.
+    pub rationale: String,
+    /// Locked: it can no longer change. Only the caller locks.
+    pub locked: bool,
+    /// The model proposed the lock; it waits for the caller to confirm or refuse it.
+    pub lock_proposed: bool,
+}
+
+/// An artifact of a goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ArtifactView {
+    /// `file`, `test` or `documentation`.
+    pub kind: String,
+    /// Its path.
+    pub path: String,
+    /// `created`, `modified` or `deleted`.
+    pub action: String,
+}
+
+/// `POST /v1/sessions/{session_id}/goals`: a new goal, made the active one.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GoalRequest {
+    /// What it is.
+    pub description: String,
+    /// `high`, `medium` (the default) or `low`.
+    #[serde(default)]
+    pub priority: Option<String>,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/checkpoints`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// What the step is.
+    pub description: String,
+    /// `pending` (the default), `in_progress` or `completed`.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/artifacts`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// Its path.
+    pub path: String,
+    /// `created`, `modified` or `deleted`.
+    pub action: String,
+    /// `file` (the default), `test` or `documentation`.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/decisions`: an unlocked decision.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// What was decided (text before a `:` is its subject).
+    pub description: String,
+    /// Why.
+    #[serde(default)]
+    pub rationale: String,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/locks`: the caller's answer to a lock the model
+/// proposed.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LockRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// The decision's number.
+    pub decision: u32,
+    /// `true` locks the decision for good; `false` refuses the lock and leaves it unlocked.
+    pub confirm: bool,
+}
+
+/// `POST /v1/sessions/{session_id}/files`: a file a tool of the session touched.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileRequest {
+    /// The path (1-4096 bytes, no control characters).
+    pub path: String,
+    /// `read`, `modified` or `deleted`.
+    pub action: String,
+}

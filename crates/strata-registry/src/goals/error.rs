@@ -77,4 +77,21 @@ pub enum GoalError {
         /// How many times the update was tried.
         attempts: u32,
     },
+    /// A change the caller asked for is not valid.
+    #[error("{0}")]
+    Invalid(String),
+    /// The decision has no lock proposed by the model to confirm or refuse.
+    #[error("decision {decision} of goal `{goal}` has no proposed lock to confirm or refuse; only a lock the model proposed (`[DECISION] ... - LOCKED`) waits for the caller")]
+    NoLockProposed {
+        /// The goal.
+        goal: String,
+        /// The decision.
+        decision: u32,
+    },
+    /// An operation key was used before for a different change (ADR-0031).
+    #[error("operation key `{key}` was already used for a different request on this session; use a new key for a new request")]
+    KeyReused {
+        /// The key.
+        key: String,
+    },
 }

@@ -182,6 +182,19 @@ impl GoalManager {
     /// The book, read again from the store first when there is one. A store that cannot be
     /// read leaves the last book read (and says so in the log); [`GoalManager::refresh`] and
     /// the contributor report the error instead.
+    /// Now, on the manager's clock.
+    pub(super) fn now_ms(&self) -> i64 {
+        self.clock.unix_ms()
+    }
+
+    /// A copy of the book as last read, without reading the store again.
+    pub(super) fn book(&self) -> GoalBook {
+        self.book
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, GoalBook> {
         if let Err(e) = self.refresh() {
             tracing::warn!(error = %e, "could not read the goals again; using the last read");
@@ -191,7 +204,7 @@ impl GoalManager {
 
     /// Apply `f` to a copy of the goals, persist it, then keep it. On any error nothing
     /// changes, in memory or on disk.
-    fn mutate<T>(
+    pub(super) fn mutate<T>(
         &self,
         mut f: impl FnMut(&mut GoalBook, i64) -> Result<T, GoalError>,
     ) -> Result<T, GoalError> {
@@ -252,7 +265,10 @@ impl GoalManager {
         })
     }
 
-    fn goal_mut<'a>(book: &'a mut GoalBook, id: &str) -> Result<&'a mut Goal, GoalError> {
+    pub(super) fn goal_mut<'a>(
+        book: &'a mut GoalBook,
+        id: &str,
+    ) -> Result<&'a mut Goal, GoalError> {
         book.goals
             .iter_mut()
             .find(|g| g.id == id)

@@ -29,14 +29,17 @@
 //! One job per file: `model.rs` (goals, checkpoints, decisions, artifacts and the edits of a
 //! goal), `markers.rs` (reading markers from the model's output and applying them under an
 //! authority), `manager.rs` (`GoalManager`: persistence, the caller's operations and the goal
-//! section), `store.rs` (the goal file and the versioned `GoalStore`), `error.rs` (`GoalError`).
+//! section), `change.rs` (the caller's changes, retry-safe with an operation key), `store.rs`
+//! (the goal file and the versioned `GoalStore`), `error.rs` (`GoalError`).
 
+mod change;
 mod error;
 mod manager;
 mod markers;
 mod model;
 mod store;
 
+pub use change::{ChangeOutcome, GoalChange};
 pub use error::GoalError;
 pub use manager::GoalManager;
 pub use markers::{

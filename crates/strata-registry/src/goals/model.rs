@@ -63,6 +63,17 @@ pub enum ArtifactKind {
     Documentation,
 }
 
+impl ArtifactKind {
+    /// The lower-case name (`file`, `test`, `documentation`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ArtifactKind::File => "file",
+            ArtifactKind::Test => "test",
+            ArtifactKind::Documentation => "documentation",
+        }
+    }
+}
+
 /// What happened to an artifact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -260,7 +271,17 @@ impl Goal {
         if !self.artifacts.is_empty() {
             out.push_str("\n\nArtifacts:");
             for a in &self.artifacts {
-                out.push_str(&format!("\n- {}: {}", a.action.label(), a.path));
+                match a.kind {
+                    ArtifactKind::File => {
+                        out.push_str(&format!("\n- {}: {}", a.action.label(), a.path));
+                    }
+                    kind => out.push_str(&format!(
+                        "\n- {} ({}): {}",
+                        a.action.label(),
+                        kind.name(),
+                        a.path
+                    )),
+                }
             }
         }
         if let Some(next) = &self.next {
@@ -288,6 +309,10 @@ pub(super) struct GoalBook {
     pub(super) version: u32,
     pub(super) next_goal: u64,
     pub(super) goals: Vec<Goal>,
+    /// Records of the caller's keyed changes (ADR-0031), kept with the goals they changed so
+    /// that a change and its record are one write. Absent from books that never had one.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(super) operations: std::collections::BTreeMap<String, super::change::ChangeRecord>,
 }
 
 /// The version of the goal book format this build reads and writes.

@@ -28,7 +28,7 @@ const REPLAYED: &str = "idempotent-replayed";
 
 /// A 200 answer with a JSON body written once: the same bytes for the first answer and for
 /// every repeat (ADR-0031).
-fn answer(body: String, replayed: bool) -> Response {
+pub(super) fn answer(body: String, replayed: bool) -> Response {
     let mut resp = (
         [(
             header::CONTENT_TYPE,
@@ -45,12 +45,15 @@ fn answer(body: String, replayed: bool) -> Response {
 }
 
 /// `value` as the JSON of an answer.
-fn to_json<T: Serialize>(value: &T) -> Result<String, SessionError> {
+pub(super) fn to_json<T: Serialize>(value: &T) -> Result<String, SessionError> {
     serde_json::to_string(value).map_err(|e| SessionError::Invalid(format!("response: {e}")))
 }
 
 /// The recorded answer of `op` on `session`, if the operation ran before.
-fn replay(session: &Session<'_>, op: Option<&OperationId>) -> Result<Option<Response>, ApiError> {
+pub(super) fn replay(
+    session: &Session<'_>,
+    op: Option<&OperationId>,
+) -> Result<Option<Response>, ApiError> {
     match op {
         Some(op) => Ok(session.repeated_answer(op)?.map(|a| answer(a, true))),
         None => Ok(None),
