@@ -221,6 +221,14 @@ fn every_goal_change_and_file_is_atomic_and_retry_safe() {
     assert_eq!(goal["decisions"][0]["rationale"], "shared by every runtime");
 
     // Bad input is refused before anything is written.
+    let movie = srv.post(
+        &format!("{s}/goals/artifacts"),
+        &json!({"path": "a.rs", "action": "created", "kind": "movie"}),
+    );
+    let library = strata_registry::parse_name::<strata_registry::ArtifactKind>("kind", "movie")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(movie.body["error"]["message"], library.as_str());
     let unchanged = goals(&srv, "g-2").text;
     for (route, body, status) in [
         (
@@ -292,4 +300,103 @@ fn every_goal_change_and_file_is_atomic_and_retry_safe() {
             &request[at..(at + 1500).min(request.len())]
         );
     }
+}
+
+/// `strata session goals` and `strata session file`: the same changes from the shell, the same
+/// authority (a marker proposes, `goals lock --confirm` locks), and the same words for a bad
+/// value as the library and the service.
+#[test]
+fn the_cli_reads_and_changes_goals_with_the_same_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, trust) = serve_harness::demo_agent();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("session")
+            .arg("--agent")
+            .arg(&agent)
+            .arg("--trust")
+            .arg(&trust)
+            .args(["--id", "cli-goals", "--store"])
+            .arg(dir.path().join("cli.db"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let show = || -> Value { serde_json::from_str(&ok(&["goals", "show"])).unwrap() };
+    ok(&["prepare", "Plan the login work.", "--model", "m"]);
+    ok(&[
+        "reply",
+        "[GOAL] Ship login\n[DECISION] Tokens: use JWT - LOCKED",
+    ]);
+    let goals = show();
+    assert_eq!(goals["goals"][0]["decisions"][0]["lock_proposed"], true);
+    assert_eq!(goals["goals"][0]["decisions"][0]["locked"], false);
+    assert_eq!(goals["pending_locks"][0]["decision"], 1);
+    let locked: Value =
+        serde_json::from_str(&ok(&["goals", "lock", "--decision", "1", "--confirm"])).unwrap();
+    assert_eq!(locked["decisions"][0]["locked"], true);
+    ok(&[
+        "goals",
+        "checkpoint",
+        "Write tests",
+        "--status",
+        "in_progress",
+    ]);
+    ok(&[
+        "goals",
+        "decision",
+        "Storage: SQLite",
+        "--rationale",
+        "one file",
+    ]);
+    ok(&[
+        "goals",
+        "artifact",
+        "tests/login.rs",
+        "--action",
+        "created",
+        "--kind",
+        "test",
+    ]);
+    ok(&["file", "src/login.rs", "--action", "modified"]);
+    let before = show();
+    let goal = &before["goals"][0];
+    assert_eq!(goal["checkpoints"][0]["status"], "in_progress");
+    assert_eq!(goal["decisions"][1]["rationale"], "one file");
+    assert_eq!(goal["artifacts"][0]["kind"], "test");
+
+    // Refusals, each with the library's words, and nothing changed.
+    let library = strata_registry::parse_name::<strata_registry::ArtifactKind>("kind", "movie")
+        .unwrap_err()
+        .to_string();
+    let out = run(&[
+        "goals", "artifact", "a.rs", "--action", "created", "--kind", "movie",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&library), "{stderr} lacks {library:?}");
+    for args in [
+        &["goals", "lock", "--decision", "1", "--refuse"][..],
+        &["goals", "lock", "--decision", "2", "--confirm"],
+        &["goals", "checkpoint", "x", "--goal", "goal-9"],
+        &["goals", "decision", " "],
+        &["file", "", "--action", "read"],
+    ] {
+        let out = run(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert_eq!(show(), before, "{args:?} changed the goals");
+    }
+    let turn = ok(&["prepare", "Where are we?", "--model", "m"]);
+    assert!(turn.contains("src/login.rs"), "{turn}");
+    assert!(turn.contains("Created (test): tests/login.rs"), "{turn}");
 }

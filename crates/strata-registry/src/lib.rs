@@ -48,9 +48,9 @@ pub use contributor::{
 };
 pub use gather::{GatherError, Gathered, Omission, OmissionReason, Run, RunOutcome};
 pub use goals::{
-    parse_markers, ArtifactAction, ArtifactKind, AssistantOutput, ChangeOutcome, CheckpointStatus,
-    Goal, GoalChange, GoalError, GoalManager, GoalPriority, GoalStore, Marker, MarkerOutcome,
-    MarkerReport,
+    parse_markers, parse_name, ArtifactAction, ArtifactKind, AssistantOutput, ChangeOutcome,
+    CheckpointStatus, Goal, GoalChange, GoalError, GoalManager, GoalPriority, GoalStore, Marker,
+    MarkerOutcome, MarkerReport,
 };
 pub use inputs::{
     ActiveSkill, Fingerprint, Inbound, InputError, RequestInputs, ThinkingLevel, TimeZone,

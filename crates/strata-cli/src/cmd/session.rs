@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use strata_assembler::{
-    ActiveSkill, AnnouncedTool, AssemblyPath, Inbound, OperationalMode, PromptMode, Provider,
-    Reply, Runtime, RuntimeInput, Section, ThinkingLevel, TimeZone, ToolCall, ToolName, ToolOutput,
-    TurnOptions,
+    ActiveSkill, AnnouncedTool, AssemblyPath, FileAction, Inbound, OperationalMode, PromptMode,
+    Provider, Reply, Runtime, RuntimeInput, Section, ThinkingLevel, TimeZone, ToolCall, ToolName,
+    ToolOutput, TurnOptions,
 };
 use strata_core::{CoreError, Keep};
+use strata_registry::{ArtifactAction, ArtifactKind, CheckpointStatus, GoalChange, GoalPriority};
 
 use crate::cmd::assemble::load_agent;
 use crate::error::CliError;
@@ -140,6 +141,153 @@ pub enum Step {
     },
     /// Forget the conversation.
     Reset,
+    /// Read or change the session's goals with the caller's authority (a model's marker only
+    /// proposes a lock; `goals lock` confirms or refuses it).
+    Goals {
+        /// What to do with them.
+        #[command(subcommand)]
+        step: GoalStep,
+    },
+    /// Record that a tool of the session read, modified or deleted a file (the session-files
+    /// section lists them).
+    File {
+        /// The file's path.
+        path: String,
+        /// read, modified or deleted.
+        #[arg(long, value_parser = named_value::<FileAction>("action"))]
+        action: FileAction,
+    },
+}
+
+/// One change of a session's goals, or their reading.
+#[derive(Debug, Subcommand)]
+pub enum GoalStep {
+    /// Print the goals and the locks waiting for an answer, as JSON.
+    Show,
+    /// Create a goal and make it the active one.
+    Create {
+        /// What it is.
+        description: String,
+        /// high, medium or low.
+        #[arg(long, default_value = "medium", value_parser = named_value::<GoalPriority>("priority"))]
+        priority: GoalPriority,
+    },
+    /// Add a checkpoint to a goal.
+    Checkpoint {
+        /// What the step is.
+        description: String,
+        /// pending, in_progress or completed.
+        #[arg(long, default_value = "pending", value_parser = named_value::<CheckpointStatus>("status"))]
+        status: CheckpointStatus,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+    /// Record an unlocked decision with its rationale.
+    Decision {
+        /// What was decided (text before a `:` is its subject).
+        description: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        rationale: String,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+    /// Record an artifact with its kind.
+    Artifact {
+        /// Its path.
+        path: String,
+        /// created, modified or deleted.
+        #[arg(long, value_parser = named_value::<ArtifactAction>("action"))]
+        action: ArtifactAction,
+        /// file, test or documentation.
+        #[arg(long, default_value = "file", value_parser = named_value::<ArtifactKind>("kind"))]
+        kind: ArtifactKind,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+    /// Confirm or refuse the lock the model proposed for a decision.
+    Lock {
+        /// The decision's number.
+        #[arg(long)]
+        decision: u32,
+        /// Lock it for good.
+        #[arg(long, conflicts_with = "refuse", required_unless_present = "refuse")]
+        confirm: bool,
+        /// Refuse the lock; the decision stays unlocked.
+        #[arg(long)]
+        refuse: bool,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+}
+
+/// A value parser reading one of the lower-case names of `T`, with the words the service uses.
+fn named_value<T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static>(
+    what: &'static str,
+) -> impl Fn(&str) -> Result<T, String> + Clone {
+    move |s| strata_registry::parse_name(what, s).map_err(|e| e.to_string())
+}
+
+impl GoalStep {
+    /// The change this step makes, or `None` for `show`.
+    fn change(&self) -> Option<GoalChange> {
+        Some(match self {
+            GoalStep::Show => return None,
+            GoalStep::Create {
+                description,
+                priority,
+            } => GoalChange::CreateGoal {
+                description: description.clone(),
+                priority: *priority,
+            },
+            GoalStep::Checkpoint {
+                description,
+                status,
+                goal,
+            } => GoalChange::AddCheckpoint {
+                goal: goal.clone(),
+                description: description.clone(),
+                status: *status,
+            },
+            GoalStep::Decision {
+                description,
+                rationale,
+                goal,
+            } => GoalChange::RecordDecision {
+                goal: goal.clone(),
+                description: description.clone(),
+                rationale: rationale.clone(),
+            },
+            GoalStep::Artifact {
+                path,
+                action,
+                kind,
+                goal,
+            } => GoalChange::RecordArtifact {
+                goal: goal.clone(),
+                kind: *kind,
+                path: path.clone(),
+                action: *action,
+            },
+            GoalStep::Lock {
+                decision,
+                confirm,
+                goal,
+                ..
+            } => {
+                let (goal, decision) = (goal.clone(), *decision);
+                if *confirm {
+                    GoalChange::ConfirmLock { goal, decision }
+                } else {
+                    GoalChange::RefuseLock { goal, decision }
+                }
+            }
+        })
+    }
 }
 
 /// The per-turn inputs of `strata session prepare` that built-in contributors and signed
@@ -397,6 +545,42 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                 .map_err(fail)?;
             out.status(&format!(
                 "recorded the result of {call_id} in session {}",
+                args.id
+            ));
+            Ok(())
+        }
+        Step::Goals { step } => {
+            let rt = builder.build().map_err(fail)?;
+            let session = rt.session(args.id.as_str());
+            let json = match step.change() {
+                Some(change) => {
+                    serde_json::to_value(session.change_goals(&change).map_err(fail)?)
+                }
+                None => {
+                    let goals = session.goals().map_err(fail)?;
+                    let pending: Vec<serde_json::Value> = goals
+                        .pending_locks()
+                        .into_iter()
+                        .map(|(goal, d)| {
+                            serde_json::json!({"goal": goal, "decision": d.id, "description": d.description})
+                        })
+                        .collect();
+                    Ok(serde_json::json!({"goals": goals.history(), "pending_locks": pending}))
+                }
+            }
+            .map_err(|e| CliError::Other(e.to_string()))?;
+            let text =
+                serde_json::to_string_pretty(&json).map_err(|e| CliError::Other(e.to_string()))?;
+            out.result(&(text + "\n"))
+        }
+        Step::File { path, action } => {
+            let rt = builder.build().map_err(fail)?;
+            rt.session(args.id.as_str())
+                .record_file(path, *action)
+                .map_err(fail)?;
+            out.status(&format!(
+                "recorded {} {path} in session {}",
+                action.label(),
                 args.id
             ));
             Ok(())

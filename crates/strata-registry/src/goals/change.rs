@@ -9,7 +9,7 @@ use super::error::GoalError;
 use super::manager::GoalManager;
 use super::model::{
     add_artifact, add_checkpoint, add_decision, ArtifactAction, ArtifactKind, CheckpointStatus,
-    Goal, GoalBook, GoalPriority,
+    Goal, GoalBook, GoalPriority, GoalStatus,
 };
 
 /// How long an operation's record answers repeats: a day, as the session log's records.
@@ -30,8 +30,8 @@ pub enum GoalChange {
     },
     /// Add a checkpoint to a goal.
     AddCheckpoint {
-        /// The goal.
-        goal: String,
+        /// The goal (`None`: the active one).
+        goal: Option<String>,
         /// What it is.
         description: String,
         /// Its status (pending for a new step).
@@ -39,8 +39,8 @@ pub enum GoalChange {
     },
     /// Record an unlocked decision with its rationale.
     RecordDecision {
-        /// The goal.
-        goal: String,
+        /// The goal (`None`: the active one).
+        goal: Option<String>,
         /// What was decided (text before a `:` is its subject).
         description: String,
         /// Why.
@@ -48,22 +48,22 @@ pub enum GoalChange {
     },
     /// Confirm the lock the model proposed: the decision can no longer change.
     ConfirmLock {
-        /// The goal.
-        goal: String,
+        /// The goal (`None`: the active one).
+        goal: Option<String>,
         /// The decision.
         decision: u32,
     },
     /// Refuse the lock the model proposed: the decision stays, unlocked.
     RefuseLock {
-        /// The goal.
-        goal: String,
+        /// The goal (`None`: the active one).
+        goal: Option<String>,
         /// The decision.
         decision: u32,
     },
     /// Record an artifact of a goal.
     RecordArtifact {
-        /// The goal.
-        goal: String,
+        /// The goal (`None`: the active one).
+        goal: Option<String>,
         /// What kind of thing it is.
         kind: ArtifactKind,
         /// Its path.
@@ -88,6 +88,14 @@ pub(super) struct ChangeRecord {
     fingerprint: String,
     answer: String,
     at_ms: i64,
+}
+
+/// `value`, given for `what` (`priority`, `status`, `kind`, `action`...), as one of the lower-case
+/// names of `T` (a goal priority, a checkpoint status, an artifact kind or action, a file
+/// action): how every interface reads them, with the same message.
+pub fn parse_name<T: serde::de::DeserializeOwned>(what: &str, value: &str) -> Result<T, GoalError> {
+    serde_json::from_value(serde_json::Value::String(value.to_owned()))
+        .map_err(|e| GoalError::Invalid(format!("{what} `{value}`: {e}")))
 }
 
 fn non_empty(what: &str, text: &str) -> Result<(), GoalError> {
@@ -130,6 +138,20 @@ impl GoalChange {
             | GoalChange::RefuseLock { goal, .. }
             | GoalChange::RecordArtifact { goal, .. } => goal,
         };
+        let goal_id = match goal_id {
+            Some(id) => id.clone(),
+            None => book
+                .goals
+                .iter()
+                .find(|g| g.status == GoalStatus::Active)
+                .map(|g| g.id.clone())
+                .ok_or_else(|| {
+                    GoalError::Invalid(
+                        "no goal is active: name the goal, or create one first".into(),
+                    )
+                })?,
+        };
+        let goal_id = &goal_id;
         let g = GoalManager::goal_mut(book, goal_id)?;
         match self {
             GoalChange::CreateGoal { .. } => {}

@@ -39,7 +39,7 @@ mod markers;
 mod model;
 mod store;
 
-pub use change::{ChangeOutcome, GoalChange};
+pub use change::{parse_name, ChangeOutcome, GoalChange};
 pub use error::GoalError;
 pub use manager::GoalManager;
 pub use markers::{

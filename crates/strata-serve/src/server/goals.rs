@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
 use serde::de::DeserializeOwned;
-use strata_assembler::{FileAction, OperationId, Outcome, Session, SessionError};
-use strata_registry::{Goal, GoalChange, GoalError};
+use strata_assembler::{FileAction, OperationId, Outcome};
+use strata_registry::{Goal, GoalChange};
 
 use super::extract::{blocking, KeyedJson, SessionId};
 use super::sessions::{answer, replay, to_json};
@@ -23,10 +23,9 @@ use crate::api::{
 };
 use crate::error::ApiError;
 
-/// `value` of the field `field` as one of the names of `T`.
+/// `value` of the field `field` as one of the names of `T`, refused with the library's words.
 fn named<T: DeserializeOwned>(field: &str, value: &str) -> Result<T, ApiError> {
-    serde_json::from_value(serde_json::Value::String(value.to_owned()))
-        .map_err(|e| ApiError::invalid(format!("{field} `{value}`: {e}")))
+    strata_registry::parse_name(field, value).map_err(|e| ApiError::invalid(e.to_string()))
 }
 
 fn name_of<T: serde::Serialize>(v: &T) -> String {
@@ -79,26 +78,12 @@ pub(super) fn goal_view(g: &Goal) -> GoalView {
     }
 }
 
-/// The goal a change names, else the session's active goal.
-fn goal_of(session: &Session<'_>, goal: Option<String>) -> Result<String, ApiError> {
-    match goal {
-        Some(g) => Ok(g),
-        None => session.goals()?.active_goal().map(|g| g.id).ok_or_else(|| {
-            SessionError::Goals(GoalError::Invalid(
-                "no goal of this session is active: name the goal, or create one first".into(),
-            ))
-            .into()
-        }),
-    }
-}
-
-/// Make `change` (built once the goal is known) on the session, keyed by `op` when given.
+/// Make `change` on the session, keyed by `op` when given.
 async fn change(
     st: Arc<AppState>,
     id: String,
     op: Option<OperationId>,
-    goal: Option<Option<String>>,
-    make: impl FnOnce(String) -> GoalChange + Send + 'static,
+    change: GoalChange,
 ) -> Result<Response, ApiError> {
     let loaded = st.current_valid()?;
     blocking(move || {
@@ -106,11 +91,6 @@ async fn change(
         if let Some(done) = replay(&session, op.as_ref())? {
             return Ok(done);
         }
-        let goal = match goal {
-            Some(g) => goal_of(&session, g)?,
-            None => String::new(),
-        };
-        let change = make(goal);
         let respond = |g: &Goal| to_json(&goal_view(g));
         Ok(match &op {
             Some(op) => match session.change_goals_once(op, &change, &respond)? {
@@ -176,10 +156,15 @@ pub(super) async fn create_goal(
         Some(p) => named("priority", p)?,
         None => strata_registry::GoalPriority::Medium,
     };
-    change(st, id, op, None, move |_| GoalChange::CreateGoal {
-        description: req.description,
-        priority,
-    })
+    change(
+        st,
+        id,
+        op,
+        GoalChange::CreateGoal {
+            description: req.description,
+            priority,
+        },
+    )
     .await
 }
 
@@ -203,13 +188,16 @@ pub(super) async fn add_checkpoint(
         Some(s) => named("status", s)?,
         None => strata_registry::CheckpointStatus::Pending,
     };
-    change(st, id, op, Some(req.goal), move |goal| {
+    change(
+        st,
+        id,
+        op,
         GoalChange::AddCheckpoint {
-            goal,
+            goal: req.goal,
             description: req.description,
             status,
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -234,14 +222,17 @@ pub(super) async fn record_artifact(
         Some(k) => named("kind", k)?,
         None => strata_registry::ArtifactKind::File,
     };
-    change(st, id, op, Some(req.goal), move |goal| {
+    change(
+        st,
+        id,
+        op,
         GoalChange::RecordArtifact {
-            goal,
+            goal: req.goal,
             kind,
             path: req.path,
             action,
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -261,13 +252,16 @@ pub(super) async fn record_decision(
     SessionId(id): SessionId,
     KeyedJson { body: req, op }: KeyedJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
-    change(st, id, op, Some(req.goal), move |goal| {
+    change(
+        st,
+        id,
+        op,
         GoalChange::RecordDecision {
-            goal,
+            goal: req.goal,
             description: req.description,
             rationale: req.rationale,
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -288,15 +282,13 @@ pub(super) async fn answer_lock(
     SessionId(id): SessionId,
     KeyedJson { body: req, op }: KeyedJson<LockRequest>,
 ) -> Result<Response, ApiError> {
-    let (decision, confirm) = (req.decision, req.confirm);
-    change(st, id, op, Some(req.goal), move |goal| {
-        if confirm {
-            GoalChange::ConfirmLock { goal, decision }
-        } else {
-            GoalChange::RefuseLock { goal, decision }
-        }
-    })
-    .await
+    let (goal, decision) = (req.goal, req.decision);
+    let change_of = if req.confirm {
+        GoalChange::ConfirmLock { goal, decision }
+    } else {
+        GoalChange::RefuseLock { goal, decision }
+    };
+    change(st, id, op, change_of).await
 }
 
 /// Record that a tool of the session read, changed or deleted a file; the session-files
