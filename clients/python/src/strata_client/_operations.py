@@ -90,6 +90,21 @@ OPERATIONS: Mapping[str, Operation] = {
     "delete_session": Operation(
         "delete_session", "DELETE", "/v1/sessions/{session_id}", keyed=True
     ),
+    "goals": Operation("get_goals", "GET", "/v1/sessions/{session_id}/goals"),
+    "create_goal": Operation("create_goal", "POST", "/v1/sessions/{session_id}/goals", keyed=True),
+    "add_checkpoint": Operation(
+        "add_checkpoint", "POST", "/v1/sessions/{session_id}/goals/checkpoints", keyed=True
+    ),
+    "record_decision": Operation(
+        "record_decision", "POST", "/v1/sessions/{session_id}/goals/decisions", keyed=True
+    ),
+    "record_artifact": Operation(
+        "record_artifact", "POST", "/v1/sessions/{session_id}/goals/artifacts", keyed=True
+    ),
+    "answer_lock": Operation(
+        "answer_lock", "POST", "/v1/sessions/{session_id}/goals/locks", keyed=True
+    ),
+    "record_file": Operation("record_file", "POST", "/v1/sessions/{session_id}/files", keyed=True),
     "add_memory": Operation("add_memory", "POST", "/v1/memories", repeatable=False),
     "search_memories": Operation("search_memories", "POST", "/v1/memories/search"),
 }
@@ -311,6 +326,11 @@ def turn_inputs(
     if time_zone is not None:
         body["time_zone"] = time_zone
     return body
+
+
+def only_given(**fields: Any) -> dict[str, Any]:
+    """A body of the fields that are not ``None``."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def reply_body(text: str | None, tool_calls: Sequence[ToolCall] | None) -> dict[str, Any]:

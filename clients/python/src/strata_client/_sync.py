@@ -14,6 +14,8 @@ from . import _operations as ops
 from ._types import (
     AgentInfo,
     AnnouncedTool,
+    Goal,
+    Goals,
     Inbound,
     MemoryHit,
     PreparedTurn,
@@ -22,6 +24,8 @@ from ._types import (
     Skill,
     Status,
     ToolCall,
+    goal_of,
+    goals_of,
     memory_id,
     openapi_document,
     recorded,
@@ -233,6 +237,89 @@ class StrataClient:
         if keep is not None:
             body["keep"] = keep
         return recorded(self._json("record_tool_result", session_id, body, idempotency_key))
+
+    def goals(self, session_id: str) -> Goals:
+        """The session's goals, oldest first, and the locks the model proposed that wait for
+        ``answer_lock``."""
+        return goals_of(self._json("goals", session_id))
+
+    def create_goal(
+        self,
+        session_id: str,
+        description: str,
+        *,
+        priority: Literal["high", "medium", "low"] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Creates a goal and makes it the active one (an active goal is paused)."""
+        body = ops.only_given(description=description, priority=priority)
+        return goal_of(self._json("create_goal", session_id, body, idempotency_key))
+
+    def add_checkpoint(
+        self,
+        session_id: str,
+        description: str,
+        *,
+        goal: str | None = None,
+        status: Literal["pending", "in_progress", "completed"] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Adds a checkpoint to ``goal`` (default: the active goal); returns the goal."""
+        body = ops.only_given(description=description, goal=goal, status=status)
+        return goal_of(self._json("add_checkpoint", session_id, body, idempotency_key))
+
+    def record_decision(
+        self,
+        session_id: str,
+        description: str,
+        *,
+        rationale: str | None = None,
+        goal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Records an unlocked decision with its ``rationale``; returns the goal."""
+        body = ops.only_given(description=description, rationale=rationale, goal=goal)
+        return goal_of(self._json("record_decision", session_id, body, idempotency_key))
+
+    def record_artifact(
+        self,
+        session_id: str,
+        path: str,
+        action: Literal["created", "modified", "deleted"],
+        *,
+        kind: Literal["file", "test", "documentation"] | None = None,
+        goal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Records an artifact of ``goal`` with its ``kind`` (default ``file``)."""
+        body = ops.only_given(path=path, action=action, kind=kind, goal=goal)
+        return goal_of(self._json("record_artifact", session_id, body, idempotency_key))
+
+    def answer_lock(
+        self,
+        session_id: str,
+        decision: int,
+        confirm: bool,
+        *,
+        goal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Confirms (``confirm=True``) or refuses the lock the model proposed for a decision.
+        Only this call locks: a marker in a reply only proposes."""
+        body = ops.only_given(decision=decision, confirm=confirm, goal=goal)
+        return goal_of(self._json("answer_lock", session_id, body, idempotency_key))
+
+    def record_file(
+        self,
+        session_id: str,
+        path: str,
+        action: Literal["read", "modified", "deleted"],
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Records that a tool of the session touched the file ``path``; true once stored."""
+        body = {"path": path, "action": action}
+        return recorded(self._json("record_file", session_id, body, idempotency_key))
 
     def session(self, session_id: str) -> SessionHistory:
         """The session's recorded turns, oldest first."""
