@@ -4,7 +4,7 @@
 //! proposes a lock; only the caller's call locks (ADR-0011). Every change is atomic (a refused
 //! one leaves the goals byte for byte as they were) and retry-safe: a repeat with the same key
 //! answers the first answer and writes nothing, the key with another request is 422
-//! (ADR-0031). Verifies ADR-0011 and ADR-0031.
+//! (ADR-0031, ADR-0042). Verifies ADR-0011, ADR-0031 and ADR-0042.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"

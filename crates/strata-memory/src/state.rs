@@ -110,7 +110,7 @@ pub fn session_files(state: &dyn SessionState, session: &str) -> Result<Vec<Sess
     }
 }
 
-/// A retried recording of a file (ADR-0031): the caller's key, a fingerprint of what was
+/// A retried recording of a file (ADR-0031, ADR-0042): the caller's key, a fingerprint of what was
 /// asked, and the answer a repeat gets. Kept in the files document itself, so that the file
 /// and the record of its recording are written in one compare-and-swap.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -64,7 +64,8 @@ fn only_the_caller_locks_what_the_model_proposed() {
     ));
 }
 
-/// Verifies ADR-0031: one write for the change and its record, a repeat writes nothing.
+/// Verifies ADR-0031 and ADR-0042: one write for the change and its record, a repeat writes
+/// nothing.
 #[test]
 fn a_keyed_change_repeats_its_first_answer_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! The changes a caller (the runtime or its operator, never the model) makes to a scope's
 //! goals, each one write, and retry-safe under an operation key whose record is kept in the
-//! goal book with the change (ADR-0031). Confirming a lock is one of them: a marker in the
-//! model's output only proposes one (ADR-0011).
+//! goal book with the change (ADR-0031, ADR-0042). Confirming a lock is one of them: a marker
+//! in the model's output only proposes one (ADR-0011).
 
 use serde::{Deserialize, Serialize};
 
@@ -211,10 +211,10 @@ impl GoalManager {
         self.mutate(|b, now| change.apply(b, now))
     }
 
-    /// [`GoalManager::change`] as a retry-safe operation (ADR-0031): `key` and `fingerprint`
-    /// (of what the caller was asked) are recorded with the change in the same write, with the
-    /// answer `answer` makes from the changed goal. A repeat with the same fingerprint gets
-    /// that answer and writes nothing; with another, [`GoalError::KeyReused`].
+    /// [`GoalManager::change`] as a retry-safe operation (ADR-0031, ADR-0042): `key` and
+    /// `fingerprint` (of what the caller was asked) are recorded with the change in the same
+    /// write, with the answer `answer` makes from the changed goal. A repeat with the same
+    /// fingerprint gets that answer and writes nothing; with another, [`GoalError::KeyReused`].
     pub fn change_once(
         &self,
         key: &str,
