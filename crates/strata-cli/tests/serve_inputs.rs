@@ -201,6 +201,8 @@ fn every_per_turn_input_reaches_the_turn_over_http_and_the_cli() {
             "maria-from-ops",
             "--channel",
             "slack",
+            "--inbound-meta",
+            "thread=release-42",
             "--voice",
             "--language",
             "Portuguese",
@@ -217,6 +219,7 @@ fn every_per_turn_input_reaches_the_turn_over_http_and_the_cli() {
     for want in [
         "Check every date twice.",
         "maria-from-ops",
+        "release-42",
         "Asia/Kolkata",
         "Written for cli-model.",
     ] {

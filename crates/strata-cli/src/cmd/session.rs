@@ -306,6 +306,9 @@ pub struct TurnInputArgs {
     /// The channel the message came through (cli, slack, email...).
     #[arg(long, value_name = "NAME")]
     pub channel: Option<String>,
+    /// Further metadata of the inbound message, `KEY=VALUE`; repeatable.
+    #[arg(long = "inbound-meta", value_name = "KEY=VALUE")]
+    pub inbound_meta: Vec<String>,
     /// The answer will be spoken rather than read.
     #[arg(long)]
     pub voice: bool,
@@ -347,11 +350,20 @@ impl TurnInputArgs {
             );
         }
         opts.thinking = self.thinking;
-        if self.sender.is_some() || self.channel.is_some() {
+        let mut metadata = std::collections::BTreeMap::new();
+        for kv in &self.inbound_meta {
+            let (k, v) = kv.split_once('=').ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--inbound-meta `{kv}`: expected KEY=VALUE, e.g. thread=release-42"
+                ))
+            })?;
+            metadata.insert(k.to_owned(), v.to_owned());
+        }
+        if self.sender.is_some() || self.channel.is_some() || !metadata.is_empty() {
             opts.inbound = Some(Inbound {
                 sender: self.sender.as_deref().map(Into::into),
                 channel: self.channel.as_deref().map(Into::into),
-                ..Inbound::default()
+                metadata,
             });
         }
         opts.voice = self.voice;
