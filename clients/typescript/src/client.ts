@@ -10,6 +10,14 @@ import type {
   AgentInfo,
   MemoryAdded,
   PrepareTurnRequest,
+  ArtifactRequest,
+  CheckpointRequest,
+  CreateGoalRequest,
+  DecisionRequest,
+  FileRequest,
+  Goal,
+  Goals,
+  LockRequest,
   PreparedTurn,
   RecordReplyRequest,
   RecordedReply,
@@ -94,6 +102,19 @@ export const OPERATIONS = {
   session: op("get_session", "GET", "/v1/sessions/{session_id}"),
   resetSession: op("reset_session", "POST", "/v1/sessions/{session_id}/reset", { keyed: true }),
   deleteSession: op("delete_session", "DELETE", "/v1/sessions/{session_id}", { keyed: true }),
+  goals: op("get_goals", "GET", "/v1/sessions/{session_id}/goals"),
+  createGoal: op("create_goal", "POST", "/v1/sessions/{session_id}/goals", { keyed: true }),
+  addCheckpoint: op("add_checkpoint", "POST", "/v1/sessions/{session_id}/goals/checkpoints", {
+    keyed: true,
+  }),
+  recordDecision: op("record_decision", "POST", "/v1/sessions/{session_id}/goals/decisions", {
+    keyed: true,
+  }),
+  recordArtifact: op("record_artifact", "POST", "/v1/sessions/{session_id}/goals/artifacts", {
+    keyed: true,
+  }),
+  answerLock: op("answer_lock", "POST", "/v1/sessions/{session_id}/goals/locks", { keyed: true }),
+  recordFile: op("record_file", "POST", "/v1/sessions/{session_id}/files", { keyed: true }),
   addMemory: op("add_memory", "POST", "/v1/memories", { repeatable: false }),
   searchMemories: op("search_memories", "POST", "/v1/memories/search"),
 } as const satisfies Record<string, Operation>;
@@ -399,6 +420,44 @@ export class StrataClient {
   /** Deletes the session; `removed` says how many turns went. */
   deleteSession(sessionId: string, call?: CallOptions): Promise<Removed> {
     return this.#json("deleteSession", sessionId, undefined, call);
+  }
+
+  /** The session's goals, oldest first, and the locks the model proposed that wait for `answerLock`. */
+  goals(sessionId: string): Promise<Goals> {
+    return this.#json("goals", sessionId);
+  }
+
+  /** Creates a goal and makes it the active one (an active goal is paused). */
+  createGoal(sessionId: string, body: CreateGoalRequest, call?: CallOptions): Promise<Goal> {
+    return this.#json("createGoal", sessionId, body, call);
+  }
+
+  /** Adds a checkpoint to `goal` (default: the active goal); answers the goal. */
+  addCheckpoint(sessionId: string, body: CheckpointRequest, call?: CallOptions): Promise<Goal> {
+    return this.#json("addCheckpoint", sessionId, body, call);
+  }
+
+  /** Records an unlocked decision with its `rationale`; answers the goal. */
+  recordDecision(sessionId: string, body: DecisionRequest, call?: CallOptions): Promise<Goal> {
+    return this.#json("recordDecision", sessionId, body, call);
+  }
+
+  /** Records an artifact with its `kind` (file, test or documentation); answers the goal. */
+  recordArtifact(sessionId: string, body: ArtifactRequest, call?: CallOptions): Promise<Goal> {
+    return this.#json("recordArtifact", sessionId, body, call);
+  }
+
+  /**
+   * Confirms (`confirm: true`) or refuses the lock the model proposed for a decision. Only this
+   * call locks: a marker in a reply only proposes.
+   */
+  answerLock(sessionId: string, body: LockRequest, call?: CallOptions): Promise<Goal> {
+    return this.#json("answerLock", sessionId, body, call);
+  }
+
+  /** Records that a tool of the session read, modified or deleted a file. */
+  recordFile(sessionId: string, body: FileRequest, call?: CallOptions): Promise<ToolResultRecorded> {
+    return this.#json("recordFile", sessionId, body, call);
   }
 
   /**

@@ -141,6 +141,115 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Record that a tool of the session read, changed or deleted a file; the session-files
+         *     section lists them, newest first.
+         */
+        post: operations["record_file"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/goals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A session's goals. */
+        get: operations["get_goals"];
+        put?: never;
+        /** Create a goal and make it the active one (an active goal is paused). */
+        post: operations["create_goal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/goals/artifacts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Record an artifact of a goal, with its kind. */
+        post: operations["record_artifact"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/goals/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add a checkpoint to a goal. */
+        post: operations["add_checkpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/goals/decisions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Record an unlocked decision of a goal, with its rationale. */
+        post: operations["record_decision"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/goals/locks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Confirm (`confirm: true`) or refuse the lock the model proposed for a decision. Only this
+         *     call locks: a marker in a reply only proposes (ADR-0011).
+         */
+        post: operations["answer_lock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/replies": {
         parameters: {
             query?: never;
@@ -249,6 +358,72 @@ export interface components {
             loaded_at_ms: number;
             last_reload?: null | components["schemas"]["ReloadInfo"];
         };
+        /** @description `POST /v1/sessions/{session_id}/goals/artifacts`. */
+        ArtifactRequest: {
+            /** @description The goal (default: the active one). */
+            goal?: string | null;
+            /** @description Its path. */
+            path: string;
+            /** @description `created`, `modified` or `deleted`. */
+            action: string;
+            /** @description `file` (the default), `test` or `documentation`. */
+            kind?: string | null;
+        };
+        /** @description An artifact of a goal. */
+        ArtifactView: {
+            /** @description `file`, `test` or `documentation`. */
+            kind: string;
+            /** @description Its path. */
+            path: string;
+            /** @description `created`, `modified` or `deleted`. */
+            action: string;
+        };
+        /** @description `POST /v1/sessions/{session_id}/goals/checkpoints`. */
+        CheckpointRequest: {
+            /** @description The goal (default: the active one). */
+            goal?: string | null;
+            /** @description What the step is. */
+            description: string;
+            /** @description `pending` (the default), `in_progress` or `completed`. */
+            status?: string | null;
+        };
+        /** @description A checkpoint of a goal. */
+        CheckpointView: {
+            /**
+             * Format: int32
+             * @description Its number within the goal.
+             */
+            id: number;
+            /** @description What it is. */
+            description: string;
+            /** @description `pending`, `in_progress` or `completed`. */
+            status: string;
+        };
+        /** @description `POST /v1/sessions/{session_id}/goals/decisions`: an unlocked decision. */
+        DecisionRequest: {
+            /** @description The goal (default: the active one). */
+            goal?: string | null;
+            /** @description What was decided (text before a `:` is its subject). */
+            description: string;
+            /** @description Why. */
+            rationale?: string;
+        };
+        /** @description A decision of a goal. */
+        DecisionView: {
+            /**
+             * Format: int32
+             * @description Its number within the goal.
+             */
+            id: number;
+            /** @description What was decided. */
+            description: string;
+            /** @description Why. */
+            rationale: string;
+            /** @description Locked: it can no longer change. Only the caller locks. */
+            locked: boolean;
+            /** @description The model proposed the lock; it waits for the caller to confirm or refuse it. */
+            lock_proposed: boolean;
+        };
         /** @description The body of every error response. */
         ErrorBody: {
             /** @description The error. */
@@ -266,11 +441,86 @@ export interface components {
             /** @description What went wrong and what to do about it. */
             message: string;
         };
+        /** @description `POST /v1/sessions/{session_id}/files`: a file a tool of the session touched. */
+        FileRequest: {
+            /** @description The path (1-4096 bytes, no control characters). */
+            path: string;
+            /** @description `read`, `modified` or `deleted`. */
+            action: string;
+        };
+        /** @description `POST /v1/sessions/{session_id}/goals`: a new goal, made the active one. */
+        GoalRequest: {
+            /** @description What it is. */
+            description: string;
+            /** @description `high`, `medium` (the default) or `low`. */
+            priority?: string | null;
+        };
+        /** @description A goal. */
+        GoalView: {
+            /** @description Its id (`goal-1`...). */
+            id: string;
+            /** @description What it is. */
+            description: string;
+            /** @description `high`, `medium` or `low`. */
+            priority: string;
+            /** @description `active`, `paused` or `completed`. */
+            status: string;
+            /** @description Completed checkpoints. */
+            completed: number;
+            /** @description All checkpoints. */
+            total: number;
+            /** @description Its checkpoints. */
+            checkpoints: components["schemas"]["CheckpointView"][];
+            /** @description Its decisions. */
+            decisions: components["schemas"]["DecisionView"][];
+            /** @description Its artifacts. */
+            artifacts: components["schemas"]["ArtifactView"][];
+            /** @description The next step, if one was named. */
+            next?: string | null;
+        };
+        /** @description `GET /v1/sessions/{session_id}/goals`: the session's goals. */
+        GoalsView: {
+            /** @description The session. */
+            session_id: string;
+            /** @description Every goal, oldest first (at most one is active). */
+            goals: components["schemas"]["GoalView"][];
+            /**
+             * @description Decisions of the active goal whose lock the model proposed and nobody confirmed or
+             *     refused yet.
+             */
+            pending_locks: components["schemas"]["PendingLock"][];
+        };
+        /** @description The inbound message's origin. */
+        InboundSpec: {
+            /** @description Who sent it (a user name, an address, another agent's id). */
+            sender?: string | null;
+            /** @description The channel it came through (`cli`, `slack`, `email`...). */
+            channel?: string | null;
+            /** @description Further metadata, shown in key order. */
+            metadata?: {
+                [key: string]: string;
+            };
+        };
         /**
          * @description Which end of a tool's output is kept when it is cut to fit.
          * @enum {string}
          */
         KeepEnd: "head" | "tail" | "both";
+        /**
+         * @description `POST /v1/sessions/{session_id}/goals/locks`: the caller's answer to a lock the model
+         *     proposed.
+         */
+        LockRequest: {
+            /** @description The goal (default: the active one). */
+            goal?: string | null;
+            /**
+             * Format: int32
+             * @description The decision's number.
+             */
+            decision: number;
+            /** @description `true` locks the decision for good; `false` refuses the lock and leaves it unlocked. */
+            confirm: boolean;
+        };
         /** @description A stored memory's id. */
         MemoryCreated: {
             /** @description The id. */
@@ -296,6 +546,18 @@ export interface components {
             content: string;
             /** @description Tags: 1-64 characters of `[A-Za-z0-9._:/-]` each. */
             tags?: string[];
+        };
+        /** @description A decision waiting for the caller to confirm or refuse its lock. */
+        PendingLock: {
+            /** @description The goal. */
+            goal: string;
+            /**
+             * Format: int32
+             * @description The decision's number within it.
+             */
+            decision: number;
+            /** @description What was decided. */
+            description: string;
         };
         /** @description The tool result was recorded. */
         Recorded: {
@@ -363,6 +625,13 @@ export interface components {
             session_id: string;
             /** @description Its entries, oldest first. */
             turns: components["schemas"]["TurnEntry"][];
+        };
+        /** @description A skill activated for a turn. */
+        SkillSpec: {
+            /** @description The skill's id: 1-100 characters of `[A-Za-z0-9._:/-]`. */
+            id: string;
+            /** @description What the skill tells the agent to do (data from the caller, fenced when sent). */
+            instructions: string;
         };
         /** @description `GET /healthz` and `GET /readyz`. */
         Status: {
@@ -445,6 +714,25 @@ export interface components {
              *     offered tools by the message's words); used on no other path.
              */
             retrieved_tools?: components["schemas"]["ToolSpec"][] | null;
+            /** @description Skills activated for this turn; each becomes a `skill/<id>` section of layer 4. */
+            skills?: components["schemas"]["SkillSpec"][] | null;
+            /** @description How much explicit reasoning to ask for: `off`, `low`, `medium` or `high`. */
+            thinking?: string | null;
+            inbound?: null | components["schemas"]["InboundSpec"];
+            /** @description The answer will be spoken rather than read. */
+            voice?: boolean | null;
+            /** @description The language to answer in (a name or a BCP 47 tag). */
+            language?: string | null;
+            /**
+             * @description The model this turn goes to (default: the server's): named in the runtime section,
+             *     given to templates as `model` and written into the request body.
+             */
+            model?: string | null;
+            /**
+             * @description The caller's time zone: `UTC`, an offset such as `+01:00`, or a name and an offset
+             *     such as `Europe/Paris +01:00` (default: UTC).
+             */
+            time_zone?: string | null;
         };
         /** @description A prepared turn. */
         TurnResponse: {
@@ -778,6 +1066,416 @@ export interface operations {
             };
             /** @description Unknown session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    record_file: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FileRequest"];
+            };
+        };
+        responses: {
+            /** @description Recorded */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Recorded"];
+                };
+            };
+            /** @description Invalid request (an empty path, a control character, an unknown action) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_goals: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The goals (none for a session that has none) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GoalsView"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_goal: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GoalRequest"];
+            };
+        };
+        responses: {
+            /** @description The new goal */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GoalView"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    record_artifact: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ArtifactRequest"];
+            };
+        };
+        responses: {
+            /** @description The goal after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GoalView"];
+                };
+            };
+            /** @description Invalid request, or no goal is active */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such goal */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    add_checkpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckpointRequest"];
+            };
+        };
+        responses: {
+            /** @description The goal after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GoalView"];
+                };
+            };
+            /** @description Invalid request, or no goal is active */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such goal */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    record_decision: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DecisionRequest"];
+            };
+        };
+        responses: {
+            /** @description The goal after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GoalView"];
+                };
+            };
+            /** @description Invalid request, or no goal is active */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such goal */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    answer_lock: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LockRequest"];
+            };
+        };
+        responses: {
+            /** @description The goal after the change */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GoalView"];
+                };
+            };
+            /** @description Invalid request, no goal is active, the decision is locked already or has no proposed lock */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such goal or decision */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

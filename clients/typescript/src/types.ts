@@ -20,6 +20,28 @@ export type ReloadInfo = Schemas["ReloadInfo"];
 export type AnnouncedTool = Schemas["ToolSpec"];
 /** The body of `prepareTurn`. */
 export type PrepareTurnRequest = Schemas["TurnRequest"];
+/** A skill activated for one turn: shown as the section `skill/<id>`. */
+export type Skill = Schemas["SkillSpec"];
+/** Who sent a turn's message, through which channel. */
+export type Inbound = Schemas["InboundSpec"];
+/** A session's goals and the locks waiting for the caller's answer. */
+export type Goals = Schemas["GoalsView"];
+/** A goal of a session. */
+export type Goal = Schemas["GoalView"];
+/** A decision whose lock the model proposed, waiting for `answerLock`. */
+export type PendingLock = Schemas["PendingLock"];
+/** The body of `createGoal`. */
+export type CreateGoalRequest = Schemas["GoalRequest"];
+/** The body of `addCheckpoint`. */
+export type CheckpointRequest = Schemas["CheckpointRequest"];
+/** The body of `recordDecision`. */
+export type DecisionRequest = Schemas["DecisionRequest"];
+/** The body of `recordArtifact`. */
+export type ArtifactRequest = Schemas["ArtifactRequest"];
+/** The body of `answerLock`. */
+export type LockRequest = Schemas["LockRequest"];
+/** The body of `recordFile`. */
+export type FileRequest = Schemas["FileRequest"];
 /**
  * A prepared turn; `request` is the provider request body, ready for the official SDK (typed as
  * its parameters by `@strata/client/openai` and `@strata/client/anthropic`), and `report` says

@@ -47,7 +47,8 @@ use strata_registry::{
 };
 
 pub use strata_registry::{
-    AssistantOutput, Config, GoalManager, GoalPriority, MarkerReport, Registry, RegistryEvent,
+    ActiveSkill, AssistantOutput, Config, GoalManager, GoalPriority, Inbound, InputError,
+    MarkerReport, Registry, RegistryEvent, ThinkingLevel, TimeZone, UnknownThinkingLevel,
 };
 
 use crate::assemble::Assembler;
@@ -85,6 +86,10 @@ pub enum SessionError {
     /// A caller's input is invalid.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A per-turn input (skill, time zone, sender...) is invalid; the message is the same in
+    /// every interface.
+    #[error(transparent)]
+    Input(#[from] strata_registry::InputError),
     /// A reply calls a tool the signed definition does not allowlist; nothing was recorded.
     #[error("the reply calls tool `{name}` (call `{call}`), which is not on the agent's signed allowlist; nothing was recorded. Send only the tools a prepared turn offered, and record replies that call those")]
     ToolNotAllowed {
@@ -630,6 +635,44 @@ pub struct TurnOptions {
     /// records, a delegated task...). The context path requires it and it takes part on that
     /// path only.
     pub resolved_context: Vec<Section>,
+    /// Skills activated for this turn: each becomes a `skill/<id>` section of layer 4.
+    pub skills: Vec<ActiveSkill>,
+    /// How much explicit reasoning to ask for (default: none asked).
+    pub thinking: Option<ThinkingLevel>,
+    /// Who sent the message, through which channel.
+    pub inbound: Option<Inbound>,
+    /// The answer will be spoken rather than read.
+    pub voice: bool,
+    /// The language to answer in (a name or a BCP 47 tag).
+    pub language: Option<String>,
+    /// The model this turn goes to: named in the runtime section, given to templates as
+    /// `model`, and written into the request body (default: the runtime's model).
+    pub model: Option<String>,
+    /// The caller's time zone for dates and times (default: UTC).
+    pub time_zone: Option<TimeZone>,
+}
+
+impl TurnOptions {
+    /// The per-turn inputs the built-in contributors and templates read, with the runtime's
+    /// model when the turn names none; checked, with the same messages in every interface.
+    fn request_inputs(&self, runtime_model: &str) -> Result<RequestInputs, SessionError> {
+        let model = self
+            .model
+            .clone()
+            .or_else(|| (!runtime_model.is_empty()).then(|| runtime_model.to_owned()));
+        let inputs = RequestInputs {
+            active_skills: self.skills.clone(),
+            inbound: self.inbound.clone(),
+            voice: self.voice,
+            language: self.language.as_deref().map(Arc::from),
+            thinking: self.thinking,
+            model: model.as_deref().map(Arc::from),
+            time_zone: self.time_zone.clone(),
+            ..RequestInputs::default()
+        };
+        inputs.check()?;
+        Ok(inputs)
+    }
 }
 
 /// A tool call in a model's reply.
@@ -1230,6 +1273,77 @@ impl Session<'_> {
         )?)
     }
 
+    /// Change this session's goals with the caller's authority (the runtime or its operator;
+    /// a model's marker only proposes a lock, ADR-0011); the goal as it is after the change.
+    /// A refused change writes nothing.
+    pub fn change_goals(
+        &self,
+        change: &strata_registry::GoalChange,
+    ) -> Result<strata_registry::Goal, SessionError> {
+        Ok(self.goals()?.change(change)?)
+    }
+
+    /// [`Session::change_goals`] as a retry-safe operation (ADR-0031): the change and its
+    /// record are one write of the session's goal document; `answer` makes a repeat's answer.
+    pub fn change_goals_once(
+        &self,
+        op: &OperationId,
+        change: &strata_registry::GoalChange,
+        answer: &dyn Fn(&strata_registry::Goal) -> Result<String, SessionError>,
+    ) -> Result<Outcome<strata_registry::Goal>, SessionError> {
+        if let Some(done) = self.repeated(Some(op))? {
+            return Ok(Outcome::Repeated(done));
+        }
+        // The answer's own error, kept to be returned as it was.
+        let failed = std::cell::RefCell::new(None::<SessionError>);
+        let made = |g: &strata_registry::Goal| {
+            answer(g).map_err(|e| {
+                let text = e.to_string();
+                *failed.borrow_mut() = Some(e);
+                strata_registry::GoalError::Invalid(text)
+            })
+        };
+        match self
+            .goals()?
+            .change_once(&op.key, &op.fingerprint, change, &made)
+        {
+            Ok(strata_registry::ChangeOutcome::Done(g)) => Ok(Outcome::Done(g)),
+            Ok(strata_registry::ChangeOutcome::Repeated(a)) => Ok(Outcome::Repeated(a)),
+            Err(strata_registry::GoalError::KeyReused { key }) => {
+                Err(SessionError::KeyReused { key })
+            }
+            Err(e) => Err(failed.take().unwrap_or(SessionError::Goals(e))),
+        }
+    }
+
+    /// [`Session::record_file`] as a retry-safe operation (ADR-0031): the file and the
+    /// operation's record are one write of the session's files document; `answer` is what a
+    /// repeat gets.
+    pub fn record_file_once(
+        &self,
+        op: &OperationId,
+        path: &str,
+        action: FileAction,
+        answer: &str,
+    ) -> Result<Outcome<()>, SessionError> {
+        if let Some(done) = self.repeated(Some(op))? {
+            return Ok(Outcome::Repeated(done));
+        }
+        match strata_memory::record_session_file_once(
+            &*self.rt.store.state(),
+            &self.id,
+            path,
+            action,
+            now_ms(),
+            Some((&op.key, &op.fingerprint, answer)),
+        ) {
+            Ok(strata_memory::FileRecorded::Recorded) => Ok(Outcome::Done(())),
+            Ok(strata_memory::FileRecorded::Repeated(a)) => Ok(Outcome::Repeated(a)),
+            Err(MemoryError::OperationExists { key, .. }) => Err(SessionError::KeyReused { key }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Note that a tool of this session read, changed or deleted the file at `path`; the
     /// session-files section lists what the session touched, newest first.
     pub fn record_file(&self, path: &str, action: FileAction) -> Result<(), SessionError> {
@@ -1379,7 +1493,31 @@ impl Session<'_> {
     /// service asks this first, so that a repeat is answered before any check of the session's
     /// state (a reset session no longer exists, yet its reset repeats).
     pub fn repeated_answer(&self, op: &OperationId) -> Result<Option<String>, SessionError> {
-        self.repeated(Some(op))
+        if let Some(done) = self.repeated(Some(op))? {
+            return Ok(Some(done));
+        }
+        // Goal changes and file recordings keep their records with what they changed; one key
+        // names one request whichever of them it was used for.
+        match self.goals()?.repeated(&op.key, &op.fingerprint) {
+            Ok(Some(done)) => return Ok(Some(done)),
+            Ok(None) => {}
+            Err(strata_registry::GoalError::KeyReused { key }) => {
+                return Err(SessionError::KeyReused { key })
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match strata_memory::session_file_operation(
+            &*self.rt.store.state(),
+            &self.id,
+            &op.key,
+            now_ms(),
+        )? {
+            Some(rec) if rec.fingerprint == op.fingerprint => Ok(Some(rec.answer)),
+            Some(_) => Err(SessionError::KeyReused {
+                key: op.key.clone(),
+            }),
+            None => Ok(None),
+        }
     }
 
     /// [`Session::repeated_answer`] for an optional operation.
@@ -1428,6 +1566,7 @@ impl Session<'_> {
     ) -> Result<PreparedTurn, SessionError> {
         let rt = self.rt;
         rt.check_refused()?;
+        let inputs = opts.request_inputs(&rt.params.model)?;
         let agent = &rt.agent;
         // Default mode: strata.toml's when one was given, else the signed definition's.
         let mode = opts.mode.unwrap_or(if rt.configured {
@@ -1487,6 +1626,7 @@ impl Session<'_> {
             operational,
             tools: &tools,
             now_ms,
+            inputs,
         })?;
         // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
         // cached paths), the request still carries the current exchange: the newest user
@@ -1522,9 +1662,20 @@ impl Session<'_> {
                 .collect(),
             omissions,
             provider: Some(rt.provider),
-            provider_options: rt.options.clone(),
+            provider_options: ProviderOptions {
+                model: opts.model.clone().or_else(|| rt.options.model.clone()),
+                ..rt.options.clone()
+            },
             now_ms: Some(now_ms),
             ..AssemblyRequest::default()
+        };
+        // A turn that names its model is written for it.
+        let params = match &opts.model {
+            Some(m) => std::borrow::Cow::Owned(RequestParams {
+                model: m.clone(),
+                ..rt.params.clone()
+            }),
+            None => std::borrow::Cow::Borrowed(&rt.params),
         };
         // Without a receipt the body is written once and serialised once; with one, the
         // receipted bytes are what is sent, and the body is read back from exactly them.
@@ -1532,14 +1683,14 @@ impl Session<'_> {
             Some(key) => {
                 let r = rt
                     .assembler
-                    .assemble_with_receipt(agent, &req, &rt.params, key)?;
+                    .assemble_with_receipt(agent, &req, &params, key)?;
                 let body: Value = serde_json::from_slice(&r.sent)
                     .map_err(|e| SessionError::Invalid(format!("request body: {e}")))?;
                 (r.context, body, r.sent, Some(r.receipt))
             }
             None => {
                 let context = rt.assembler.assemble(agent, &req)?;
-                let body = context.request_body(rt.provider, &rt.params)?;
+                let body = context.request_body(rt.provider, &params)?;
                 let sent = crate::receipt::body_bytes(&body);
                 (context, body, sent, None)
             }
@@ -1573,6 +1724,8 @@ struct Gathering<'a> {
     /// Already narrowed to what the model may see.
     tools: &'a [AnnouncedTool],
     now_ms: i64,
+    /// The turn's inputs (skills, inbound, model...); tools and hints are set from `tools`.
+    inputs: RequestInputs,
 }
 
 impl Runtime {
@@ -1606,7 +1759,7 @@ impl Runtime {
         ctx.inputs = Arc::new(RequestInputs {
             tools: t.tools.to_vec(),
             tool_hints,
-            ..RequestInputs::default()
+            ..t.inputs.clone()
         });
         let gathered = self
             .registry
@@ -1696,6 +1849,7 @@ impl Runtime {
             operational: agent.default_mode(),
             tools: &tools,
             now_ms,
+            inputs: TurnOptions::default().request_inputs(&self.params.model)?,
         })?;
         sections.append(&mut req.sections);
         req.sections = sections;

@@ -194,14 +194,56 @@ fn a_tool_using_session_runs_over_http_and_every_documented_operation_answers() 
     );
     assert_eq!(view.body["turns"][1]["call_id"], "call_1");
 
-    // A second session, reset; the first, deleted.
+    // The session's goals and files, set by the caller (serve_goals.rs covers them in depth).
+    for (route, body) in [
+        ("goals", json!({"description": "Answer the hours question"})),
+        (
+            "goals/checkpoints",
+            json!({"description": "Read the notes"}),
+        ),
+        (
+            "goals/artifacts",
+            json!({"path": "notes.txt", "action": "modified"}),
+        ),
+        (
+            "goals/decisions",
+            json!({"description": "Source: the notes", "rationale": "they are current"}),
+        ),
+        ("files", json!({"path": "notes.txt", "action": "read"})),
+    ] {
+        let r = srv.post(&format!("/v1/sessions/s-2/{route}"), &body);
+        assert_eq!(r.status, 200, "{route}: {:?}", r.body);
+    }
+    let locked = srv.post(
+        "/v1/sessions/s-2/replies",
+        &json!({"text": "[DECISION] Format: a table - LOCKED"}),
+    );
+    assert_eq!(locked.status, 404, "no entries yet: {:?}", locked.body);
     assert_eq!(
         srv.post("/v1/sessions/s-2/turns", &json!({"message": "Hi"}))
             .status,
         200
     );
+    let proposed = srv.post(
+        "/v1/sessions/s-2/replies",
+        &json!({"text": "[DECISION] Format: a table - LOCKED"}),
+    );
+    assert_eq!(proposed.status, 200, "{:?}", proposed.body);
+    let confirmed = srv.post(
+        "/v1/sessions/s-2/goals/locks",
+        &json!({"decision": 2, "confirm": true}),
+    );
+    assert_eq!(confirmed.status, 200, "{:?}", confirmed.body);
+    let g = srv.get("/v1/sessions/s-2/goals");
+    assert_eq!(
+        g.body["goals"][0]["decisions"][1]["locked"], true,
+        "{:?}",
+        g.body
+    );
+
+    // A second session, reset; the first, deleted.
     let reset = srv.post("/v1/sessions/s-2/reset", &json!({}));
-    assert_eq!(reset.body, json!({"removed": 1}));
+    assert_eq!(reset.body, json!({"removed": 2}));
     assert_eq!(srv.get("/v1/sessions/s-2").code(), "unknown_session");
     let deleted = srv.delete("/v1/sessions/s-1");
     assert_eq!(deleted.body, json!({"removed": 5}));

@@ -78,7 +78,8 @@ pub use pg::PgStore;
 pub use shared::{Fact, Scope, SharedContext, SharedContextReader, SharedContextWriter};
 pub use sqlite::{IntegrityFinding, IntegrityReport, SqliteStore, VectorCacheStats};
 pub use state::{
-    record_session_file, session_files, FileAction, SessionFile, SessionState, StateDoc,
+    record_session_file, record_session_file_once, session_file_operation, session_files,
+    FileAction, FileOperation, FileRecorded, SessionFile, SessionState, StateDoc,
 };
 pub use working::{
     check_links, check_operation_key, select_recent, Applied, Batch, Entry, EntryMeta, NewEntry,

@@ -106,14 +106,77 @@ pub struct SessionFile {
 pub fn session_files(state: &dyn SessionState, session: &str) -> Result<Vec<SessionFile>> {
     match state.state(session, FILES_DOC)? {
         None => Ok(Vec::new()),
-        Some(doc) => serde_json::from_str(&doc.value).map_err(|e| {
-            crate::error::MemoryError::invalid(
-                "session files",
-                format!(
-                    "the stored list of session `{session}` is not valid JSON ({e}); remove the `{FILES_DOC}` document of the session to start afresh"
-                ),
-            )
-        }),
+        Some(doc) => Ok(parse_files(session, &doc.value)?.files),
+    }
+}
+
+/// A retried recording of a file (ADR-0031, ADR-0042): the caller's key, a fingerprint of what was
+/// asked, and the answer a repeat gets. Kept in the files document itself, so that the file
+/// and the record of its recording are written in one compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileOperation {
+    /// The fingerprint of the request.
+    pub fingerprint: String,
+    /// The first answer.
+    pub answer: String,
+    /// When it ran, Unix milliseconds (records older than [`crate::OPERATION_TTL_MS`] are
+    /// dropped).
+    pub at_ms: i64,
+}
+
+/// What [`record_session_file_once`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRecorded {
+    /// The file was recorded now.
+    Recorded,
+    /// The operation ran before: its first answer; nothing was written.
+    Repeated(String),
+}
+
+/// The live record of the keyed file recording `key` on `session`, if any.
+pub fn session_file_operation(
+    state: &dyn SessionState,
+    session: &str,
+    key: &str,
+    now_ms: i64,
+) -> Result<Option<FileOperation>> {
+    match state.state(session, FILES_DOC)? {
+        None => Ok(None),
+        Some(doc) => Ok(parse_files(session, &doc.value)?
+            .operations
+            .remove(key)
+            .filter(|r| now_ms.saturating_sub(r.at_ms) < crate::OPERATION_TTL_MS)),
+    }
+}
+
+/// Most operation records a files document keeps; the oldest go first.
+const MAX_FILE_OPERATIONS: usize = 256;
+
+/// The files document: a bare list (what every build writes when no keyed recording happened),
+/// or the list with the records of keyed recordings.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct FilesDoc {
+    files: Vec<SessionFile>,
+    #[serde(default)]
+    operations: std::collections::BTreeMap<String, FileOperation>,
+}
+
+fn parse_files(session: &str, json: &str) -> Result<FilesDoc> {
+    let bad = |e: serde_json::Error| {
+        crate::error::MemoryError::invalid(
+            "session files",
+            format!(
+                "the stored list of session `{session}` is not valid JSON ({e}); remove the `{FILES_DOC}` document of the session to start afresh"
+            ),
+        )
+    };
+    if json.trim_start().starts_with('[') {
+        Ok(FilesDoc {
+            files: serde_json::from_str(json).map_err(bad)?,
+            operations: Default::default(),
+        })
+    } else {
+        serde_json::from_str(json).map_err(bad)
     }
 }
 
@@ -127,6 +190,21 @@ pub fn record_session_file(
     action: FileAction,
     at_ms: i64,
 ) -> Result<()> {
+    record_session_file_once(state, session, path, action, at_ms, None).map(|_| ())
+}
+
+/// [`record_session_file`] as a retry-safe operation: `op` is `(key, fingerprint, answer)`.
+/// A repeat of the key with the same fingerprint answers the first answer and writes nothing;
+/// with another fingerprint it is refused ([`crate::MemoryError::OperationExists`]) and
+/// nothing changes. The file and the operation's record are one write.
+pub fn record_session_file_once(
+    state: &dyn SessionState,
+    session: &str,
+    path: &str,
+    action: FileAction,
+    at_ms: i64,
+    op: Option<(&str, &str, &str)>,
+) -> Result<FileRecorded> {
     let path = path.trim();
     if path.is_empty() || path.len() > 4096 || path.chars().any(char::is_control) {
         return Err(crate::error::MemoryError::invalid(
@@ -134,27 +212,74 @@ pub fn record_session_file(
             "give a path of 1-4096 bytes without control characters".to_owned(),
         ));
     }
+    if let Some((key, _, _)) = op {
+        crate::working::check_operation_key(key)?;
+    }
     for _ in 0..ATTEMPTS {
         let doc = state.state(session, FILES_DOC)?;
         let mut files = match &doc {
-            None => Vec::new(),
-            Some(_) => session_files(state, session)?,
+            None => FilesDoc::default(),
+            Some(d) => parse_files(session, &d.value)?,
         };
-        files.retain(|f| f.path != path);
-        files.push(SessionFile {
+        if let Some((key, fingerprint, _)) = op {
+            if let Some(rec) = files
+                .operations
+                .get(key)
+                .filter(|r| at_ms.saturating_sub(r.at_ms) < crate::OPERATION_TTL_MS)
+            {
+                return if rec.fingerprint == fingerprint {
+                    Ok(FileRecorded::Repeated(rec.answer.clone()))
+                } else {
+                    Err(crate::error::MemoryError::OperationExists {
+                        session: session.to_owned(),
+                        key: key.to_owned(),
+                    })
+                };
+            }
+        }
+        files.files.retain(|f| f.path != path);
+        files.files.push(SessionFile {
             path: path.to_owned(),
             action,
             at_ms,
         });
-        let excess = files.len().saturating_sub(MAX_SESSION_FILES);
-        files.drain(..excess);
-        let json = serde_json::to_string(&files)
-            .map_err(|e| crate::error::MemoryError::invalid("session files", e.to_string()))?;
+        let excess = files.files.len().saturating_sub(MAX_SESSION_FILES);
+        files.files.drain(..excess);
+        files
+            .operations
+            .retain(|_, r| at_ms.saturating_sub(r.at_ms) < crate::OPERATION_TTL_MS);
+        if let Some((key, fingerprint, answer)) = op {
+            files.operations.insert(
+                key.to_owned(),
+                FileOperation {
+                    fingerprint: fingerprint.to_owned(),
+                    answer: answer.to_owned(),
+                    at_ms,
+                },
+            );
+            while files.operations.len() > MAX_FILE_OPERATIONS {
+                let oldest = files
+                    .operations
+                    .iter()
+                    .min_by_key(|(_, r)| r.at_ms)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    files.operations.remove(&k);
+                }
+            }
+        }
+        // Without operation records the document stays the bare list older builds wrote.
+        let json = if files.operations.is_empty() {
+            serde_json::to_string(&files.files)
+        } else {
+            serde_json::to_string(&files)
+        }
+        .map_err(|e| crate::error::MemoryError::invalid("session files", e.to_string()))?;
         if state
             .put_state(session, FILES_DOC, &json, doc.map(|d| d.version))?
             .is_some()
         {
-            return Ok(());
+            return Ok(FileRecorded::Recorded);
         }
     }
     Err(crate::error::MemoryError::invalid(

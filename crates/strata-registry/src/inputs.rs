@@ -150,6 +150,193 @@ impl Default for TimeZone {
     }
 }
 
+/// Why a per-turn input was refused. The messages are the ones every interface shows (the
+/// library's error, the service's error body, the command line's standard error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// A thinking level that is not one of the four.
+    #[error(transparent)]
+    Thinking(#[from] UnknownThinkingLevel),
+    /// A time zone that is neither `UTC` nor an offset within a day, with an optional name.
+    #[error("time zone `{0}` is not valid: give `UTC`, an offset such as `+01:00`, or a name and an offset such as `Europe/Paris +01:00` (offsets from -23:59 to +23:59)")]
+    TimeZone(String),
+    /// A skill whose id or instructions are not usable.
+    #[error("skill `{id}`: {reason}")]
+    Skill {
+        /// The id as given (at most 100 characters of it).
+        id: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// A text input (sender, channel, language, model) that is empty or too long.
+    #[error("{field} `{value}`: {reason}")]
+    Text {
+        /// Which input.
+        field: &'static str,
+        /// The value as given (at most 100 characters of it).
+        value: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+}
+
+/// Longest skill id, in bytes.
+pub const MAX_SKILL_ID: usize = 100;
+/// Longest sender, channel, language or model name, in bytes.
+pub const MAX_INPUT_TEXT: usize = 200;
+
+fn shown(s: &str) -> String {
+    s.chars().take(100).collect()
+}
+
+impl ActiveSkill {
+    /// A skill with its instructions, checked as [`ActiveSkill::check`] does.
+    pub fn new(
+        id: impl Into<Arc<str>>,
+        instructions: impl Into<Content>,
+    ) -> Result<ActiveSkill, InputError> {
+        let skill = ActiveSkill {
+            id: id.into(),
+            instructions: instructions.into(),
+        };
+        skill.check()?;
+        Ok(skill)
+    }
+
+    /// Check the id (1-100 characters of `[A-Za-z0-9._:/-]`, it becomes part of a section id)
+    /// and that the instructions say something.
+    pub fn check(&self) -> Result<(), InputError> {
+        let id = &*self.id;
+        let bad = |reason: &str| InputError::Skill {
+            id: shown(id),
+            reason: reason.to_owned(),
+        };
+        if id.is_empty() || id.len() > MAX_SKILL_ID {
+            return Err(bad("a skill id has 1-100 characters"));
+        }
+        if !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '-'))
+        {
+            return Err(bad(
+                "a skill id holds only letters, digits and . _ : / - (it becomes part of a section id)",
+            ));
+        }
+        if self.instructions.as_str().trim().is_empty() {
+            return Err(bad(
+                "the skill's instructions are empty; give what the skill tells the agent to do",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Check a short text input (sender, channel, language, model): not blank, at most
+/// [`MAX_INPUT_TEXT`] bytes, no control characters.
+pub fn check_text(field: &'static str, value: &str) -> Result<(), InputError> {
+    let bad = |reason: &str| InputError::Text {
+        field,
+        value: shown(value),
+        reason: reason.to_owned(),
+    };
+    if value.trim().is_empty() {
+        return Err(bad("is empty; leave it out instead"));
+    }
+    if value.len() > MAX_INPUT_TEXT {
+        return Err(bad("is longer than 200 bytes"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(bad("holds a control character"));
+    }
+    Ok(())
+}
+
+impl TimeZone {
+    /// Check the offset (within a day) and the name (as [`check_text`] does).
+    pub fn check(&self) -> Result<(), InputError> {
+        if self.offset_minutes.abs() >= 24 * 60 {
+            return Err(InputError::TimeZone(shown(&self.to_string())));
+        }
+        check_text("time zone name", &self.name)
+    }
+}
+
+impl fmt::Display for TimeZone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.offset_minutes < 0 { '-' } else { '+' };
+        let m = self.offset_minutes.unsigned_abs();
+        write!(f, "{} {sign}{:02}:{:02}", self.name, m / 60, m % 60)
+    }
+}
+
+/// `UTC`, `Z`, `+HH:MM`, `-HH:MM`, `UTC+HH:MM` or `<name> +HH:MM` (the name is shown to the
+/// model; an offset alone is named `UTC+HH:MM`).
+impl FromStr for TimeZone {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || InputError::TimeZone(shown(s));
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("utc") || t == "Z" {
+            return Ok(TimeZone::utc());
+        }
+        // The offset is the text from the last sign on.
+        let at = t.rfind(['+', '-']).ok_or_else(bad)?;
+        let (name, offset) = t.split_at(at);
+        let (sign, hm) = offset.split_at(1);
+        let (h, m) = hm.split_once(':').ok_or_else(bad)?;
+        let digits = |x: &str| x.len() == 2 && x.bytes().all(|b| b.is_ascii_digit());
+        if !digits(h) || !digits(m) {
+            return Err(bad());
+        }
+        let (h, m): (i32, i32) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+        if h > 23 || m > 59 {
+            return Err(bad());
+        }
+        let minutes = (h * 60 + m) * if sign == "-" { -1 } else { 1 };
+        let name = name.trim();
+        let name = if name.is_empty() || name.eq_ignore_ascii_case("utc") {
+            format!("UTC{offset}")
+        } else {
+            name.to_owned()
+        };
+        let zone = TimeZone {
+            name: Arc::from(name),
+            offset_minutes: minutes,
+        };
+        zone.check().map_err(|_| bad())?;
+        Ok(zone)
+    }
+}
+
+impl RequestInputs {
+    /// Check every input a caller gives (skills, texts, time zone); tools are checked where
+    /// they are narrowed.
+    pub fn check(&self) -> Result<(), InputError> {
+        for s in &self.active_skills {
+            s.check()?;
+        }
+        if let Some(i) = &self.inbound {
+            if let Some(s) = &i.sender {
+                check_text("sender", s)?;
+            }
+            if let Some(c) = &i.channel {
+                check_text("channel", c)?;
+            }
+        }
+        if let Some(l) = &self.language {
+            check_text("language", l)?;
+        }
+        if let Some(m) = &self.model {
+            check_text("model", m)?;
+        }
+        if let Some(z) = &self.time_zone {
+            z.check()?;
+        }
+        Ok(())
+    }
+}
+
 /// Builds a fingerprint of the inputs a contributor's output depends on, for cache keys.
 ///
 /// Each part is length-prefixed, so `("ab", "c")` and `("a", "bc")` differ (ADR-0011).
@@ -219,5 +406,42 @@ mod tests {
         );
         let e = "max".parse::<ThinkingLevel>().unwrap_err().to_string();
         assert!(e.contains("off, low, medium or high"), "{e}");
+    }
+
+    #[test]
+    fn time_zones_parse() {
+        let z: TimeZone = "Europe/Paris +01:00".parse().unwrap();
+        assert_eq!((&*z.name, z.offset_minutes), ("Europe/Paris", 60));
+        let z: TimeZone = "-05:30".parse().unwrap();
+        assert_eq!((&*z.name, z.offset_minutes), ("UTC-05:30", -330));
+        assert_eq!("utc".parse::<TimeZone>().unwrap(), TimeZone::utc());
+        for bad in [
+            "Mars",
+            "+24:00",
+            "+1:00",
+            "Paris +01:60",
+            "",
+            "+01:00\u{7}x",
+        ] {
+            let e = bad.parse::<TimeZone>().unwrap_err().to_string();
+            assert!(e.starts_with("time zone `"), "{bad}: {e}");
+        }
+        let far = TimeZone {
+            name: "x".into(),
+            offset_minutes: 1440,
+        };
+        assert!(matches!(far.check(), Err(InputError::TimeZone(_))));
+    }
+
+    #[test]
+    fn skills_and_texts_are_checked() {
+        assert!(ActiveSkill::new("review/rust", "Review carefully.").is_ok());
+        let e = ActiveSkill::new("a b", "x").unwrap_err().to_string();
+        assert!(e.starts_with("skill `a b`: a skill id holds only"), "{e}");
+        let e = ActiveSkill::new("ok", "  ").unwrap_err().to_string();
+        assert!(e.contains("instructions are empty"), "{e}");
+        assert!(check_text("sender", "").is_err());
+        assert!(check_text("sender", &"x".repeat(201)).is_err());
+        assert!(check_text("model", "gpt-5").is_ok());
     }
 }

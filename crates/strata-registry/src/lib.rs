@@ -48,10 +48,14 @@ pub use contributor::{
 };
 pub use gather::{GatherError, Gathered, Omission, OmissionReason, Run, RunOutcome};
 pub use goals::{
-    parse_markers, AssistantOutput, Goal, GoalError, GoalManager, GoalPriority, GoalStore, Marker,
+    parse_markers, parse_name, ArtifactAction, ArtifactKind, AssistantOutput, ChangeOutcome,
+    CheckpointStatus, Goal, GoalChange, GoalError, GoalManager, GoalPriority, GoalStore, Marker,
     MarkerOutcome, MarkerReport,
 };
-pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};
+pub use inputs::{
+    ActiveSkill, Fingerprint, Inbound, InputError, RequestInputs, ThinkingLevel, TimeZone,
+    UnknownThinkingLevel,
+};
 pub use modes::{Owner, StandardSection};
 pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};
 pub use templates::{OperationalTemplate, SignedTemplate, TemplateError, TemplateValues};

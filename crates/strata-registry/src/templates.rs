@@ -163,6 +163,39 @@ pub fn check_syntax(text: &str) -> Result<(), String> {
         .map_err(|e| describe(&e))
 }
 
+/// The names a template may use: the values [`OperationalTemplate::values`] gives. `agent_id`,
+/// `agent_name`, `mode`, `tier`, `prompt_mode` and `date` are always given, `model` whenever
+/// the runtime names its model; `language`, `channel` and `sender` only when the turn has them
+/// (test them with `is defined` to make them optional).
+pub const VALUE_NAMES: &[&str] = &[
+    "agent_id",
+    "agent_name",
+    "mode",
+    "tier",
+    "prompt_mode",
+    "date",
+    "language",
+    "model",
+    "channel",
+    "sender",
+];
+
+/// The names `text` uses that no input provides (sorted), besides the engine's own functions
+/// (`range`, `namespace`...): what `strata sign` refuses, so that a template cannot ask for a
+/// value that a runtime will never give. `Err` when the text does not compile.
+pub fn unknown_names(text: &str) -> Result<Vec<String>, String> {
+    let env = engine();
+    let tmpl = env.template_from_str(text).map_err(|e| describe(&e))?;
+    let globals: std::collections::BTreeSet<&str> = env.globals().map(|(k, _)| k).collect();
+    let mut unknown: Vec<String> = tmpl
+        .undeclared_variables(false)
+        .into_iter()
+        .filter(|n| !VALUE_NAMES.contains(&n.as_str()) && !globals.contains(n.as_str()))
+        .collect();
+    unknown.sort();
+    Ok(unknown)
+}
+
 /// Render `template` with `values` (strict: every name used must be given).
 pub fn render(template: &SignedTemplate, values: &TemplateValues) -> Result<String, TemplateError> {
     let id = template.section_id();
@@ -214,7 +247,8 @@ pub fn render_section(
 ///
 /// Values given to every template: `agent_id`, `agent_name`, `mode`, `tier`, `prompt_mode`,
 /// `date` (UTC, from `ctx.now_ms`), and, when the request has them, `language`, `model`,
-/// `channel` and `sender`; plus any fixed values the contributor was built with.
+/// `channel` and `sender` ([`VALUE_NAMES`]); plus any fixed values the contributor was built
+/// with.
 #[derive(Debug, Clone)]
 pub struct OperationalTemplate {
     agent: VerifiedAgent,
@@ -303,5 +337,22 @@ impl Contributor for OperationalTemplate {
         render_section(&template, &self.values(ctx), Self::ID)
             .map(|s| vec![s])
             .map_err(|e| ContributorError::Source(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_are_found() {
+        assert_eq!(
+            unknown_names("{{ model }} {% for i in range(2) %}{{ i }}{% endfor %}").unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            unknown_names("{{ model }} {{ user_name }} {% if mood %}x{% endif %}").unwrap(),
+            vec!["mood".to_owned(), "user_name".to_owned()]
+        );
     }
 }

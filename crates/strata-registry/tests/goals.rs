@@ -119,7 +119,7 @@ fn checkpoints_progress_decisions_artifacts() {
         "Current goal: Auth\nPriority: high\nStatus: active\nProgress: 2 of 5 checkpoints completed (40%)\n\n\
          Checkpoints:\n1. [done] Design\n2. [done] Login\n3. [in progress] JWT\n4. [pending] Register\n5. [pending] Hashing\n\n\
          Decisions:\n- [locked] Use JWT with refresh (because stateless)\n\n\
-         Artifacts:\n- Created: src/auth.rs\n- Created: tests/auth.rs\n\n\
+         Artifacts:\n- Created: src/auth.rs\n- Created (test): tests/auth.rs\n\n\
          Next: Add hashing"
     );
 }

@@ -103,6 +103,54 @@ pub struct TurnRequest {
     /// offered tools by the message's words); used on no other path.
     #[serde(default)]
     pub retrieved_tools: Option<Vec<ToolSpec>>,
+    /// Skills activated for this turn; each becomes a `skill/<id>` section of layer 4.
+    #[serde(default)]
+    pub skills: Option<Vec<SkillSpec>>,
+    /// How much explicit reasoning to ask for: `off`, `low`, `medium` or `high`.
+    #[serde(default)]
+    pub thinking: Option<String>,
+    /// Who sent the message, through which channel.
+    #[serde(default)]
+    pub inbound: Option<InboundSpec>,
+    /// The answer will be spoken rather than read.
+    #[serde(default)]
+    pub voice: Option<bool>,
+    /// The language to answer in (a name or a BCP 47 tag).
+    #[serde(default)]
+    pub language: Option<String>,
+    /// The model this turn goes to (default: the server's): named in the runtime section,
+    /// given to templates as `model` and written into the request body.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The caller's time zone: `UTC`, an offset such as `+01:00`, or a name and an offset
+    /// such as `Europe/Paris +01:00` (default: UTC).
+    #[serde(default)]
+    pub time_zone: Option<String>,
+}
+
+/// A skill activated for a turn.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkillSpec {
+    /// The skill's id: 1-100 characters of `[A-Za-z0-9._:/-]`.
+    pub id: String,
+    /// What the skill tells the agent to do (data from the caller, fenced when sent).
+    pub instructions: String,
+}
+
+/// The inbound message's origin.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InboundSpec {
+    /// Who sent it (a user name, an address, another agent's id).
+    #[serde(default)]
+    pub sender: Option<String>,
+    /// The channel it came through (`cli`, `slack`, `email`...).
+    #[serde(default)]
+    pub channel: Option<String>,
+    /// Further metadata, shown in key order.
+    #[serde(default)]
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// A prepared turn.
@@ -304,4 +352,168 @@ pub struct MemoryHit {
 pub struct SearchResponse {
     /// The results.
     pub results: Vec<MemoryHit>,
+}
+
+/// `GET /v1/sessions/{session_id}/goals`: the session's goals.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GoalsView {
+    /// The session.
+    pub session_id: String,
+    /// Every goal, oldest first (at most one is active).
+    pub goals: Vec<GoalView>,
+    /// Decisions of the active goal whose lock the model proposed and nobody confirmed or
+    /// refused yet.
+    pub pending_locks: Vec<PendingLock>,
+}
+
+/// A decision waiting for the caller to confirm or refuse its lock.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PendingLock {
+    /// The goal.
+    pub goal: String,
+    /// The decision's number within it.
+    pub decision: u32,
+    /// What was decided.
+    pub description: String,
+}
+
+/// A goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GoalView {
+    /// Its id (`goal-1`...).
+    pub id: String,
+    /// What it is.
+    pub description: String,
+    /// `high`, `medium` or `low`.
+    pub priority: String,
+    /// `active`, `paused` or `completed`.
+    pub status: String,
+    /// Completed checkpoints.
+    pub completed: usize,
+    /// All checkpoints.
+    pub total: usize,
+    /// Its checkpoints.
+    pub checkpoints: Vec<CheckpointView>,
+    /// Its decisions.
+    pub decisions: Vec<DecisionView>,
+    /// Its artifacts.
+    pub artifacts: Vec<ArtifactView>,
+    /// The next step, if one was named.
+    pub next: Option<String>,
+}
+
+/// A checkpoint of a goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointView {
+    /// Its number within the goal.
+    pub id: u32,
+    /// What it is.
+    pub description: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: String,
+}
+
+/// A decision of a goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DecisionView {
+    /// Its number within the goal.
+    pub id: u32,
+    /// What was decided.
+    pub description: String,
+    /// Why.
+    pub rationale: String,
+    /// Locked: it can no longer change. Only the caller locks.
+    pub locked: bool,
+    /// The model proposed the lock; it waits for the caller to confirm or refuse it.
+    pub lock_proposed: bool,
+}
+
+/// An artifact of a goal.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ArtifactView {
+    /// `file`, `test` or `documentation`.
+    pub kind: String,
+    /// Its path.
+    pub path: String,
+    /// `created`, `modified` or `deleted`.
+    pub action: String,
+}
+
+/// `POST /v1/sessions/{session_id}/goals`: a new goal, made the active one.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GoalRequest {
+    /// What it is.
+    pub description: String,
+    /// `high`, `medium` (the default) or `low`.
+    #[serde(default)]
+    pub priority: Option<String>,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/checkpoints`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// What the step is.
+    pub description: String,
+    /// `pending` (the default), `in_progress` or `completed`.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/artifacts`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// Its path.
+    pub path: String,
+    /// `created`, `modified` or `deleted`.
+    pub action: String,
+    /// `file` (the default), `test` or `documentation`.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/decisions`: an unlocked decision.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// What was decided (text before a `:` is its subject).
+    pub description: String,
+    /// Why.
+    #[serde(default)]
+    pub rationale: String,
+}
+
+/// `POST /v1/sessions/{session_id}/goals/locks`: the caller's answer to a lock the model
+/// proposed.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LockRequest {
+    /// The goal (default: the active one).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// The decision's number.
+    pub decision: u32,
+    /// `true` locks the decision for good; `false` refuses the lock and leaves it unlocked.
+    pub confirm: bool,
+}
+
+/// `POST /v1/sessions/{session_id}/files`: a file a tool of the session touched.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileRequest {
+    /// The path (1-4096 bytes, no control characters).
+    pub path: String,
+    /// `read`, `modified` or `deleted`.
+    pub action: String,
 }

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use strata_assembler::{assemble::AssembleError, SessionError};
 use strata_memory::MemoryError;
+use strata_registry::GoalError;
 use utoipa::ToSchema;
 
 /// The stable error codes.
@@ -180,7 +181,15 @@ impl From<SessionError> for ApiError {
     fn from(e: SessionError) -> ApiError {
         let message = e.to_string();
         let code = match &e {
-            SessionError::Invalid(_) | SessionError::Goals(_) => ErrorCode::InvalidRequest,
+            SessionError::Goals(
+                GoalError::GoalNotFound(_)
+                | GoalError::DecisionNotFound { .. }
+                | GoalError::CheckpointNotFound { .. },
+            ) => ErrorCode::NotFound,
+            SessionError::Goals(GoalError::KeyReused { .. }) => ErrorCode::IdempotencyKeyReused,
+            SessionError::Invalid(_) | SessionError::Input(_) | SessionError::Goals(_) => {
+                ErrorCode::InvalidRequest
+            }
             SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
             SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
             SessionError::Store(m) => match m {

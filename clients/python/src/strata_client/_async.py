@@ -14,12 +14,18 @@ from . import _operations as ops
 from ._types import (
     AgentInfo,
     AnnouncedTool,
+    Goal,
+    Goals,
+    Inbound,
     MemoryHit,
     PreparedTurn,
     RecordedReply,
     SessionHistory,
+    Skill,
     Status,
     ToolCall,
+    goal_of,
+    goals_of,
     memory_id,
     openapi_document,
     recorded,
@@ -156,14 +162,25 @@ class AsyncStrataClient:
         operational_mode: str | None = None,
         resolved_context: Sequence[Mapping[str, Any]] | None = None,
         retrieved_tools: Sequence[AnnouncedTool] | None = None,
+        skills: Sequence[Skill] | None = None,
+        thinking: str | None = None,
+        inbound: Inbound | None = None,
+        voice: bool | None = None,
+        language: str | None = None,
+        model: str | None = None,
+        time_zone: str | None = None,
         idempotency_key: str | None = None,
     ) -> PreparedTurn:
         """Records the user's ``message`` and prepares the provider request for it; without a
         message, prepares the next request after tool results (``UnknownSessionError`` if the
         session has no turns). ``tools`` and ``sections`` apply to this turn only;
         ``resolved_context`` is the ``context`` path's input and ``retrieved_tools`` the
-        ``hydration`` path's. A repeat
-        with the same ``idempotency_key`` and arguments gets the first answer."""
+        ``hydration`` path's. ``skills`` (each a ``skill/<id>`` section), ``thinking`` (off,
+        low, medium, high), ``inbound`` (sender, channel), ``voice``, ``language``, ``model``
+        (default: the server's) and ``time_zone`` (``UTC``, ``+01:00`` or ``Europe/Paris
+        +01:00``) are what the built-in sections and the signed templates read; a bad value
+        raises ``InvalidRequestError`` and stores nothing. A repeat with the same
+        ``idempotency_key`` and arguments gets the first answer."""
         body = ops.turn_body(
             message,
             mode,
@@ -174,6 +191,7 @@ class AsyncStrataClient:
             operational_mode,
             resolved_context,
             retrieved_tools,
+            ops.turn_inputs(skills, thinking, inbound, voice, language, model, time_zone),
         )
         data = await self._json("prepare_turn", session_id, body, idempotency_key)
         return PreparedTurn.from_json(data)
@@ -219,6 +237,89 @@ class AsyncStrataClient:
             body["keep"] = keep
         data = await self._json("record_tool_result", session_id, body, idempotency_key)
         return recorded(data)
+
+    async def goals(self, session_id: str) -> Goals:
+        """The session's goals, oldest first, and the locks the model proposed that wait for
+        ``answer_lock``."""
+        return goals_of(await self._json("goals", session_id))
+
+    async def create_goal(
+        self,
+        session_id: str,
+        description: str,
+        *,
+        priority: Literal["high", "medium", "low"] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Creates a goal and makes it the active one (an active goal is paused)."""
+        body = ops.only_given(description=description, priority=priority)
+        return goal_of(await self._json("create_goal", session_id, body, idempotency_key))
+
+    async def add_checkpoint(
+        self,
+        session_id: str,
+        description: str,
+        *,
+        goal: str | None = None,
+        status: Literal["pending", "in_progress", "completed"] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Adds a checkpoint to ``goal`` (default: the active goal); returns the goal."""
+        body = ops.only_given(description=description, goal=goal, status=status)
+        return goal_of(await self._json("add_checkpoint", session_id, body, idempotency_key))
+
+    async def record_decision(
+        self,
+        session_id: str,
+        description: str,
+        *,
+        rationale: str | None = None,
+        goal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Records an unlocked decision with its ``rationale``; returns the goal."""
+        body = ops.only_given(description=description, rationale=rationale, goal=goal)
+        return goal_of(await self._json("record_decision", session_id, body, idempotency_key))
+
+    async def record_artifact(
+        self,
+        session_id: str,
+        path: str,
+        action: Literal["created", "modified", "deleted"],
+        *,
+        kind: Literal["file", "test", "documentation"] | None = None,
+        goal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Records an artifact of ``goal`` with its ``kind`` (default ``file``)."""
+        body = ops.only_given(path=path, action=action, kind=kind, goal=goal)
+        return goal_of(await self._json("record_artifact", session_id, body, idempotency_key))
+
+    async def answer_lock(
+        self,
+        session_id: str,
+        decision: int,
+        confirm: bool,
+        *,
+        goal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Goal:
+        """Confirms (``confirm=True``) or refuses the lock the model proposed for a decision.
+        Only this call locks: a marker in a reply only proposes."""
+        body = ops.only_given(decision=decision, confirm=confirm, goal=goal)
+        return goal_of(await self._json("answer_lock", session_id, body, idempotency_key))
+
+    async def record_file(
+        self,
+        session_id: str,
+        path: str,
+        action: Literal["read", "modified", "deleted"],
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Records that a tool of the session touched the file ``path``; true once stored."""
+        body = {"path": path, "action": action}
+        return recorded(await self._json("record_file", session_id, body, idempotency_key))
 
     async def session(self, session_id: str) -> SessionHistory:
         """The session's recorded turns, oldest first."""

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import StrataError, TransportError, error_from_response
-from ._types import AnnouncedTool, ToolCall
+from ._types import AnnouncedTool, Inbound, Skill, ToolCall
 
 __version__ = "0.1.0"
 
@@ -90,6 +90,21 @@ OPERATIONS: Mapping[str, Operation] = {
     "delete_session": Operation(
         "delete_session", "DELETE", "/v1/sessions/{session_id}", keyed=True
     ),
+    "goals": Operation("get_goals", "GET", "/v1/sessions/{session_id}/goals"),
+    "create_goal": Operation("create_goal", "POST", "/v1/sessions/{session_id}/goals", keyed=True),
+    "add_checkpoint": Operation(
+        "add_checkpoint", "POST", "/v1/sessions/{session_id}/goals/checkpoints", keyed=True
+    ),
+    "record_decision": Operation(
+        "record_decision", "POST", "/v1/sessions/{session_id}/goals/decisions", keyed=True
+    ),
+    "record_artifact": Operation(
+        "record_artifact", "POST", "/v1/sessions/{session_id}/goals/artifacts", keyed=True
+    ),
+    "answer_lock": Operation(
+        "answer_lock", "POST", "/v1/sessions/{session_id}/goals/locks", keyed=True
+    ),
+    "record_file": Operation("record_file", "POST", "/v1/sessions/{session_id}/files", keyed=True),
     "add_memory": Operation("add_memory", "POST", "/v1/memories", repeatable=False),
     "search_memories": Operation("search_memories", "POST", "/v1/memories/search"),
 }
@@ -259,9 +274,10 @@ def turn_body(
     operational_mode: str | None = None,
     resolved_context: Sequence[Mapping[str, Any]] | None = None,
     retrieved_tools: Sequence[AnnouncedTool] | None = None,
+    inputs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The body of ``prepare_turn``: only the fields given."""
-    body: dict[str, Any] = {}
+    body: dict[str, Any] = dict(inputs or {})
     if message is not None:
         body["message"] = message
     if mode is not None:
@@ -281,6 +297,40 @@ def turn_body(
     if retrieved_tools is not None:
         body["retrieved_tools"] = [dict(t) for t in retrieved_tools]
     return body
+
+
+def turn_inputs(
+    skills: Sequence[Skill] | None = None,
+    thinking: str | None = None,
+    inbound: Inbound | None = None,
+    voice: bool | None = None,
+    language: str | None = None,
+    model: str | None = None,
+    time_zone: str | None = None,
+) -> dict[str, Any]:
+    """The per-turn inputs of a ``prepare_turn`` body that the built-in sections and the signed
+    templates read: only the ones given."""
+    body: dict[str, Any] = {}
+    if skills is not None:
+        body["skills"] = [dict(s) for s in skills]
+    if thinking is not None:
+        body["thinking"] = thinking
+    if inbound is not None:
+        body["inbound"] = dict(inbound)
+    if voice is not None:
+        body["voice"] = voice
+    if language is not None:
+        body["language"] = language
+    if model is not None:
+        body["model"] = model
+    if time_zone is not None:
+        body["time_zone"] = time_zone
+    return body
+
+
+def only_given(**fields: Any) -> dict[str, Any]:
+    """A body of the fields that are not ``None``."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def reply_body(

@@ -39,6 +39,81 @@ class AnnouncedTool(_AnnouncedToolRequired, total=False):
     server: str
 
 
+class Skill(TypedDict):
+    """A skill activated for one turn: its id (1-100 characters of ``[A-Za-z0-9._:/-]``) and
+    its instructions; the turn shows it as the section ``skill/<id>``."""
+
+    id: str
+    instructions: str
+
+
+class Inbound(TypedDict, total=False):
+    """Who sent a turn's message, through which channel, with further metadata."""
+
+    sender: str
+    channel: str
+    metadata: dict[str, str]
+
+
+class GoalCheckpoint(TypedDict):
+    """A step towards a goal; ``status`` is ``pending``, ``in_progress`` or ``completed``."""
+
+    id: int
+    description: str
+    status: str
+
+
+class GoalDecision(TypedDict):
+    """A decision of a goal. Only the caller locks one; ``lock_proposed`` means the model asked
+    for the lock and it waits for ``answer_lock``."""
+
+    id: int
+    description: str
+    rationale: str
+    locked: bool
+    lock_proposed: bool
+
+
+class GoalArtifact(TypedDict):
+    """Something produced for a goal: ``kind`` is ``file``, ``test`` or ``documentation``,
+    ``action`` is ``created``, ``modified`` or ``deleted``."""
+
+    kind: str
+    path: str
+    action: str
+
+
+class Goal(TypedDict):
+    """A goal of a session, as the server shows it."""
+
+    id: str
+    description: str
+    priority: str
+    status: str
+    completed: int
+    total: int
+    checkpoints: list[GoalCheckpoint]
+    decisions: list[GoalDecision]
+    artifacts: list[GoalArtifact]
+    next: str | None
+
+
+class PendingLock(TypedDict):
+    """A decision whose lock the model proposed, waiting for the caller's answer."""
+
+    goal: str
+    decision: int
+    description: str
+
+
+class Goals(TypedDict):
+    """A session's goals, oldest first, and the locks waiting for an answer."""
+
+    session_id: str
+    goals: list[Goal]
+    pending_locks: list[PendingLock]
+
+
 class ToolCall(TypedDict):
     """A tool call in the model's reply, as the provider gave it."""
 
@@ -518,6 +593,23 @@ def search_results(data: Any) -> list[MemoryHit]:
 def recorded(data: Any) -> bool:
     """The ``recorded`` flag of a tool result."""
     return _get(data, "recorded", bool)
+
+
+def goal_of(data: Any) -> Goal:
+    """A goal the server answered."""
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        raise _bad("a goal", str(data)[:80])
+    for key in ("checkpoints", "decisions", "artifacts"):
+        _get(data, key, list)
+    return cast(Goal, data)
+
+
+def goals_of(data: Any) -> Goals:
+    """A session's goals the server answered."""
+    for goal in _get(data, "goals", list):
+        goal_of(goal)
+    _get(data, "pending_locks", list)
+    return cast(Goals, data)
 
 
 def openapi_document(data: Any) -> dict[str, Any]:

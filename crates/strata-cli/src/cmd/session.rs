@@ -8,9 +8,12 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use strata_assembler::{
     assemble::{AssemblyPath, OperationalMode, PromptMode, RuntimeInput, Section},
+    memory::FileAction,
+    session::{ActiveSkill, Inbound, ThinkingLevel, TimeZone},
     AnnouncedTool, Provider, Reply, Runtime, ToolCall, ToolName, ToolOutput, TurnOptions,
 };
 use strata_core::{CoreError, Keep};
+use strata_registry::{ArtifactAction, ArtifactKind, CheckpointStatus, GoalChange, GoalPriority};
 
 use crate::cmd::assemble::load_agent;
 use crate::error::CliError;
@@ -113,6 +116,8 @@ pub enum Step {
         /// `hydration` path (used on no other).
         #[arg(long, value_name = "FILE")]
         retrieved_tools: Option<PathBuf>,
+        #[command(flatten)]
+        inputs: Box<TurnInputArgs>,
     },
     /// Record the model's reply: its text and its tool calls.
     Reply {
@@ -142,6 +147,236 @@ pub enum Step {
     },
     /// Forget the conversation.
     Reset,
+    /// Read or change the session's goals with the caller's authority (a model's marker only
+    /// proposes a lock; `goals lock` confirms or refuses it).
+    Goals {
+        /// What to do with them.
+        #[command(subcommand)]
+        step: GoalStep,
+    },
+    /// Record that a tool of the session read, modified or deleted a file (the session-files
+    /// section lists them).
+    File {
+        /// The file's path.
+        path: String,
+        /// read, modified or deleted.
+        #[arg(long, value_parser = named_value::<FileAction>("action"))]
+        action: FileAction,
+    },
+}
+
+/// One change of a session's goals, or their reading.
+#[derive(Debug, Subcommand)]
+pub enum GoalStep {
+    /// Print the goals and the locks waiting for an answer, as JSON.
+    Show,
+    /// Create a goal and make it the active one.
+    Create {
+        /// What it is.
+        description: String,
+        /// high, medium or low.
+        #[arg(long, default_value = "medium", value_parser = named_value::<GoalPriority>("priority"))]
+        priority: GoalPriority,
+    },
+    /// Add a checkpoint to a goal.
+    Checkpoint {
+        /// What the step is.
+        description: String,
+        /// pending, in_progress or completed.
+        #[arg(long, default_value = "pending", value_parser = named_value::<CheckpointStatus>("status"))]
+        status: CheckpointStatus,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+    /// Record an unlocked decision with its rationale.
+    Decision {
+        /// What was decided (text before a `:` is its subject).
+        description: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        rationale: String,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+    /// Record an artifact with its kind.
+    Artifact {
+        /// Its path.
+        path: String,
+        /// created, modified or deleted.
+        #[arg(long, value_parser = named_value::<ArtifactAction>("action"))]
+        action: ArtifactAction,
+        /// file, test or documentation.
+        #[arg(long, default_value = "file", value_parser = named_value::<ArtifactKind>("kind"))]
+        kind: ArtifactKind,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+    /// Confirm or refuse the lock the model proposed for a decision.
+    Lock {
+        /// The decision's number.
+        #[arg(long)]
+        decision: u32,
+        /// Lock it for good.
+        #[arg(long, conflicts_with = "refuse", required_unless_present = "refuse")]
+        confirm: bool,
+        /// Refuse the lock; the decision stays unlocked.
+        #[arg(long)]
+        refuse: bool,
+        /// The goal (default: the active one).
+        #[arg(long)]
+        goal: Option<String>,
+    },
+}
+
+/// A value parser reading one of the lower-case names of `T`, with the words the service uses.
+fn named_value<T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static>(
+    what: &'static str,
+) -> impl Fn(&str) -> Result<T, String> + Clone {
+    move |s| strata_registry::parse_name(what, s).map_err(|e| e.to_string())
+}
+
+impl GoalStep {
+    /// The change this step makes, or `None` for `show`.
+    fn change(&self) -> Option<GoalChange> {
+        Some(match self {
+            GoalStep::Show => return None,
+            GoalStep::Create {
+                description,
+                priority,
+            } => GoalChange::CreateGoal {
+                description: description.clone(),
+                priority: *priority,
+            },
+            GoalStep::Checkpoint {
+                description,
+                status,
+                goal,
+            } => GoalChange::AddCheckpoint {
+                goal: goal.clone(),
+                description: description.clone(),
+                status: *status,
+            },
+            GoalStep::Decision {
+                description,
+                rationale,
+                goal,
+            } => GoalChange::RecordDecision {
+                goal: goal.clone(),
+                description: description.clone(),
+                rationale: rationale.clone(),
+            },
+            GoalStep::Artifact {
+                path,
+                action,
+                kind,
+                goal,
+            } => GoalChange::RecordArtifact {
+                goal: goal.clone(),
+                kind: *kind,
+                path: path.clone(),
+                action: *action,
+            },
+            GoalStep::Lock {
+                decision,
+                confirm,
+                goal,
+                ..
+            } => {
+                let (goal, decision) = (goal.clone(), *decision);
+                if *confirm {
+                    GoalChange::ConfirmLock { goal, decision }
+                } else {
+                    GoalChange::RefuseLock { goal, decision }
+                }
+            }
+        })
+    }
+}
+
+/// The per-turn inputs of `strata session prepare` that built-in contributors and signed
+/// templates read (`--model`, the request's model, is the `model` input too).
+#[derive(Debug, Args)]
+pub struct TurnInputArgs {
+    /// A skill activated for this turn, `ID=FILE` (the file holds its instructions); repeatable.
+    #[arg(long = "skill", value_name = "ID=FILE")]
+    pub skills: Vec<String>,
+    /// How much explicit reasoning to ask for: off, low, medium or high.
+    #[arg(long, value_name = "LEVEL", value_parser = thinking)]
+    pub thinking: Option<ThinkingLevel>,
+    /// Who sent the message.
+    #[arg(long, value_name = "NAME")]
+    pub sender: Option<String>,
+    /// The channel the message came through (cli, slack, email...).
+    #[arg(long, value_name = "NAME")]
+    pub channel: Option<String>,
+    /// Further metadata of the inbound message, `KEY=VALUE`; repeatable.
+    #[arg(long = "inbound-meta", value_name = "KEY=VALUE")]
+    pub inbound_meta: Vec<String>,
+    /// The answer will be spoken rather than read.
+    #[arg(long)]
+    pub voice: bool,
+    /// The language to answer in (a name or a BCP 47 tag).
+    #[arg(long, value_name = "LANGUAGE")]
+    pub language: Option<String>,
+    /// The caller's time zone: UTC, an offset such as +01:00, or a name and an offset such as
+    /// 'Europe/Paris +01:00' (default: UTC).
+    #[arg(long, value_name = "ZONE", value_parser = time_zone)]
+    pub time_zone: Option<TimeZone>,
+}
+
+fn thinking(s: &str) -> Result<ThinkingLevel, String> {
+    s.parse::<ThinkingLevel>().map_err(|e| e.to_string())
+}
+
+fn time_zone(s: &str) -> Result<TimeZone, String> {
+    s.parse::<TimeZone>().map_err(|e| e.to_string())
+}
+
+impl TurnInputArgs {
+    /// Put these inputs into `opts`.
+    fn apply(&self, opts: &mut TurnOptions) -> Result<(), CliError> {
+        for spec in &self.skills {
+            let (id, file) = spec.split_once('=').ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--skill `{spec}`: expected ID=FILE, e.g. review=skills/review.md"
+                ))
+            })?;
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                CliError::io(
+                    Path::new(file),
+                    e,
+                    "give a file holding the skill's instructions",
+                )
+            })?;
+            opts.skills.push(
+                ActiveSkill::new(id, text.as_str()).map_err(|e| CliError::Usage(e.to_string()))?,
+            );
+        }
+        opts.thinking = self.thinking;
+        let mut metadata = std::collections::BTreeMap::new();
+        for kv in &self.inbound_meta {
+            let (k, v) = kv.split_once('=').ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--inbound-meta `{kv}`: expected KEY=VALUE, e.g. thread=release-42"
+                ))
+            })?;
+            metadata.insert(k.to_owned(), v.to_owned());
+        }
+        if self.sender.is_some() || self.channel.is_some() || !metadata.is_empty() {
+            opts.inbound = Some(Inbound {
+                sender: self.sender.as_deref().map(Into::into),
+                channel: self.channel.as_deref().map(Into::into),
+                metadata,
+            });
+        }
+        opts.voice = self.voice;
+        opts.language = self.language.clone();
+        opts.time_zone = self.time_zone.clone();
+        Ok(())
+    }
 }
 
 /// A mode or path by its name, refused with the same words as the service's.
@@ -247,6 +482,7 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
             operational_mode,
             resolved_context,
             retrieved_tools,
+            inputs,
         } => {
             let mut opts = TurnOptions {
                 context_window: *context_window,
@@ -255,6 +491,7 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                 operational_mode: *operational_mode,
                 ..TurnOptions::default()
             };
+            inputs.apply(&mut opts)?;
             if let Some(file) = input {
                 let (tools, sections) = runtime_input(file)?;
                 // Tools in the input are this turn's and, from now on, the session's.
@@ -345,6 +582,42 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
                 .map_err(fail)?;
             out.status(&format!(
                 "recorded the result of {call_id} in session {}",
+                args.id
+            ));
+            Ok(())
+        }
+        Step::Goals { step } => {
+            let rt = builder.build().map_err(fail)?;
+            let session = rt.session(args.id.as_str());
+            let json = match step.change() {
+                Some(change) => {
+                    serde_json::to_value(session.change_goals(&change).map_err(fail)?)
+                }
+                None => {
+                    let goals = session.goals().map_err(fail)?;
+                    let pending: Vec<serde_json::Value> = goals
+                        .pending_locks()
+                        .into_iter()
+                        .map(|(goal, d)| {
+                            serde_json::json!({"goal": goal, "decision": d.id, "description": d.description})
+                        })
+                        .collect();
+                    Ok(serde_json::json!({"goals": goals.history(), "pending_locks": pending}))
+                }
+            }
+            .map_err(|e| CliError::Other(e.to_string()))?;
+            let text =
+                serde_json::to_string_pretty(&json).map_err(|e| CliError::Other(e.to_string()))?;
+            out.result(&(text + "\n"))
+        }
+        Step::File { path, action } => {
+            let rt = builder.build().map_err(fail)?;
+            rt.session(args.id.as_str())
+                .record_file(path, *action)
+                .map_err(fail)?;
+            out.status(&format!(
+                "recorded {} {path} in session {}",
+                action.label(),
                 args.id
             ));
             Ok(())

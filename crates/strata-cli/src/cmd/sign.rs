@@ -27,7 +27,9 @@ The envelope is written next to the definition by default (DEFINITION's name wit
 `.signed.json`), because the loader resolves referenced files next to the envelope.
 With --append and no --out, the appended envelope is rewritten in place.
 Before signing, the definition is checked as the loader reads it, and more: the version is at
-least 1, every prefer_over names an allowlisted tool, and every template compiles.
+least 1, every prefer_over names an allowlisted tool, and every template compiles and uses
+only values an input provides (agent_id, agent_name, mode, tier, prompt_mode, date, language,
+model, channel, sender).
 The definition format, with an example: docs/reference/formats.md and examples/ada/ada.toml.";
 
 /// Arguments of `strata sign`.
@@ -187,6 +189,18 @@ fn lint(def: &AgentDefinition) -> Result<(), String> {
         strata_registry::templates::check_syntax(text).map_err(|e| {
             format!("{at} is not a valid template: {e}; fix the template syntax (`{{{{ name }}}}`, `{{% if %}}`)")
         })?;
+        let unknown = strata_registry::templates::unknown_names(text)
+            .map_err(|e| format!("{at} is not a valid template: {e}"))?;
+        if let Some(name) = unknown.first() {
+            return Err(format!(
+                "{at} uses the value `{name}`, which no input provides; a template may use {}",
+                strata_registry::templates::VALUE_NAMES
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
     }
     Ok(())
 }

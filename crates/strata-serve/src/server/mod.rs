@@ -8,6 +8,7 @@
 mod extract;
 mod layers;
 // The handlers' annotations are read by the OpenAPI document (`crate::openapi`).
+pub(crate) mod goals;
 pub(crate) mod memories;
 pub(crate) mod probes;
 pub(crate) mod sessions;
@@ -27,6 +28,10 @@ use strata_assembler::SessionError;
 use crate::agent::{AgentSource, Fingerprint, LoadError};
 use crate::auth::TokenSet;
 use crate::error::{ApiError, ErrorCode};
+use goals::{
+    add_checkpoint, answer_lock, create_goal, get_goals, record_artifact, record_decision,
+    record_file,
+};
 use layers::{guard, require_token};
 use memories::{add_memory, search_memories};
 use probes::{agent, healthz, metrics, openapi, readyz};
@@ -168,6 +173,24 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(record_tool_result),
         )
         .route("/v1/sessions/{session_id}/reset", post(reset_session))
+        .route(
+            "/v1/sessions/{session_id}/goals",
+            get(get_goals).post(create_goal),
+        )
+        .route(
+            "/v1/sessions/{session_id}/goals/checkpoints",
+            post(add_checkpoint),
+        )
+        .route(
+            "/v1/sessions/{session_id}/goals/artifacts",
+            post(record_artifact),
+        )
+        .route(
+            "/v1/sessions/{session_id}/goals/decisions",
+            post(record_decision),
+        )
+        .route("/v1/sessions/{session_id}/goals/locks", post(answer_lock))
+        .route("/v1/sessions/{session_id}/files", post(record_file))
         .route("/v1/memories", post(add_memory))
         .route("/v1/memories/search", post(search_memories))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));

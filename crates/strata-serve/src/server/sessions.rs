@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use strata_assembler::{
     assemble::{AssemblyPath, OperationalMode, PromptMode, Section, SectionSpec},
-    session::{OperationId, Outcome},
+    session::{ActiveSkill, Inbound, InputError, OperationId, Outcome, UnknownThinkingLevel},
     AnnouncedTool, PreparedTurn, Reply, Session, SessionError, ToolCall, ToolName, ToolOutput,
     TurnOptions,
 };
@@ -29,7 +29,7 @@ const REPLAYED: &str = "idempotent-replayed";
 
 /// A 200 answer with a JSON body written once: the same bytes for the first answer and for
 /// every repeat (ADR-0031).
-fn answer(body: String, replayed: bool) -> Response {
+pub(super) fn answer(body: String, replayed: bool) -> Response {
     let mut resp = (
         [(
             header::CONTENT_TYPE,
@@ -46,12 +46,15 @@ fn answer(body: String, replayed: bool) -> Response {
 }
 
 /// `value` as the JSON of an answer.
-fn to_json<T: Serialize>(value: &T) -> Result<String, SessionError> {
+pub(super) fn to_json<T: Serialize>(value: &T) -> Result<String, SessionError> {
     serde_json::to_string(value).map_err(|e| SessionError::Invalid(format!("response: {e}")))
 }
 
 /// The recorded answer of `op` on `session`, if the operation ran before.
-fn replay(session: &Session<'_>, op: Option<&OperationId>) -> Result<Option<Response>, ApiError> {
+pub(super) fn replay(
+    session: &Session<'_>,
+    op: Option<&OperationId>,
+) -> Result<Option<Response>, ApiError> {
     match op {
         Some(op) => Ok(session.repeated_answer(op)?.map(|a| answer(a, true))),
         None => Ok(None),
@@ -81,6 +84,33 @@ fn turn_options(
                 .map_err(|e| ApiError::invalid(format!("operational_mode `{m}`: {e}")))?,
         );
     }
+    if let Some(t) = &req.thinking {
+        opts.thinking = Some(
+            t.parse()
+                .map_err(|e: UnknownThinkingLevel| ApiError::invalid(e.to_string()))?,
+        );
+    }
+    if let Some(z) = &req.time_zone {
+        opts.time_zone = Some(
+            z.parse()
+                .map_err(|e: InputError| ApiError::invalid(e.to_string()))?,
+        );
+    }
+    for s in req.skills.unwrap_or_default() {
+        st.limits
+            .check_section(&format!("skill `{}`", s.id), s.instructions.len())?;
+        opts.skills.push(
+            ActiveSkill::new(s.id, s.instructions).map_err(|e| ApiError::invalid(e.to_string()))?,
+        );
+    }
+    opts.inbound = req.inbound.map(|i| Inbound {
+        sender: i.sender.map(Into::into),
+        channel: i.channel.map(Into::into),
+        metadata: i.metadata,
+    });
+    opts.voice = req.voice.unwrap_or(false);
+    opts.language = req.language;
+    opts.model = req.model;
     opts.context_window = req.context_window;
     opts.tools = req.tools.map(announced).transpose()?;
     opts.retrieved_tools = req.retrieved_tools.map(announced).transpose()?;
