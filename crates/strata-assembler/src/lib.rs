@@ -51,7 +51,8 @@ pub use receipt_log::{Audit, LogError, ReceiptLog};
 pub use receipt_log_pg::PgReceiptLog;
 pub use receipt_signer::{ReceiptSigner, ReceiptSink, SignerError};
 pub use report::{
-    DropReason, FilterReason, RefusedTool, Report, SchemaTextRemoved, SectionReport, SectionStatus,
+    DropReason, FilterReason, RefusalCause, RefusedTool, Report, SchemaTextRemoved, SectionReport,
+    SectionStatus,
 };
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{

@@ -36,6 +36,7 @@ pub mod contributor;
 pub mod gather;
 pub mod goals;
 pub mod inputs;
+pub mod live;
 pub mod modes;
 pub mod registry;
 pub mod templates;
@@ -52,6 +53,7 @@ pub use goals::{
     MarkerOutcome, MarkerReport,
 };
 pub use inputs::{ActiveSkill, Fingerprint, Inbound, RequestInputs, ThinkingLevel, TimeZone};
+pub use live::{LiveCallError, LivePrompt, LiveServer, LiveSource, LiveState, LiveToolResult};
 pub use modes::{Owner, StandardSection};
 pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};
 pub use templates::{OperationalTemplate, SignedTemplate, TemplateError, TemplateValues};
