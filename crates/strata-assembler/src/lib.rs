@@ -57,7 +57,7 @@ pub use report::{
 pub use request::{AssemblyRequest, BudgetSpec, Invisible, RenderOptions};
 pub use session::{
     OperationId, Outcome, PreparedTurn, Reply, Runtime, RuntimeBuilder, Session, SessionError,
-    StoreSpec, ToolCall, ToolOutput, TurnOptions,
+    StoreSpec, ToolCall, ToolOutput, ToolRun, TurnOptions,
 };
 pub use strata_memory::{
     FileAction, LongTermMemory, MemoryId, NewMemory, SearchOptions, SessionFile, SqliteStore,

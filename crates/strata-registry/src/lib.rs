@@ -43,7 +43,7 @@ pub mod templates;
 
 pub use builtins::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
-pub use config::{Config, ConfigError, StoreConfig};
+pub use config::{Config, ConfigError, McpServerConfig, StoreConfig};
 pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };

@@ -183,6 +183,8 @@ impl From<SessionError> for ApiError {
             SessionError::Invalid(_) | SessionError::Goals(_) => ErrorCode::InvalidRequest,
             SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
             SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
+            // The tool's MCP server did not complete the call: retryable, like a timeout.
+            SessionError::ToolCallFailed(_) => ErrorCode::Timeout,
             SessionError::Store(m) => match m {
                 MemoryError::Invalid { .. } => ErrorCode::InvalidRequest,
                 MemoryError::EntryTooLarge { .. } => ErrorCode::BodyTooLarge,

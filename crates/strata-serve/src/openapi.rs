@@ -34,6 +34,7 @@ use crate::error;
         crate::server::sessions::prepare_turn,
         crate::server::sessions::record_reply,
         crate::server::sessions::record_tool_result,
+        crate::server::sessions::run_tool_call,
         crate::server::sessions::get_session,
         crate::server::sessions::reset_session,
         crate::server::sessions::delete_session,
@@ -43,7 +44,7 @@ use crate::error;
     components(schemas(
         api::Status, api::AgentInfo, api::ReloadInfo, api::ToolSpec, api::TurnRequest,
         api::TurnResponse, api::RefusedToolView, api::ToolCallSpec, api::ReplyRequest, api::ReplyResponse,
-        api::ToolResultRequest, api::KeepEnd, api::Recorded, api::TurnEntry, api::SessionView, api::Removed,
+        api::ToolResultRequest, api::ToolRunView, api::KeepEnd, api::Recorded, api::TurnEntry, api::SessionView, api::Removed,
         api::MemoryRequest, api::MemoryCreated, api::SearchRequest, api::MemoryHit,
         api::SearchResponse, error::ErrorBody, error::ErrorDetail, error::ErrorCode,
     )),
