@@ -79,6 +79,7 @@ from ._types import (
     Status,
     Tier,
     ToolCall,
+    ToolRun,
     ToolsReport,
 )
 
@@ -138,6 +139,7 @@ __all__ = [
     "Tier",
     "ToolCall",
     "ToolNotAllowedError",
+    "ToolRun",
     "ToolsReport",
     "TransportError",
     "UnauthorizedError",
