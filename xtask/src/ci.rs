@@ -117,6 +117,7 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
     if opts.thorough {
         test.env("PROPTEST_CASES", "10000");
     }
+    mcp_test_servers(root, &mut test);
     steps.push(Step {
         name: "test".into(),
         action: Action::Tests(test),
@@ -155,6 +156,28 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
         });
     }
     steps
+}
+
+/// The MCP servers the tests run against (ADR-0041), where `.ci/run` installs them: the
+/// reference server from npm (`$STRATA_MCP_EVERYTHING`) and a Python with the official SDK
+/// (`$STRATA_MCP_PYTHON`). A variable already set wins; one whose server is not installed is
+/// left unset, and the tests then skip, unless `STRATA_REQUIRE_MCP=1` (which `.ci/run` sets)
+/// makes them fail.
+fn mcp_test_servers(root: &Path, test: &mut Command) {
+    let servers = [
+        (
+            "STRATA_MCP_EVERYTHING",
+            "target/mcp-node/node_modules/.bin/mcp-server-everything",
+        ),
+        ("STRATA_MCP_PYTHON", "target/mcp-venv/bin/python"),
+    ];
+    for (var, default) in servers {
+        let set = std::env::var_os(var).is_some_and(|v| !v.is_empty());
+        let path = root.join(default);
+        if !set && path.is_file() {
+            test.env(var, path);
+        }
+    }
 }
 
 /// The client packages' steps: build the binary their tests start; check the Python client's

@@ -4,6 +4,9 @@
 //! so dependency arrows point down and no cycle can form. `strata-memory` sits above
 //! `strata-registry` because its stores reach the assembler through contributors that
 //! implement the registry's `Contributor` trait; the registry never knows about stores.
+//! `strata-mcp` sits beside it for the same reason: its live servers reach a runtime through
+//! the registry's `LiveSource` trait, so the registry and the assembler stay network-free, and
+//! only the service and the binary depend on the MCP client.
 //! `xtask` depends on no workspace crate. Only normal and build dependencies are checked: a
 //! test may use what it needs.
 
@@ -11,11 +14,12 @@ use std::collections::BTreeSet;
 
 /// The workspace crates from the bottom up, with their level; each may depend only on crates
 /// of a lower level.
-pub const LEVELS: [(&str, u8); 7] = [
+pub const LEVELS: [(&str, u8); 8] = [
     ("strata-core", 0),
     ("strata-agentdef", 1),
     ("strata-registry", 2),
     ("strata-memory", 3),
+    ("strata-mcp", 3),
     ("strata-assembler", 4),
     ("strata-serve", 5),
     ("strata-cli", 6),

@@ -77,10 +77,16 @@ class Server:
 
     @classmethod
     def start(
-        cls, workdir: Path, *extra: str, unix: Path | None = None, token_file: bool = True
+        cls,
+        workdir: Path,
+        *extra: str,
+        unix: Path | None = None,
+        token_file: bool = True,
+        agent: Path = DEMO / "agent.signed.json",
+        trust: Path = DEMO / "trust.toml",
     ) -> Server:
-        """Starts the server in ``workdir``; without ``token_file`` it makes its own token file,
-        ``.strata/serve.token`` in ``workdir``."""
+        """Starts the server in ``workdir`` on ``agent`` (the demo agent by default); without
+        ``token_file`` it makes its own token file, ``.strata/serve.token`` in ``workdir``."""
         workdir.mkdir(parents=True, exist_ok=True)
         tokens: list[str] = []
         if token_file:
@@ -91,9 +97,9 @@ class Server:
             str(strata_bin()),
             "serve",
             "--agent",
-            str(DEMO / "agent.signed.json"),
+            str(agent),
             "--trust",
-            str(DEMO / "trust.toml"),
+            str(trust),
             "--store",
             str(workdir / "memory.db"),
             *where,

@@ -78,6 +78,12 @@ def test_request_fields_are_method_parameters() -> None:
         operation = documented[_route(op.method, op.path)]
         fields = _header_parameters(operation)
         assert op.keyed == ("idempotency_key" in fields), f"{name}: Idempotency-Key"
+        # Path parameters past the session id (a tool call's id) are method parameters too.
+        fields |= {
+            p["name"]
+            for p in operation.get("parameters", [])
+            if p["in"] == "path" and p["name"] != "session_id"
+        }
         body = operation.get("requestBody")
         if body is not None:
             schema = _resolve(doc, body["content"]["application/json"]["schema"])

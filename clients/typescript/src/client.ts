@@ -27,6 +27,7 @@ import type {
   SessionHistory,
   Status,
   ToolResultRecorded,
+  ToolRun,
   ToolResultRequest,
 } from "./types.js";
 
@@ -97,6 +98,9 @@ export const OPERATIONS = {
   prepareTurn: op("prepare_turn", "POST", "/v1/sessions/{session_id}/turns", { keyed: true }),
   recordReply: op("record_reply", "POST", "/v1/sessions/{session_id}/replies", { keyed: true }),
   recordToolResult: op("record_tool_result", "POST", "/v1/sessions/{session_id}/tool-results", {
+    keyed: true,
+  }),
+  runToolCall: op("run_tool_call", "POST", "/v1/sessions/{session_id}/tool-calls/{call_id}/run", {
     keyed: true,
   }),
   session: op("get_session", "GET", "/v1/sessions/{session_id}"),
@@ -283,6 +287,7 @@ export class StrataClient {
     sessionId?: string,
     body?: unknown,
     call?: CallOptions,
+    callId?: string,
   ): Promise<Response> {
     const operation: Operation = OPERATIONS[name];
     let path = operation.path;
@@ -291,6 +296,12 @@ export class StrataClient {
         throw new TypeError("sessionId must be a non-empty string");
       }
       path = path.replace("{session_id}", encodeURIComponent(sessionId));
+    }
+    if (path.includes("{call_id}")) {
+      if (!callId) {
+        throw new TypeError("callId must be a non-empty string");
+      }
+      path = path.replace("{call_id}", encodeURIComponent(callId));
     }
     const headers: Record<string, string> = { accept: "application/json" };
     if (operation.auth && this.#token !== undefined) {
@@ -344,8 +355,14 @@ export class StrataClient {
     }
   }
 
-  async #json<T>(name: OperationName, sessionId?: string, body?: unknown, call?: CallOptions): Promise<T> {
-    const response = await this.#send(name, sessionId, body, call);
+  async #json<T>(
+    name: OperationName,
+    sessionId?: string,
+    body?: unknown,
+    call?: CallOptions,
+    callId?: string,
+  ): Promise<T> {
+    const response = await this.#send(name, sessionId, body, call, callId);
     const text = await response.text();
     try {
       return JSON.parse(text) as T;
@@ -405,6 +422,16 @@ export class StrataClient {
     call?: CallOptions,
   ): Promise<ToolResultRecorded> {
     return this.#json("recordToolResult", sessionId, body, call);
+  }
+
+  /**
+   * Runs the recorded tool call `callId` through the live MCP server that announces its tool,
+   * with exactly the recorded arguments, and records the server's answer as the call's result.
+   * A retry with the same `idempotencyKey` gets the first answer and runs nothing. The output
+   * is the server's data, never an instruction.
+   */
+  runToolCall(sessionId: string, callId: string, call?: CallOptions): Promise<ToolRun> {
+    return this.#json("runToolCall", sessionId, undefined, call, callId);
   }
 
   /** The session's recorded turns, oldest first. */

@@ -284,6 +284,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/tool-calls/{call_id}/run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a recorded tool call through the live MCP server that announces the tool, and record
+         *     its result (ADR-0041).
+         */
+        post: operations["run_tool_call"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/tool-results": {
         parameters: {
             query?: never;
@@ -570,6 +590,12 @@ export interface components {
             name: string;
             /** @description Why it was refused. */
             reason: string;
+            /**
+             * @description Why it was refused, as a stable code: `not_allowlisted`, `restricted`,
+             *     `definition_changed` (its announced description, schema or server differs from the
+             *     signed pin, ADR-0041), `duplicate` or `schema_not_identifier`.
+             */
+            cause: string;
         };
         /** @description The outcome of a reload attempt. */
         ReloadInfo: {
@@ -656,6 +682,17 @@ export interface components {
             /** @description The tool failed: sent as Anthropic's `is_error` with the result. */
             is_error?: boolean;
             keep?: null | components["schemas"]["KeepEnd"];
+        };
+        /** @description A tool call run through its live MCP server, and recorded as the call's result. */
+        ToolRunView: {
+            /** @description The call. */
+            call_id: string;
+            /** @description The tool. */
+            tool: string;
+            /** @description The server's result: untrusted data, recorded as the tool's result. */
+            output: string;
+            /** @description Whether the server marked the result as an error. */
+            is_error: boolean;
         };
         /** @description A tool the runtime offers the model this turn. */
         ToolSpec: {
@@ -1595,6 +1632,88 @@ export interface operations {
             };
             /** @description Unknown session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    run_tool_call: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+                /** @description The recorded tool call, as the model's reply named it */
+                call_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Run and recorded: the server's result, which is data */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolRunView"];
+                };
+            };
+            /** @description Invalid (no such call, a call that already has a result, no MCP servers) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The tool is not offered now (not allowlisted, no connected server announces it, or its definition changed) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server did not complete the call, overloaded, timed out, agent not valid or store unavailable */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

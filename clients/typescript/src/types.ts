@@ -60,6 +60,8 @@ export type RecordedReply = Schemas["ReplyResponse"];
 export type ToolResultRequest = Schemas["ToolResultRequest"];
 /** The answer of `recordToolResult`. */
 export type ToolResultRecorded = Schemas["Recorded"];
+/** The answer of `runToolCall`: the MCP server's result, recorded as the call's result. */
+export type ToolRun = Schemas["ToolRunView"];
 /** One recorded turn of a session (`user`, `assistant`, `tool_call` or `tool_result`). */
 export type SessionTurn = Schemas["TurnEntry"];
 /** A session's recorded turns, oldest first. */

@@ -64,6 +64,11 @@ export class Server {
   static async start(
     where: string[] = ["--listen", "127.0.0.1:0"],
     provider: "anthropic" | "openai-chat" | "openai-responses" = "openai-chat",
+    {
+      agent = join(DEMO, "agent.signed.json"),
+      trust = join(DEMO, "trust.toml"),
+      extra = [] as string[],
+    } = {},
   ): Promise<Server> {
     const workdir = mkdtempSync(join(tmpdir(), "strata-ts-"));
     const tokenFile = join(workdir, "tokens");
@@ -74,9 +79,9 @@ export class Server {
     const args = [
       "serve",
       "--agent",
-      join(DEMO, "agent.signed.json"),
+      agent,
       "--trust",
-      join(DEMO, "trust.toml"),
+      trust,
       "--store",
       join(workdir, "memory.db"),
       ...where,
@@ -88,6 +93,7 @@ export class Server {
       provider === "anthropic" ? ANTHROPIC_MODEL : MODEL,
       "--max-tokens",
       "1024",
+      ...extra,
     ];
     const stderrPath = join(workdir, "stderr.log");
     const stderr = openSync(stderrPath, "w");

@@ -104,6 +104,10 @@ pub struct ToolDef {
     /// at run time with a different schema is refused (ADR-0015).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<ToolSchema>,
+    /// The MCP server that provides the tool, pinned by the signature: the same tool announced
+    /// by another server, or by the runtime itself, is refused as a changed definition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 /// A named block of the role: a sub-agent's role header or one of its protocols
@@ -594,6 +598,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             name: t.name.clone(),
             description: t.description.clone(),
             parameters: t.parameters.clone(),
+            server: t.server.as_deref().map(std::sync::Arc::from),
             usage: ToolUsageHint {
                 prefer_for: t.prefer_for.clone(),
                 prefer_over: t.prefer_over.clone(),

@@ -252,6 +252,7 @@ impl ToolsReport {
             .map(|(name, reason)| RefusedTool {
                 name: name.clone(),
                 reason: reason.clone(),
+                cause: RefusalCause::of_reason(reason),
             })
             .collect()
     }
@@ -262,8 +263,57 @@ impl ToolsReport {
 pub struct RefusedTool {
     /// The tool's name as announced.
     pub name: String,
-    /// Why it was refused.
+    /// Why it was refused, in words.
     pub reason: String,
+    /// Why it was refused, as a stable code.
+    pub cause: RefusalCause,
+}
+
+/// Why a tool was refused, as a stable code a program can act on (the reason says it in words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RefusalCause {
+    /// Not on layer 1's allowlist.
+    NotAllowlisted,
+    /// Left out by the delegated tool policy.
+    Restricted,
+    /// Its announced description, schema or server differs from what the signed definition
+    /// pins (ADR-0015, ADR-0041).
+    DefinitionChanged,
+    /// Announced more than once; the first announcement is used.
+    Duplicate,
+    /// Its announced schema has a name that is not an identifier (ADR-0032).
+    SchemaNotIdentifier,
+}
+
+impl RefusalCause {
+    /// The code, as serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalCause::NotAllowlisted => "not_allowlisted",
+            RefusalCause::Restricted => "restricted",
+            RefusalCause::DefinitionChanged => "definition_changed",
+            RefusalCause::Duplicate => "duplicate",
+            RefusalCause::SchemaNotIdentifier => "schema_not_identifier",
+        }
+    }
+
+    /// The cause of a reason written by the frame stage: each of its reasons starts with, or
+    /// holds, the words of exactly one cause (`definition changed:`, `allowlist`...).
+    pub fn of_reason(reason: &str) -> RefusalCause {
+        if reason.starts_with("definition changed:") {
+            RefusalCause::DefinitionChanged
+        } else if reason.starts_with("announced more than once") {
+            RefusalCause::Duplicate
+        } else if reason.starts_with("restricted by") {
+            RefusalCause::Restricted
+        } else if reason.contains("that is not an identifier") {
+            RefusalCause::SchemaNotIdentifier
+        } else {
+            RefusalCause::NotAllowlisted
+        }
+    }
 }
 
 /// A cache breakpoint for providers that cache prompt prefixes.

@@ -104,6 +104,9 @@ pub enum SessionError {
         /// The key.
         key: String,
     },
+    /// The MCP server of a tool did not complete a call (ADR-0041); nothing was recorded.
+    #[error("{0}; nothing was recorded, retry the call")]
+    ToolCallFailed(String),
     /// A signed operational-mode template is longer than its tier's prompt budget (the seeds'
     /// 200, 500, 1,000 and 1,500 tokens).
     #[error("the `{mode}` template for tier {tier} of the agent definition holds {tokens} tokens, over the tier's prompt budget of {budget}; shorten it and sign the definition again")]
@@ -161,6 +164,7 @@ impl<T: WorkingMemory + LongTermMemory + SharedContext + SessionState + 'static>
 #[must_use]
 pub struct RuntimeBuilder {
     agent: VerifiedAgent,
+    live: Option<Arc<dyn strata_registry::LiveSource>>,
     config: Option<Config>,
     store: Option<StoreSpec>,
     tokenizer: Option<Arc<dyn Tokenizer>>,
@@ -180,6 +184,15 @@ impl RuntimeBuilder {
     /// brings no retrieved tools of its own (default 5).
     pub fn hydrated_tools(mut self, n: usize) -> RuntimeBuilder {
         self.hydrated = n.max(1);
+        self
+    }
+
+    /// Offer the tools and prompts of live MCP servers on every turn (ADR-0041): each turn
+    /// announces the connected servers' current tools (the assembler holds them to the signed
+    /// pins), their prompts become layer-3 sections with `mcp:<server>` provenance, and an
+    /// unavailable server is reported as an omission.
+    pub fn live(mut self, live: Arc<dyn strata_registry::LiveSource>) -> RuntimeBuilder {
+        self.live = Some(live);
         self
     }
 
@@ -382,6 +395,8 @@ impl RuntimeBuilder {
             tools: self.tools,
             prompts: std::sync::Mutex::new(std::collections::HashMap::new()),
             receipt_key: self.receipt_key,
+            live: self.live,
+            live_seen: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         })
     }
 }
@@ -496,6 +511,9 @@ pub struct Runtime {
     history: Arc<WorkingMemoryContributor>,
     /// Why the agent is refused since the last [`Runtime::recheck`] failed (ADR-0034).
     refused: std::sync::Mutex<Option<String>>,
+    /// Live MCP servers (ADR-0041), and the generation of each whose prompts are registered.
+    live: Option<Arc<dyn strata_registry::LiveSource>>,
+    live_seen: std::sync::Mutex<std::collections::BTreeMap<Arc<str>, u64>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -526,6 +544,7 @@ impl Runtime {
             memories: 5,
             hydrated: 5,
             receipt_key: None,
+            live: None,
         }
     }
 
@@ -1602,6 +1621,14 @@ impl Session<'_> {
             .clone()
             .or_else(|| kept.offered.clone())
             .unwrap_or_else(|| rt.tools.clone());
+        // The live servers' current tools, before the session's called ones: a called tool is
+        // checked against its pin as the server announces it now (ADR-0041).
+        let (live_tools, live_omissions) = rt.sync_live();
+        for t in live_tools {
+            if !offered.iter().any(|o| o.name == t.name) {
+                offered.push(t);
+            }
+        }
         for t in kept.called.values() {
             if !offered.iter().any(|o| o.name == t.name) {
                 offered.push(t.clone());
@@ -1617,7 +1644,7 @@ impl Session<'_> {
         };
         let tools = crate::assemble::narrowed_tools(agent, &announced, &opts.tool_policy);
         let now_ms = opts.now_ms.unwrap_or_else(now_ms);
-        let (mut sections, omissions) = rt.gather_turn(&Gathering {
+        let (mut sections, mut omissions) = rt.gather_turn(&Gathering {
             session: &self.id,
             query,
             mode,
@@ -1643,6 +1670,7 @@ impl Session<'_> {
                 sections.push(native_tool_call(s)?);
             }
         }
+        omissions.extend(live_omissions);
         sections.extend(opts.sections.iter().cloned());
         sections.extend(resolved_context);
         let req = AssemblyRequest {
@@ -1697,6 +1725,7 @@ impl Session<'_> {
         };
         let seen = (stable_digest(&context, &req.sections), operational);
         let events = self.events_of(seen);
+        live::log_changed_definitions(&self.id, &context.inner.report);
         tracing::debug!(
             session = &*self.id,
             tokens = context.inner.report.used_tokens,
@@ -1712,6 +1741,10 @@ impl Session<'_> {
         })
     }
 }
+
+#[path = "session_live.rs"]
+mod live;
+pub use live::ToolRun;
 
 /// What one gathering is for.
 struct Gathering<'a> {

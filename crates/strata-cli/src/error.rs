@@ -22,6 +22,8 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_REFUSED: u8 = 3;
 /// Exit code: a check found damage in a memory store.
 pub const EXIT_DAMAGED: u8 = 4;
+/// `strata mcp diff` found a server that drifted from its pins (ADR-0041).
+pub const EXIT_DRIFT: u8 = 5;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +71,9 @@ pub enum CliError {
     /// A check found damage in a memory store (exit code 4); the findings were printed.
     #[error("{0}")]
     Damaged(String),
+    /// A live MCP server differs from its pins (exit code 5); the changes were printed.
+    #[error("{0}")]
+    Drift(String),
     /// The reader of standard output went away (`strata demo | head -1`): not a failure of
     /// the command, which stops quietly with exit code 0.
     #[error("standard output was closed by its reader")]
@@ -89,6 +94,7 @@ impl CliError {
             CliError::LogRefused(_) => EXIT_REFUSED,
             CliError::Usage(_) => EXIT_USAGE,
             CliError::Damaged(_) => EXIT_DAMAGED,
+            CliError::Drift(_) => EXIT_DRIFT,
             CliError::OutputClosed => EXIT_OK,
             CliError::AgentDef { .. }
             | CliError::Io { .. }

@@ -55,6 +55,8 @@ Exit codes:
   3  verification refused: a signed agent definition (or the rollback state it is checked
      against), an assembly receipt or a receipt log failed a check; the verdict line on
      stderr reads `REFUSED <cause>: <message>`
+  4  `strata memory check` found damage
+  5  `strata mcp diff` found a server that drifted from its pins
 
 Logging:
   Logs go to stderr. The default level is `warn` (`info` for `strata serve`, which logs its
@@ -141,6 +143,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Sign, verify, show and audit assembly receipts: what the model was shown and why.
     Receipt(cmd::receipt::ReceiptArgs),
+    /// Pin the tools of an MCP server into a definition, or compare a server with its pins.
+    Mcp(cmd::mcp::McpArgs),
     /// Print a shell completion script.
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -164,6 +168,7 @@ fn run(command: Command, out: &Output) -> Result<(), CliError> {
         Command::Explain(args) => cmd::explain::run(&args, out),
         Command::Demo(args) => cmd::demo::run(&args, out),
         Command::Receipt(args) => cmd::receipt::run(&args, out),
+        Command::Mcp(args) => cmd::mcp::run(&args, out),
         Command::Completions(args) => cmd::completions::run(&args, &mut Cli::command(), out),
     }
 }

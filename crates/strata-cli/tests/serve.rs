@@ -263,7 +263,12 @@ fn a_tool_using_session_runs_over_http_and_every_documented_operation_answers() 
     let served = served_ok(&text);
     let missing: Vec<_> = documented()
         .into_iter()
-        .filter(|op| !served.contains(op) && op.1 != "/metrics")
+        // Running a tool call needs a live MCP server: tests/mcp_serve.rs exercises it.
+        .filter(|op| {
+            !served.contains(op)
+                && op.1 != "/metrics"
+                && op.1 != "/v1/sessions/{session_id}/tool-calls/{call_id}/run"
+        })
         .collect();
     assert!(
         missing.is_empty(),

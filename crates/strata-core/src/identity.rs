@@ -79,6 +79,9 @@ pub struct AllowedTool {
     /// The argument schema pinned by the signed definition, if it gives one (ADR-0015).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<crate::ToolSchema>,
+    /// The MCP server the signed definition pins the tool to, if it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<std::sync::Arc<str>>,
     /// Usage hints.
     pub usage: ToolUsageHint,
 }

@@ -72,6 +72,26 @@ pub struct Config {
     pub workspace: WorkspaceConfig,
     /// Where memory, conversations and goals are kept.
     pub store: StoreConfig,
+    /// `[[mcp]]`: MCP servers whose tools and prompts every turn offers (ADR-0041).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<McpServerConfig>,
+}
+
+/// `[[mcp]]`: one MCP server, started as a command (stdio) or reached at a URL (Streamable
+/// HTTP). Its name is the `server` its tools are pinned to and the `mcp:<name>` provenance
+/// of its prompts.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The server's name: 1-64 characters of letters, digits, `.`, `_` and `-`.
+    pub name: String,
+    /// The program and its arguments, for a server started as a child process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// The Streamable HTTP endpoint, for a server reached over the network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// `[store]`: a SQLite file (the default, `.strata/memory.db`) or a PostgreSQL database.

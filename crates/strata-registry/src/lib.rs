@@ -36,13 +36,14 @@ pub mod contributor;
 pub mod gather;
 pub mod goals;
 pub mod inputs;
+pub mod live;
 pub mod modes;
 pub mod registry;
 pub mod templates;
 
 pub use builtins::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
-pub use config::{Config, ConfigError, StoreConfig};
+pub use config::{Config, ConfigError, McpServerConfig, StoreConfig};
 pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
@@ -56,6 +57,7 @@ pub use inputs::{
     ActiveSkill, Fingerprint, Inbound, InputError, RequestInputs, ThinkingLevel, TimeZone,
     UnknownThinkingLevel,
 };
+pub use live::{LiveCallError, LivePrompt, LiveServer, LiveSource, LiveState, LiveToolResult};
 pub use modes::{Owner, StandardSection};
 pub use registry::{Registered, Registry, RegistryError, RegistryEvent, TAG_SKILLS, TAG_TOOLS};
 pub use templates::{OperationalTemplate, SignedTemplate, TemplateError, TemplateValues};

@@ -189,6 +189,23 @@ pub struct RefusedToolView {
     pub name: String,
     /// Why it was refused.
     pub reason: String,
+    /// Why it was refused, as a stable code: `not_allowlisted`, `restricted`,
+    /// `definition_changed` (its announced description, schema or server differs from the
+    /// signed pin, ADR-0041), `duplicate` or `schema_not_identifier`.
+    pub cause: String,
+}
+
+/// A tool call run through its live MCP server, and recorded as the call's result.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ToolRunView {
+    /// The call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The server's result: untrusted data, recorded as the tool's result.
+    pub output: String,
+    /// Whether the server marked the result as an error.
+    pub is_error: bool,
 }
 
 /// A tool call in the model's reply.

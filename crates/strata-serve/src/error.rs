@@ -192,6 +192,8 @@ impl From<SessionError> for ApiError {
             }
             SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
             SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
+            // The tool's MCP server did not complete the call: retryable, like a timeout.
+            SessionError::ToolCallFailed(_) => ErrorCode::Timeout,
             SessionError::Store(m) => match m {
                 MemoryError::Invalid { .. } => ErrorCode::InvalidRequest,
                 MemoryError::EntryTooLarge { .. } => ErrorCode::BodyTooLarge,

@@ -42,6 +42,7 @@ pub struct Metrics {
     tokens_dropped: Counter,
     sections_dropped: Counter,
     tools_refused: Counter,
+    tools_definition_changed: Counter,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_bytes: Gauge<u64, AtomicU64>,
@@ -110,6 +111,12 @@ impl Metrics {
             "Announced tools refused (not allowlisted, changed or narrowed away)",
             tools_refused.clone(),
         );
+        let tools_definition_changed = Counter::default();
+        registry.register(
+            "tools_definition_changed",
+            "Announced tools refused because their description, schema or server differs from the signed pin (ADR-0041)",
+            tools_definition_changed.clone(),
+        );
         let cache_hits = Counter::default();
         registry.register(
             "section_cache_hits",
@@ -162,6 +169,7 @@ impl Metrics {
             tokens_dropped,
             sections_dropped,
             tools_refused,
+            tools_definition_changed,
             cache_hits,
             cache_misses,
             cache_bytes,
@@ -203,6 +211,13 @@ impl Metrics {
         self.sections_dropped.inc_by(dropped);
         self.tokens_dropped.inc_by(dropped_tokens);
         self.tools_refused.inc_by(report.tools.refused.len() as u64);
+        let changed = report
+            .tools
+            .refused_tools()
+            .iter()
+            .filter(|t| t.cause == strata_assembler::assemble::RefusalCause::DefinitionChanged)
+            .count();
+        self.tools_definition_changed.inc_by(changed as u64);
     }
 
     /// Count a reload.

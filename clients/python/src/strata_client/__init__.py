@@ -87,6 +87,7 @@ from ._types import (
     Status,
     Tier,
     ToolCall,
+    ToolRun,
     ToolsReport,
     TurnEvent,
 )
@@ -155,6 +156,7 @@ __all__ = [
     "Tier",
     "ToolCall",
     "ToolNotAllowedError",
+    "ToolRun",
     "ToolsReport",
     "TransportError",
     "TurnEvent",

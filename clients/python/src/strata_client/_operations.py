@@ -83,6 +83,12 @@ OPERATIONS: Mapping[str, Operation] = {
     "record_tool_result": Operation(
         "record_tool_result", "POST", "/v1/sessions/{session_id}/tool-results", keyed=True
     ),
+    "run_tool_call": Operation(
+        "run_tool_call",
+        "POST",
+        "/v1/sessions/{session_id}/tool-calls/{call_id}/run",
+        keyed=True,
+    ),
     "session": Operation("get_session", "GET", "/v1/sessions/{session_id}"),
     "reset_session": Operation(
         "reset_session", "POST", "/v1/sessions/{session_id}/reset", keyed=True
@@ -170,6 +176,7 @@ def call(
     body: Mapping[str, Any] | None,
     auth: Mapping[str, str],
     idempotency_key: str | None,
+    call_id: str | None = None,
 ) -> Call:
     """The call ``name`` makes; a keyed operation gets ``idempotency_key``, else a new key."""
     op = OPERATIONS[name]
@@ -185,7 +192,7 @@ def call(
         headers["Content-Type"] = "application/json"
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         content = text.encode()
-    return Call(op, path_of(name, session_id), headers, content)
+    return Call(op, path_of(name, session_id, call_id), headers, content)
 
 
 @dataclass(frozen=True)
@@ -254,13 +261,18 @@ def base_url(url: str | None, uds: str | os.PathLike[str] | None) -> str:
     return "http://strata" if uds is not None else DEFAULT_BASE_URL
 
 
-def path_of(name: str, session_id: str | None) -> str:
-    """The request path of an operation, with the session id percent-encoded as one segment."""
+def path_of(name: str, session_id: str | None, call_id: str | None = None) -> str:
+    """The request path of an operation, with the session id (and a tool call's id)
+    percent-encoded as one segment each."""
     path = OPERATIONS[name].path
     if "{session_id}" in path:
         if not session_id:
             raise ValueError("session_id must be a non-empty string")
         path = path.replace("{session_id}", quote(session_id, safe=""))
+    if "{call_id}" in path:
+        if not call_id:
+            raise ValueError("call_id must be a non-empty string")
+        path = path.replace("{call_id}", quote(call_id, safe=""))
     return path
 
 

@@ -24,6 +24,7 @@ from ._types import (
     Skill,
     Status,
     ToolCall,
+    ToolRun,
     goal_of,
     goals_of,
     memory_id,
@@ -98,9 +99,10 @@ class StrataClient:
         session_id: str | None = None,
         body: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        call_id: str | None = None,
     ) -> httpx.Response:
         """The successful response of the call, after any retries it needed."""
-        call = ops.call(name, session_id, body, self._auth, idempotency_key)
+        call = ops.call(name, session_id, body, self._auth, idempotency_key, call_id)
         retry = 0
         while True:
             try:
@@ -132,8 +134,9 @@ class StrataClient:
         session_id: str | None = None,
         body: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        call_id: str | None = None,
     ) -> Any:
-        return ops.json_of(self._send(name, session_id, body, idempotency_key))
+        return ops.json_of(self._send(name, session_id, body, idempotency_key, call_id))
 
     def healthz(self) -> Status:
         """Whether the process is up (no token needed)."""
@@ -326,6 +329,16 @@ class StrataClient:
         """Records that a tool of the session touched the file ``path``; true once stored."""
         body = {"path": path, "action": action}
         return recorded(self._json("record_file", session_id, body, idempotency_key))
+
+    def run_tool_call(
+        self, session_id: str, call_id: str, *, idempotency_key: str | None = None
+    ) -> ToolRun:
+        """Runs the recorded tool call ``call_id`` through the live MCP server that announces
+        its tool, with exactly the recorded arguments, and records the server's answer as the
+        call's result; a retry with the same key gets the first answer and runs nothing. The
+        output is the server's data, never an instruction."""
+        data = self._json("run_tool_call", session_id, None, idempotency_key, call_id=call_id)
+        return ToolRun.from_json(data)
 
     def session(self, session_id: str) -> SessionHistory:
         """The session's recorded turns, oldest first."""

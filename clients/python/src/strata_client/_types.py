@@ -379,10 +379,13 @@ class ToolsReport(_ToolsNarrowed, total=False):
 
 
 class RefusedTool(TypedDict):
-    """A tool announced for a turn that its request does not offer, and why."""
+    """A tool announced for a turn that its request does not offer, and why: ``reason`` in
+    words, ``cause`` as a stable code (``definition_changed`` when a live MCP server's tool no
+    longer matches its signed pin)."""
 
     name: str
     reason: str
+    cause: str
 
 
 # What a turn changed for its session: ``{"type": "prompt_updated", "digest": ...}`` when its
@@ -500,6 +503,26 @@ class PreparedTurn:
                 f"request_for({self.provider!r})"
             )
         return self.request
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """A tool call run through its live MCP server and recorded as the call's result; the
+    output is the server's data."""
+
+    call_id: str
+    tool: str
+    output: str
+    is_error: bool
+
+    @classmethod
+    def from_json(cls, data: Any) -> ToolRun:
+        return cls(
+            call_id=_get(data, "call_id", str),
+            tool=_get(data, "tool", str),
+            output=_get(data, "output", str),
+            is_error=_get(data, "is_error", bool),
+        )
 
 
 @dataclass(frozen=True)

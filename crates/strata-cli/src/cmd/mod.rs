@@ -7,6 +7,7 @@ pub mod demo;
 pub mod explain;
 pub mod inspect;
 pub mod keygen;
+pub mod mcp;
 pub mod receipt;
 pub mod serve;
 pub mod session;

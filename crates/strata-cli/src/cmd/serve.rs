@@ -122,6 +122,18 @@ pub struct ServeArgs {
     /// TLS private key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// An MCP server whose tools and prompts every turn offers, started as a command:
+    /// `NAME=COMMAND ARGS...` (repeatable; `[[mcp]]` in strata.toml does the same). Its tools
+    /// are held to the pins of the signed definition (ADR-0041).
+    #[arg(long = "mcp", value_name = "NAME=COMMAND")]
+    pub mcp: Vec<String>,
+    /// An MCP server reached over Streamable HTTP: `NAME=URL` (repeatable).
+    #[arg(long = "mcp-url", value_name = "NAME=URL")]
+    pub mcp_url: Vec<String>,
+    /// Seconds between listings of a connected MCP server without a change notification: a
+    /// silent change, or a lost HTTP server, is noticed within this time.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub mcp_relist_secs: u64,
     /// Largest request body, bytes.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
@@ -230,7 +242,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         Some(url) => StoreSpec::Postgres(url.clone()),
         None => StoreSpec::Sqlite(args.store.clone()),
     };
-    let opts = ServeOptions {
+    let mut opts = ServeOptions {
         source,
         runtime: RuntimeSettings {
             store,
@@ -239,6 +251,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             model: model.to_owned(),
             max_tokens: args.max_tokens,
             receipt_key: args.receipt_key.clone(),
+            live: None,
         },
         listen,
         tls: match (&args.tls_cert, &args.tls_key) {
@@ -275,6 +288,24 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Other(format!("starting the async runtime: {e}")))?;
+    let specs = mcp_servers(args)?;
+    if !specs.is_empty() {
+        let live = strata_mcp::LiveServers::start(
+            specs,
+            strata_mcp::Limits {
+                relist_every: std::time::Duration::from_secs(args.mcp_relist_secs.max(1)),
+                ..strata_mcp::Limits::default()
+            },
+            rt.handle().clone(),
+        )
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+        // A server still connecting is retried in the background; its tools join the turns
+        // from its first listing on.
+        if !live.wait_connected(std::time::Duration::from_secs(20)) {
+            tracing::warn!("not every MCP server is connected yet; turns report them as omitted until they are");
+        }
+        opts.runtime.live = Some(std::sync::Arc::new(live));
+    }
     rt.block_on(strata_serve::serve_on(listener, opts, |bound| {
         // The one line on standard output: tests and supervisors read the address from it.
         let mut stdout = std::io::stdout().lock();
@@ -287,4 +318,39 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
         }
         other => CliError::Other(other.to_string()),
     })
+}
+
+/// The MCP servers of `[[mcp]]` in `--config`'s strata.toml, then of `--mcp` and `--mcp-url`.
+fn mcp_servers(args: &ServeArgs) -> Result<Vec<strata_mcp::ServerSpec>, CliError> {
+    let mut specs = Vec::new();
+    if let Some(path) = &args.config {
+        let config = strata_registry::Config::load(path)
+            .map_err(|e| CliError::Other(format!("reading {}: {e}", path.display())))?;
+        for m in &config.mcp {
+            let spec = match (&m.url, m.command.is_empty()) {
+                (Some(url), true) => strata_mcp::ServerSpec::new(
+                    &m.name,
+                    strata_mcp::Transport::Http { url: url.clone() },
+                ),
+                (None, false) => strata_mcp::ServerSpec::stdio(&m.name, &m.command),
+                _ => {
+                    return Err(CliError::Other(format!(
+                        "{}: [[mcp]] `{}` needs exactly one of `command` and `url`",
+                        path.display(),
+                        m.name
+                    )))
+                }
+            };
+            specs.push(spec.map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?);
+        }
+    }
+    for (values, url) in [(&args.mcp, false), (&args.mcp_url, true)] {
+        for v in values {
+            specs.push(
+                strata_mcp::ServerSpec::parse_assignment(v, url)
+                    .map_err(|e| CliError::Usage(e.to_string()))?,
+            );
+        }
+    }
+    Ok(specs)
 }

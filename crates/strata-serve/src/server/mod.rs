@@ -37,6 +37,7 @@ use memories::{add_memory, search_memories};
 use probes::{agent, healthz, metrics, openapi, readyz};
 use sessions::{
     delete_session, get_session, prepare_turn, record_reply, record_tool_result, reset_session,
+    run_tool_call,
 };
 
 pub use state::{AppState, ReceiptLogSpec, RuntimeSettings};
@@ -171,6 +172,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/sessions/{session_id}/tool-results",
             post(record_tool_result),
+        )
+        .route(
+            "/v1/sessions/{session_id}/tool-calls/{call_id}/run",
+            post(run_tool_call),
         )
         .route("/v1/sessions/{session_id}/reset", post(reset_session))
         .route(

@@ -20,7 +20,7 @@ use super::extract::{blocking, Keyed, KeyedJson, SessionId};
 use super::AppState;
 use crate::api::{
     Recorded, RefusedToolView, Removed, ReplyRequest, ReplyResponse, SessionView,
-    ToolResultRequest, ToolSpec, TurnEntry, TurnRequest, TurnResponse,
+    ToolResultRequest, ToolRunView, ToolSpec, TurnEntry, TurnRequest, TurnResponse,
 };
 use crate::error::{ApiError, ErrorCode};
 
@@ -277,6 +277,7 @@ fn turn_response(
             .map(|t| RefusedToolView {
                 name: t.name,
                 reason: t.reason,
+                cause: t.cause.as_str().to_owned(),
             })
             .collect(),
         events: prepared
@@ -417,6 +418,56 @@ pub(super) async fn record_tool_result(
                 session.record_output(&output)?;
                 answer(body, false)
             }
+        })
+    })
+    .await
+}
+
+/// Run a recorded tool call through the live MCP server that announces the tool, and record
+/// its result (ADR-0041).
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/tool-calls/{call_id}/run",
+    operation_id = "run_tool_call", tag = "sessions", security(("bearer" = [])),
+    params(("session_id" = String, Path, description = "The session"), ("call_id" = String, Path, description = "The recorded tool call, as the model's reply named it"), ("Idempotency-Key" = Option<String>, Header, description = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing")),
+    responses(
+        (status = 200, description = "Run and recorded: the server's result, which is data", body = ToolRunView),
+        (status = 400, description = "Invalid (no such call, a call that already has a result, no MCP servers)", body = crate::error::ErrorBody),
+        (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
+        (status = 409, description = "The tool is not offered now (not allowlisted, no connected server announces it, or its definition changed)", body = crate::error::ErrorBody),
+        (status = 422, description = "The Idempotency-Key was used for another request", body = crate::error::ErrorBody),
+        (status = 503, description = "The server did not complete the call, overloaded, timed out, agent not valid or store unavailable", body = crate::error::ErrorBody)))]
+pub(super) async fn run_tool_call(
+    State(st): State<Arc<AppState>>,
+    axum::extract::Path((session_id, call_id)): axum::extract::Path<(String, String)>,
+    Keyed(op): Keyed,
+) -> Result<Response, ApiError> {
+    if !super::extract::valid_session_id(&session_id) {
+        return Err(ApiError::invalid(
+            "a session id is 1-128 characters of letters, digits, `.`, `_`, `:` and `-`, \
+             starts with a letter or a digit, and holds no `..`",
+        ));
+    }
+    let loaded = st.current_valid()?;
+    let id = session_id;
+    blocking(move || {
+        let session = loaded.rt().session(id.as_str());
+        if let Some(done) = replay(&session, op.as_ref())? {
+            return Ok(done);
+        }
+        if !session.exists()? {
+            return Err(ApiError::unknown_session(&id));
+        }
+        Ok(match session.run_tool_call_once(&call_id, op.as_ref())? {
+            Outcome::Done(run) => answer(
+                to_json(&ToolRunView {
+                    call_id: run.call_id,
+                    tool: run.tool,
+                    output: run.output,
+                    is_error: run.is_error,
+                })?,
+                false,
+            ),
+            Outcome::Repeated(a) => answer(a, true),
         })
     })
     .await

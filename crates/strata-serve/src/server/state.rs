@@ -31,6 +31,9 @@ pub struct RuntimeSettings {
     pub max_tokens: u32,
     /// A key to sign a receipt for every prepared turn.
     pub receipt_key: Option<PathBuf>,
+    /// Live MCP servers whose tools and prompts every turn offers (ADR-0041); kept across
+    /// reloads.
+    pub live: Option<Arc<dyn strata_registry::LiveSource>>,
 }
 
 impl RuntimeSettings {
@@ -50,6 +53,9 @@ impl RuntimeSettings {
                 SessionError::Invalid(format!("receipt key {}: {e}", path.display()))
             })?;
             b = b.receipt_key(key);
+        }
+        if let Some(live) = &self.live {
+            b = b.live(live.clone());
         }
         let runtime = b.build()?;
         // The encoder's tables and the vocabulary's lookup, built before the first request
@@ -381,6 +387,7 @@ pub(super) mod tests {
             model: "m".into(),
             max_tokens: 64,
             receipt_key: None,
+            live: None,
         };
         let st = AppState::start(
             source,

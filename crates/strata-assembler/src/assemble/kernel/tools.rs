@@ -85,6 +85,13 @@ fn admit(
     if !req.tool_policy.permits(&t.name) {
         return Err("restricted by the delegated tool policy".into());
     }
+    if let Some(pinned) = signed.server.as_deref() {
+        if t.server.as_deref() != Some(pinned) {
+            return Err(format!(
+                "definition changed: {by} announced a tool the signed definition pins to MCP server `{pinned}`"
+            ));
+        }
+    }
     let policy = req.provider_options.tool_descriptions;
     let (parameters, schema_source) = match (&signed.parameters, &t.parameters) {
         (Some(pinned), Some(announced)) if pinned != announced => {
