@@ -55,6 +55,8 @@ pub fn page(dir: &Path) -> PathBuf {
     for f in ["ada.toml", "SOUL.md", "trust.toml"] {
         std::fs::copy(repo_root().join("examples/ada").join(f), dir.join(f)).unwrap();
     }
+    // The screenshot folder may hold a key from an earlier run, which keygen never overwrites.
+    let _ = std::fs::remove_file(dir.join("k.key"));
     let entry = strata(dir, &["keygen", "--out", "k.key", "--trust-entry", "k"]);
     let mut trust = std::fs::read_to_string(dir.join("trust.toml")).unwrap();
     trust.push_str(&entry);
