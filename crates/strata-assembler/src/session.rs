@@ -1310,7 +1310,8 @@ impl Session<'_> {
         change: &strata_registry::GoalChange,
         answer: &dyn Fn(&strata_registry::Goal) -> Result<String, SessionError>,
     ) -> Result<Outcome<strata_registry::Goal>, SessionError> {
-        if let Some(done) = self.repeated(Some(op))? {
+        // One key names one request whatever it was used for (ADR-0042).
+        if let Some(done) = self.repeated_answer(op)? {
             return Ok(Outcome::Repeated(done));
         }
         // The answer's own error, kept to be returned as it was.
@@ -1345,7 +1346,8 @@ impl Session<'_> {
         action: FileAction,
         answer: &str,
     ) -> Result<Outcome<()>, SessionError> {
-        if let Some(done) = self.repeated(Some(op))? {
+        // One key names one request whatever it was used for (ADR-0042).
+        if let Some(done) = self.repeated_answer(op)? {
             return Ok(Outcome::Repeated(done));
         }
         match strata_memory::record_session_file_once(

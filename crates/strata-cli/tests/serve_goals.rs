@@ -211,6 +211,28 @@ fn every_goal_change_and_file_is_atomic_and_retry_safe() {
     );
     assert_eq!((turn.status, turn.code()), (422, "idempotency_key_reused"));
 
+    // And the reverse: a turn's key cannot change the goals or record a file.
+    let turn = srv.keyed(
+        "POST",
+        &format!("{s}/turns"),
+        Some(&json!({"message": "Hi"})),
+        "turn-key",
+    );
+    assert_eq!(turn.status, 200, "{:?}", turn.body);
+    let after = goals(&srv, "g-2").text;
+    for (route, body) in [
+        ("goals/checkpoints", json!({"description": "Other"})),
+        ("files", json!({"path": "x.rs", "action": "read"})),
+    ] {
+        let r = srv.keyed("POST", &format!("{s}/{route}"), Some(&body), "turn-key");
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "idempotency_key_reused"),
+            "{route}"
+        );
+    }
+    assert_eq!(goals(&srv, "g-2").text, after);
+
     let goal = goals(&srv, "g-2").body["goals"][0].clone();
     assert_eq!(goal["priority"], "high");
     assert_eq!(goal["total"], 1);

@@ -287,3 +287,48 @@ pub fn record_session_file_once(
         format!("session `{session}` changed {ATTEMPTS} times while a file was recorded; retry"),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::InMemoryStore;
+
+    /// Verifies ADR-0042: a keyed file recording and its record are one write; a repeat writes
+    /// nothing, the key with another request changes nothing, and a store that never saw a key
+    /// keeps the bare list older builds wrote.
+    #[test]
+    fn a_keyed_file_recording_is_one_write_and_repeats_write_nothing() {
+        let store = InMemoryStore::new();
+        record_session_file(&store, "s", "a.rs", FileAction::Read, 1).unwrap();
+        let bare = store.state("s", FILES_DOC).unwrap().unwrap();
+        assert!(bare.value.starts_with('['), "{}", bare.value);
+
+        let op = Some(("k1", "fp", "answer"));
+        let first = record_session_file_once(&store, "s", "b.rs", FileAction::Modified, 2, op);
+        assert_eq!(first.unwrap(), FileRecorded::Recorded);
+        let doc = store.state("s", FILES_DOC).unwrap().unwrap();
+        let again = record_session_file_once(&store, "s", "b.rs", FileAction::Modified, 3, op);
+        assert_eq!(again.unwrap(), FileRecorded::Repeated("answer".into()));
+        let other = Some(("k1", "other", "x"));
+        let reused = record_session_file_once(&store, "s", "c.rs", FileAction::Read, 4, other);
+        assert!(matches!(
+            reused,
+            Err(crate::MemoryError::OperationExists { .. })
+        ));
+        assert_eq!(store.state("s", FILES_DOC).unwrap().unwrap(), doc);
+        let paths: Vec<String> = session_files(&store, "s")
+            .unwrap()
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
+        assert_eq!(paths, ["a.rs", "b.rs"]);
+        assert!(session_file_operation(&store, "s", "k1", 5)
+            .unwrap()
+            .is_some());
+        // A day later the record has expired.
+        let later = 2 + crate::OPERATION_TTL_MS;
+        assert!(session_file_operation(&store, "s", "k1", later)
+            .unwrap()
+            .is_none());
+    }
+}
