@@ -4,19 +4,20 @@
 //! limit agrees with the count, and the prefix within a budget holds exactly the tokens it
 //! reports, fits, and is the longest that fits (by brute force on short inputs, over the next
 //! characters on long ones); counts and cuts resumed from a point of a walk over another text
-//! that shares the input's start equal the reference's (ADR-0037); the suffix within a budget
+//! that shares the input's start equal the reference's (ADR-0037, ADR-0040); the suffix within a budget
 //! (found from a window at the end, which small budgets keep shorter than the input) holds the
 //! tokens it reports, fits, and no start up to 64 bytes further back fits (ADR-0037); and a
 //! count taken from another text with the same end equals the reference's (ADR-0037);
 //! and the separate ASCII words of the input never exceed its reference count (ADR-0037).
-//! Counts are compared with the vocabulary's lookup of whole-token pieces and without it.
+//! Counts go through the vocabulary's lookup of whole-token pieces, as every count does
+//! (ADR-0040); resume points are offered to texts they may not hold for, and are then not used.
 //! Inputs stay at a kilobyte, where tiktoken-rs (quadratic in one pre-tokenizer piece) finishes
 //! quickly.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use strata_core::format::{encode_untrusted, Encoding};
-use strata_core::{TiktokenTokenizer, Tokenizer};
+use strata_core::{ResumableTokenizer, TiktokenTokenizer, Tokenizer};
 use tiktoken_rs::CoreBPE;
 
 /// Largest input handed to the reference: tiktoken-rs is quadratic in one pre-tokenizer piece,
@@ -64,17 +65,11 @@ fuzz_target!(|data: &[u8]| {
             tiktoken_rs::cl100k_base_singleton(),
         ),
     ] {
-        // Every count below goes through the vocabulary's lookup; the encoder alone (a process
-        // before it builds the lookup) is compared here.
+        // Every count goes through the vocabulary's lookup, from the first on (ADR-0040).
         t.warm_up();
         let ids = r.encode_ordinary(&text);
         let n = ids.len();
         assert_eq!(t.count(&text), n, "{}: count", t.name());
-        let alone = t.without_lookup();
-        assert_eq!(alone.count(&text), n, "{}: count without the lookup", t.name());
-        if n > 0 {
-            assert_eq!(alone.count_up_to(&text, n - 1), None);
-        }
         assert_eq!(t.encode(&text), ids, "{}: token ids", t.name());
         assert_eq!(t.count_up_to(&text, n), Some(n));
         // The word bound fitting relies on never exceeds the reference count (ADR-0037).
@@ -139,38 +134,44 @@ fuzz_target!(|data: &[u8]| {
         // Resuming from a point of this walk over another text that shares its start (ADR-0037):
         // the text cut somewhere past the point and ended with the input's own bytes reversed
         // (any tail); the count and the cut equal the reference's and a fresh search's.
-        let (_, resume) = t.prefix_from(&text, budget, strata_core::Prefix { len: 0, tokens: 0 });
-        let at = floor_boundary(&text, (resume.len + usize::from(*mode)).min(text.len()));
-        let other = [&text[..at], tail.as_str()].concat();
-        assert_eq!(
-            t.count_resumed(&other, &text, resume),
-            reference(r, &other),
-            "{}: count resumed from {resume:?}",
-            t.name()
-        );
-        let (q, _) = t.prefix_after(&other, budget, &text, resume);
-        assert_eq!(
-            q,
-            t.prefix(&other, budget),
-            "{}: cut resumed from {resume:?}",
-            t.name()
-        );
-        assert_eq!(q.tokens, reference(r, &other[..q.len]));
+        // A point is used only where it holds for the other text (ADR-0040).
+        if let Some(resume) = t.walk(&text, budget, None).point {
+            let at = floor_boundary(&text, (resume.at().len + usize::from(*mode)).min(text.len()));
+            let other = [&text[..at], tail.as_str()].concat();
+            assert_eq!(
+                t.count_resumed(&other, &resume),
+                reference(r, &other),
+                "{}: count resumed from {resume:?}",
+                t.name()
+            );
+            let q = t.walk(&other, budget, Some(&resume)).prefix;
+            assert_eq!(
+                q,
+                t.prefix(&other, budget),
+                "{}: cut resumed from {resume:?}",
+                t.name()
+            );
+            assert_eq!(q.tokens, reference(r, &other[..q.len]));
+        }
 
         // Counting from a text with the same end (ADR-0037): the suffix found above,
         // and the whole input, each behind a few of the input's own characters reversed, given
         // the exact count of the text without them, count what the reference counts.
         let front = &tail[..floor_boundary(&tail, tail.len().min(usize::from(*mode) + 8))];
         let joined = [front, &text[start..]].concat();
+        let counted = t.suffix_counted(&text, small);
+        assert_eq!(counted.answer(), sfx);
         assert_eq!(
-            t.count_sharing_end(&joined, &text[start..], sfx.tokens),
+            t.count_sharing_end(&joined, &counted),
             reference(r, &joined),
             "{}: count sharing the end of the suffix",
             t.name()
         );
         let joined = [front, text.as_str()].concat();
+        let whole = t.suffix_counted(&text, usize::MAX);
+        assert_eq!(whole.answer().tokens, reference(r, &text));
         assert_eq!(
-            t.count_sharing_end(&joined, &text, reference(r, &text)),
+            t.count_sharing_end(&joined, &whole),
             reference(r, &joined),
             "{}: count sharing the end of the input",
             t.name()

@@ -1840,7 +1840,7 @@ impl Runtime {
             tier.number()
         );
         let room = budget.saturating_sub(self.tokenizer.count(&marker));
-        let keep = self.tokenizer.prefix_len(text, room);
+        let keep = self.tokenizer.prefix(text, room).len;
         let cut = format!("{}{marker}", &text[..keep]);
         omissions.push(Omission {
             id: s.id().as_str().to_owned(),

@@ -858,3 +858,62 @@ proptest! {
         }
     }
 }
+
+/// A user's tokenizer: o200k_base's counts and searches behind the plain trait alone, so an
+/// assembler finds no resumable walks in it and takes none of their shortcuts (ADR-0040).
+#[derive(Debug)]
+struct Plain(strata_core::TiktokenTokenizer);
+
+impl strata_core::Tokenizer for Plain {
+    fn name(&self) -> &str {
+        "plain o200k_base"
+    }
+    fn count(&self, text: &str) -> usize {
+        self.0.count(text)
+    }
+    fn count_up_to(&self, text: &str, limit: usize) -> Option<usize> {
+        self.0.count_up_to(text, limit)
+    }
+    fn prefix(&self, text: &str, max_tokens: usize) -> strata_core::Prefix {
+        self.0.prefix(text, max_tokens)
+    }
+    fn suffix(&self, text: &str, max_tokens: usize) -> strata_core::Prefix {
+        self.0.suffix(text, max_tokens)
+    }
+}
+
+proptest! {
+    /// Verifies ADR-0040: a tokenizer without resumable walks (a user's, here o200k_base behind
+    /// the plain trait) is counted and cut with its plain methods, and every promise holds: at
+    /// each call of a random sequence of requests the engine equals the kernel, the assembly is
+    /// within its budget, and for a plain-text request its count is tiktoken-rs's count of the
+    /// text.
+    #[test]
+    fn a_tokenizer_without_resumable_walks_keeps_every_promise(
+        first in request(),
+        steps in proptest::collection::vec((repeat(), 1usize..3), 1..4),
+    ) {
+        let tok: std::sync::Arc<dyn strata_core::Tokenizer> =
+            std::sync::Arc::new(Plain(strata_core::TiktokenTokenizer::o200k()));
+        prop_assert!(tok.resumable().is_none());
+        let engine = Assembler::new(tok).with_walk_window(8);
+        let mut req = first;
+        req.provider_options.pairs = PairPolicy::DropUnpaired;
+        for (step, (change, times)) in steps.iter().enumerate() {
+            apply_repeat(&mut req, change);
+            for run in 0..*times {
+                let what = format!("step {step} run {run}: {change:?}");
+                let kernel = engine.assemble_plain(agent(), &req);
+                let got = engine.assemble(agent(), &req);
+                if let Ok(ctx) = &got {
+                    let r = ctx.report();
+                    prop_assert!(r.used_tokens <= r.prompt_budget, "{}", what);
+                    if req.provider.is_none() {
+                        prop_assert_eq!(r.used_tokens, reference(ctx.text()), "{}", what);
+                    }
+                }
+                same_answer(&what, &req, got, kernel)?;
+            }
+        }
+    }
+}

@@ -121,7 +121,6 @@ fn throughput(c: &mut Criterion) {
     let exact = TiktokenTokenizer::o200k();
     let reference = tiktoken_rs::o200k_base_singleton();
     exact.warm_up();
-    let without_lookup = exact.without_lookup();
     let mut g = c.benchmark_group("tokenizer_o200k_count");
     g.sample_size(20);
     g.measurement_time(Duration::from_secs(4));
@@ -130,13 +129,6 @@ fn throughput(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("strata", name), &text, |b, t| {
             b.iter(|| black_box(exact.count(black_box(t))))
         });
-        // Every piece through the BPE encoder: a process that has not yet counted enough to
-        // build the vocabulary's lookup.
-        g.bench_with_input(
-            BenchmarkId::new("strata_without_lookup", name),
-            &text,
-            |b, t| b.iter(|| black_box(without_lookup.count(black_box(t)))),
-        );
         g.bench_with_input(BenchmarkId::new("tiktoken_rs", name), &text, |b, t| {
             b.iter(|| black_box(reference.encode_ordinary(black_box(t)).len()))
         });

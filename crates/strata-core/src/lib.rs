@@ -45,5 +45,8 @@ pub use section::{
 pub use smol_str::SmolStr;
 #[cfg(feature = "tiktoken")]
 pub use tokenizer::TiktokenTokenizer;
-pub use tokenizer::{separate_ascii_words, EstimateTokenizer, Prefix, Tokenizer};
+pub use tokenizer::{
+    separate_ascii_words, CountedSuffix, EstimateTokenizer, Prefix, ResumableTokenizer,
+    ResumePoint, Tokenizer, Walked,
+};
 pub use tools::{AnnouncedTool, ToolName, ToolPolicy, ToolSchema, ToolUsageHint};

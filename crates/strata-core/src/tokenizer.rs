@@ -7,14 +7,20 @@
 //!
 //! Why counts are exact and linear in the worst case, which encodings are embedded, what a
 //! prefix within a budget means and where the estimator may be used is recorded in ADR-0020.
+//! [`Tokenizer`] is what a user implements; the walks an assembler resumes and the bounds it
+//! relies on are [`ResumableTokenizer`], which only this crate's exact tokenizer implements
+//! (ADR-0040).
 
+use std::any::Any;
 use std::fmt;
 
 #[cfg(feature = "tiktoken")]
 mod exact;
+mod resume;
 
 #[cfg(feature = "tiktoken")]
 pub use exact::TiktokenTokenizer;
+pub use resume::{CountedSuffix, ResumableTokenizer, ResumePoint, Walked};
 
 /// Bytes before a binary-searched suffix start that [`Tokenizer::suffix`] also tries, since
 /// BPE counts are not monotone inside a pre-tokenizer piece.
@@ -30,8 +36,15 @@ pub struct Prefix {
     pub tokens: usize,
 }
 
-/// Counts tokens of text for one encoding (ADR-0020).
-pub trait Tokenizer: Send + Sync + fmt::Debug {
+/// Counts tokens of text for one encoding (ADR-0020): what a user implements to count for a
+/// model strata has no exact tokenizer for. Only [`Tokenizer::name`] and [`Tokenizer::count`]
+/// are required; the rest have defaults built on them. An assembler uses nothing else of a
+/// tokenizer implemented outside this crate: the shortcuts of [`ResumableTokenizer`] are taken
+/// only with this crate's exact tokenizer (ADR-0040).
+///
+/// `Any` is a supertrait so that [`<dyn Tokenizer>::resumable`](trait.Tokenizer.html#method.resumable)
+/// can tell this crate's tokenizers from others.
+pub trait Tokenizer: Any + Send + Sync + fmt::Debug {
     /// The encoding's name (`o200k_base`, `cl100k_base`, `estimate/4`).
     fn name(&self) -> &str;
 
@@ -143,98 +156,29 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
         }
     }
 
-    /// Whether every word counted by [`separate_ascii_words`] takes at least one token of its
-    /// own, so that function is a lower bound of the count of any text (ADR-0037). True for the
-    /// tiktoken encodings, whose pre-tokenizer never puts two such words into one piece; false
-    /// by default (the estimator counts bytes).
-    fn splits_ascii_words(&self) -> bool {
-        false
-    }
-
-    /// The most bytes one token covers, when known: a text of `n` bytes then holds at least
-    /// `n / longest` tokens, so text far longer than a budget is known not to fit, and a walk
-    /// for a prefix within a budget can stop reading, without tokenizing the rest (ADR-0037).
-    /// `None` by default (no such bound is used).
-    fn longest_token_bytes(&self) -> Option<usize> {
-        None
-    }
-
-    /// How far past its end a longest prefix ([`Tokenizer::prefix`]) can depend on the text,
-    /// when that is bounded: the prefix of a text within a budget is then also the prefix of
-    /// any text with the same bytes up to that far past its end, provided no run of whitespace
-    /// crosses that point. An assembler walks a long section's head in windows only when this
-    /// is known (ADR-0037). `None` by default: the default search bisects over the whole text,
-    /// so its answer can depend on all of it.
-    fn prefix_look_ahead(&self) -> Option<usize> {
-        None
-    }
-
-    /// The same answer as [`Tokenizer::prefix`], and a point from which a later search in the
-    /// same text may start: pass it back as `from` while its `tokens` are at most that search's
-    /// budget, and the walk over the text before it is not repeated. `from` must be the start
-    /// of the text (`len` and `tokens` 0) or a point this method returned for the same text.
-    /// The default always starts from, and offers, the start of the text (ADR-0037).
-    fn prefix_from(&self, text: &str, max_tokens: usize, from: Prefix) -> (Prefix, Prefix) {
-        let _ = from;
-        (self.prefix(text, max_tokens), Prefix { len: 0, tokens: 0 })
-    }
-
-    /// Whether [`Tokenizer::count_resumed`] and [`Tokenizer::prefix_after`] resume at `from`
-    /// for `text`, given a walk over `walked`; `false` means they start at the start. The
-    /// default never resumes.
-    fn resumes(&self, text: &str, walked: &str, from: Prefix) -> bool {
-        let _ = (text, walked, from);
-        false
-    }
-
-    /// [`Tokenizer::prefix_from`] from a point `from` that it offered for another text,
-    /// `walked`: where the two texts are the same from their start to a little past `from`,
-    /// the walk over `text` starts there; otherwise at the start of `text`. A text that changed
-    /// after its kept part (a turn that grew) is then cut again without walking what it kept
-    /// (ADR-0037). The default always starts at the start.
-    fn prefix_after(
-        &self,
-        text: &str,
-        max_tokens: usize,
-        walked: &str,
-        from: Prefix,
-    ) -> (Prefix, Prefix) {
-        let _ = (walked, from);
-        self.prefix_from(text, max_tokens, Prefix { len: 0, tokens: 0 })
-    }
-
-    /// The number of tokens in `text`, given a point `from` that [`Tokenizer::prefix_from`]
-    /// offered for another text, `walked`: where the two texts are the same from their start
-    /// to a little past `from`, the part before `from` is not counted again (ADR-0037). Used
-    /// to count a cut element after walking the element written with its whole body. Where
-    /// they differ sooner (or `from` is the start), `text` is counted in full. `from` must come
-    /// from a walk over `walked`. The default counts in full.
-    fn count_resumed(&self, text: &str, walked: &str, from: Prefix) -> usize {
-        let _ = (walked, from);
-        self.count(text)
-    }
-
-    /// The number of tokens in `text`, given `known`, a text of exactly `known_tokens` tokens
-    /// that ends with the same bytes as `text`: where the two are split into the same pieces
-    /// from some point of their common end, the part from there is not counted again. Used to
-    /// count a tail cut's element from the search that chose its tail (ADR-0037). Where the
-    /// pieces never line up, `text` is counted in full. `known_tokens` must be the exact count
-    /// of `known`. The default counts in full.
-    fn count_sharing_end(&self, text: &str, known: &str, known_tokens: usize) -> usize {
-        let _ = (known, known_tokens);
-        self.count(text)
-    }
-
-    /// Byte length of [`Tokenizer::prefix`]: the longest prefix of `text` that ends on a
-    /// character boundary and holds at most `max_tokens` tokens.
-    fn prefix_len(&self, text: &str, max_tokens: usize) -> usize {
-        self.prefix(text, max_tokens).len
-    }
-
     /// Build whatever the tokenizer builds lazily (tables, caches) now, so that a long-running
     /// process pays for it before its first request rather than during it. The default does
     /// nothing; counts are the same before and after.
     fn warm_up(&self) {}
+}
+
+impl dyn Tokenizer {
+    /// This tokenizer's resumable walks, if it is one of this crate's exact tokenizers; `None`
+    /// for any other (the estimator, a user's tokenizer, a wrapper around an exact one), which
+    /// callers then count in full (ADR-0040).
+    ///
+    /// Decided by the tokenizer's type, not by a method it implements, so no implementation
+    /// outside this crate can hand an assembler shortcuts that do not match its own counts.
+    pub fn resumable(&self) -> Option<&dyn ResumableTokenizer> {
+        #[cfg(feature = "tiktoken")]
+        {
+            let any: &dyn Any = self;
+            if let Some(t) = any.downcast_ref::<TiktokenTokenizer>() {
+                return Some(t);
+            }
+        }
+        None
+    }
 }
 
 /// The number of separate ASCII words in `text`: maximal runs of ASCII letters with, on each
@@ -374,15 +318,6 @@ impl Tokenizer for EstimateTokenizer {
         text.len().div_ceil(self.bytes_per_token)
     }
 
-    fn longest_token_bytes(&self) -> Option<usize> {
-        Some(self.bytes_per_token)
-    }
-
-    fn prefix_look_ahead(&self) -> Option<usize> {
-        // The prefix is a length: it depends on nothing past its end.
-        Some(0)
-    }
-
     fn prefix(&self, text: &str, max_tokens: usize) -> Prefix {
         let mut len = text
             .len()
@@ -410,7 +345,6 @@ mod tests {
             assert!(s.is_char_boundary(p.len));
             assert_eq!(p.tokens, t.count(&s[..p.len]));
             assert!(p.tokens <= max);
-            assert_eq!(t.prefix_len(s, max), p.len);
         }
         assert_eq!(t.count_up_to(s, 100), Some(t.count(s)));
         assert_eq!(t.count_up_to(s, 1), None);

@@ -11,11 +11,11 @@
 
 use proptest::prelude::*;
 use strata_core::format::{encode_untrusted, Encoding};
-use strata_core::{Prefix, TiktokenTokenizer, Tokenizer};
+use strata_core::{Prefix, ResumableTokenizer, TiktokenTokenizer, Tokenizer};
 use tiktoken_rs::CoreBPE;
 
-/// Both encodings with their reference, each with its vocabulary lookup built (as in a process
-/// that has counted a megabyte), so every comparison goes through it.
+/// Both encodings with their reference, warmed up (the lookup of their vocabulary, which every
+/// count uses, is built with their first count anyway; ADR-0040).
 fn pairs() -> [(TiktokenTokenizer, &'static CoreBPE); 2] {
     let pairs = [
         (
@@ -31,12 +31,6 @@ fn pairs() -> [(TiktokenTokenizer, &'static CoreBPE); 2] {
         t.warm_up();
     }
     pairs
-}
-
-/// Both encodings without the lookup (every piece through the BPE encoder, as a process counts
-/// before it builds the lookup), with their reference.
-fn pairs_without_lookup() -> [(TiktokenTokenizer, &'static CoreBPE); 2] {
-    pairs().map(|(t, r)| (t.without_lookup(), r))
 }
 
 fn reference(r: &CoreBPE, text: &str) -> usize {
@@ -240,14 +234,17 @@ fn check_prefix_exhaustively(t: &TiktokenTokenizer, r: &CoreBPE, text: &str, bud
         "{}: longest prefix of {text:?} within {budget}",
         t.name()
     );
-    assert_eq!(t.prefix_len(text, budget), len);
     // A search resumed from the point this one offers, with a smaller budget down to that
     // point's count, finds the reference's longest prefix too.
-    let start = Prefix { len: 0, tokens: 0 };
-    let (again, resume) = t.prefix_from(text, budget, start);
-    assert_eq!(again, got);
-    for smaller in (resume.tokens..budget).rev().take(2) {
-        let (resumed, _) = t.prefix_from(text, smaller, resume);
+    let walked = t.walk(text, budget, None);
+    assert_eq!(walked.prefix, got);
+    let Some(resume) = walked.point else {
+        return;
+    };
+    for smaller in (resume.at().tokens..budget).rev().take(2) {
+        let resumed = t.walk(text, smaller, Some(&resume));
+        assert!(resumed.resumed, "a point of this text's walk holds for it");
+        let resumed = resumed.prefix;
         assert_eq!(
             (resumed.len, resumed.tokens),
             reference_prefix(r, text, smaller),
@@ -266,13 +263,19 @@ fn check_prefix_locally(t: &TiktokenTokenizer, r: &CoreBPE, text: &str, budget: 
     // cut retried after its marker took more than estimated), give what a fresh search gives,
     // with the reference's count, within the budget (ADR-0037). Whether that cut is also the
     // longest is the fresh search's property, checked at the drawn budget above.
-    let (again, resume) = t.prefix_from(text, budget, Prefix { len: 0, tokens: 0 });
-    assert_eq!(again, got);
+    let walked = t.walk(text, budget, None);
+    assert_eq!(walked.prefix, got);
+    let Some(resume) = walked.point else {
+        return;
+    };
     for smaller in [1, 2, 5, 40] {
-        let Some(smaller) = budget.checked_sub(smaller).filter(|s| *s >= resume.tokens) else {
+        let Some(smaller) = budget
+            .checked_sub(smaller)
+            .filter(|s| *s >= resume.at().tokens)
+        else {
             continue;
         };
-        let (resumed, _) = t.prefix_from(text, smaller, resume);
+        let resumed = t.walk(text, smaller, Some(&resume)).prefix;
         assert_eq!(resumed, t.prefix(text, smaller), "resumed from {resume:?}");
         assert!(text.is_char_boundary(resumed.len));
         assert_eq!(resumed.tokens, reference(r, &text[..resumed.len]));
@@ -305,7 +308,7 @@ fn check_cut_locally(t: &TiktokenTokenizer, r: &CoreBPE, text: &str, budget: usi
     }
 }
 
-/// Checks [`Tokenizer::count_resumed`] for texts that share the start of `text` up to a byte
+/// Checks [`ResumableTokenizer::count_resumed`] for texts that share the start of `text` up to a byte
 /// near the resume point of a walk over `text` (before it, just past it, and well past it)
 /// and then go on with `ends`: the count is the reference count of each.
 fn check_resumed_counts(
@@ -315,7 +318,9 @@ fn check_resumed_counts(
     text: &str,
     budget: usize,
 ) -> bool {
-    let (_, resume) = t.prefix_from(text, budget, Prefix { len: 0, tokens: 0 });
+    let Some(resume) = t.walk(text, budget, None).point else {
+        return false;
+    };
     let ends = [
         String::new(),
         "\n</strata:section>\n\n".to_owned(),
@@ -324,14 +329,14 @@ fn check_resumed_counts(
         long_run(rng, 300),
     ];
     for shift in [0usize, 1, 3, 63, 64, 65, 80, 200, 1_000] {
-        let mut at = (resume.len + shift).min(text.len());
+        let mut at = (resume.at().len + shift).min(text.len());
         while !text.is_char_boundary(at) {
             at -= 1;
         }
         for end in &ends {
             let other = [&text[..at], end.as_str()].concat();
             assert_eq!(
-                t.count_resumed(&other, text, resume),
+                t.count_resumed(&other, &resume),
                 reference(r, &other),
                 "{}: resumed from {resume:?}, the text cut at {at} and ended with {end:?}: {other:?}",
                 t.name()
@@ -340,19 +345,28 @@ fn check_resumed_counts(
             // reference's count of that cut; so does a third text resumed from the point
             // that walk offers (a section changed twice), and a retry a little under the
             // point's own count (where the walk must start afresh).
-            for b in [budget, budget + 40, resume.tokens.saturating_sub(3)] {
-                let (p, next) = t.prefix_after(&other, b, text, resume);
+            for b in [budget, budget + 40, resume.at().tokens.saturating_sub(3)] {
+                let w = t.walk(&other, b, Some(&resume));
+                let p = w.prefix;
                 assert_eq!(p, t.prefix(&other, b), "{}: {other:?} within {b}", t.name());
                 assert_eq!(p.tokens, reference(r, &other[..p.len]));
                 assert!(p.tokens <= b);
+                // The walk resumed exactly where the point holds for the other text.
+                assert_eq!(
+                    w.resumed,
+                    resume.at().tokens <= b && t.resumes(&other, &resume)
+                );
+                let Some(next) = w.point else {
+                    continue;
+                };
                 let third = [&other[..other.floor_char_boundary(p.len)], "\n</x>"].concat();
-                assert_eq!(t.count_resumed(&third, &other, next), reference(r, &third));
-                let (q, _) = t.prefix_after(&third, b, &other, next);
+                assert_eq!(t.count_resumed(&third, &next), reference(r, &third));
+                let q = t.walk(&third, b, Some(&next)).prefix;
                 assert_eq!(q, t.prefix(&third, b), "{}: {third:?} within {b}", t.name());
             }
         }
     }
-    resume.len > 0
+    true
 }
 
 /// Verifies ADR-0037: a count that reuses the walk over another text, which shares its start,
@@ -392,6 +406,57 @@ fn counts_resumed_from_a_walk_match_the_reference() {
             t.name()
         );
     }
+}
+
+/// Verifies ADR-0040: a resume point holds only for the text it was walked over (and texts
+/// with the same bytes up to a little past it) and only for the encoding that walked it. A
+/// point of a walk over `a`, offered for a text that shares `a`'s bytes up to the point but
+/// then runs the last word on (so a count resumed there would be one token too many), or for
+/// the same text with the other encoding, is not used: the walk starts at the start, and the
+/// count is the reference's. Fails if the point's bytes or encoding are not checked.
+#[test]
+fn a_point_for_one_text_is_not_used_for_another() {
+    let [(o200k, ro), (cl100k, rc)] = pairs();
+    let a = "a word ".repeat(300);
+    let budget = 400;
+    let walked = o200k.walk(&a, budget, None);
+    let point = walked.point.expect("a long walk passes a point");
+    let at = point.at();
+    assert!(a[..at.len].ends_with(" word"), "{:?}", &a[..at.len]);
+    assert!(o200k.resumes(&a, &point));
+    assert!(o200k.walk(&a, budget - 10, Some(&point)).resumed);
+    // The same start, then `s`: ` words` is one token, so starting at the point would count
+    // ` word` and `s` apart.
+    let b = [&a[..at.len], "s and more words ", &a[at.len..]].concat();
+    let naive = at.tokens + o200k.count(&b[at.len..]);
+    assert_ne!(naive, reference(ro, &b), "the planted mismatch must matter");
+    assert!(!o200k.resumes(&b, &point));
+    assert_eq!(o200k.count_resumed(&b, &point), reference(ro, &b));
+    let w = o200k.walk(&b, budget, Some(&point));
+    assert!(!w.resumed);
+    assert_eq!(w.prefix, o200k.prefix(&b, budget));
+    // A text that ends where the point's copy ends, but shorter than the look-ahead past it.
+    let short = &a[..at.len + 3];
+    assert!(!o200k.resumes(short, &point));
+    assert_eq!(o200k.count_resumed(short, &point), reference(ro, short));
+    // The other encoding, on the very text the point was walked over (words and CJK, which
+    // the two encodings count apart).
+    let c = "a word, \u{65e5}\u{672c}\u{8a9e}\u{306e}\u{6587}\u{7ae0}. ".repeat(200);
+    let point = o200k.walk(&c, budget, None).point.expect("a point");
+    let naive = point.at().tokens + cl100k.count(&c[point.at().len..]);
+    assert_ne!(
+        naive,
+        reference(rc, &c),
+        "the encodings count this text apart"
+    );
+    assert!(o200k.resumes(&c, &point) && !cl100k.resumes(&c, &point));
+    assert!(!cl100k.walk(&c, budget, Some(&point)).resumed);
+    assert_eq!(cl100k.count_resumed(&c, &point), reference(rc, &c));
+    // A counted suffix of one encoding is not taken by the other.
+    let end = o200k.suffix_counted(&a, 50);
+    let text = ["<x>", end.text()].concat();
+    assert_eq!(cl100k.count_sharing_end(&text, &end), reference(rc, &text));
+    assert_eq!(o200k.count_sharing_end(&text, &end), reference(ro, &text));
 }
 
 /// Verifies ADR-0037: the count of a text taken from another text's count where the two end
@@ -437,9 +502,12 @@ fn counts_sharing_an_end_match_the_reference() {
                     end[from..].to_owned(),
                 ] {
                     let text = [a.as_str(), &end].concat();
-                    let known_tokens = reference(r, &known);
+                    // All of `known`, counted by the suffix search (within any budget).
+                    let counted = t.suffix_counted(&known, usize::MAX);
+                    assert_eq!(counted.answer().tokens, reference(r, &known));
+                    assert_eq!(counted.text(), known);
                     assert_eq!(
-                        t.count_sharing_end(&text, &known, known_tokens),
+                        t.count_sharing_end(&text, &counted),
                         reference(r, &text),
                         "{}: {text:?} from {known:?}",
                         t.name()
@@ -456,7 +524,7 @@ fn counts_sharing_an_end_match_the_reference() {
 /// Verifies ADR-0020: counts and token ids equal the reference on a varied corpus.
 #[test]
 fn counts_and_ids_match_the_reference_on_a_varied_corpus() {
-    for (t, r) in pairs().into_iter().chain(pairs_without_lookup()) {
+    for (t, r) in pairs() {
         let mut rng = Rng(1);
         for words in [0, 1, 2, 3, 5, 8, 13, 40, 200, 600] {
             for _ in 0..6 {
@@ -703,7 +771,7 @@ fn hostile_inputs_finish_and_agree_with_themselves() {
 /// the lookup and without.
 #[test]
 fn every_token_of_the_vocabulary_counts_as_the_reference_counts_it() {
-    for (t, r) in pairs().into_iter().chain(pairs_without_lookup()) {
+    for (t, r) in pairs() {
         let mut texts = Vec::new();
         let mut misses = 0;
         for id in 0..210_000u32 {
@@ -940,7 +1008,7 @@ fn longest_token_bytes_is_the_reference_vocabularys_longest() {
             .map(|bytes| bytes.len())
             .max()
             .unwrap();
-        assert_eq!(t.longest_token_bytes(), Some(longest), "{}", t.name());
+        assert_eq!(t.longest_token_bytes(), longest, "{}", t.name());
         for text in [
             "=".repeat(4 * longest),
             " ".repeat(4 * longest),

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use strata_core::format::{self, Authority, Encoding, SectionHeader};
 use strata_core::{
-    ContentHash, Keep, Reasoning, Role, RuntimeLayer, Section, SectionId, SectionKey, SourceKind,
-    Tokenizer, ToolName,
+    ContentHash, CountedSuffix, Keep, Prefix, Reasoning, ResumableTokenizer, ResumePoint, Role,
+    RuntimeLayer, Section, SectionId, SectionKey, SourceKind, Tokenizer, ToolName,
 };
 
 use super::engine::{CacheStats, Engine};
@@ -48,8 +48,8 @@ pub(super) struct CutAt {
     pub(super) elided: u64,
 }
 
-/// How far past its resume point a kept walk's text is kept: what the tokenizer compares
-/// before resuming there (64 bytes for the exact tokenizer), with room to spare.
+/// A quarter of the least a windowed head walk's prefix must end before the stable part of its
+/// window (see [`ElementWalk::settles`]).
 const WALK_KEPT_PAST: usize = 128;
 
 /// The hash of a turn's reasoning blocks, when it has some (part of an element's key).
@@ -71,9 +71,9 @@ pub(super) fn native_elision(bytes: u64) -> String {
     note
 }
 
-/// Bytes the cache counts for a kept walk.
-pub(super) fn walk_size(id: &SectionId, text: &str) -> usize {
-    text.len() + id.as_str().len() + ENTRY_OVERHEAD
+/// Bytes the cache counts for a kept walk's resume point.
+pub(super) fn walk_size(id: &SectionId, point: &ResumePoint) -> usize {
+    point.held_bytes() + id.as_str().len() + ENTRY_OVERHEAD
 }
 
 /// Bytes of content per token of the budget in the first window a head cut walks: more than
@@ -105,14 +105,15 @@ impl ElementWalk {
     }
 }
 
-/// What is known of another text when an element is counted: nothing, a walk over a text with
-/// the same start up to a point ([`Tokenizer::count_resumed`]), or a text with the same end and
-/// its exact count ([`Tokenizer::count_sharing_end`]).
+/// What is known of another text when an element is counted: nothing, a point of a walk over a
+/// text with the same start ([`ResumableTokenizer::count_resumed`]), or a suffix with the same
+/// end and its exact count ([`ResumableTokenizer::count_sharing_end`]). Both are minted by the
+/// tokenizer and checked by it against the element before it relies on them (ADR-0040).
 #[derive(Clone, Copy)]
 enum Known<'a> {
     Nothing,
-    Start(&'a str, strata_core::Prefix),
-    End(&'a str, usize),
+    Start(&'a ResumePoint),
+    End(&'a CountedSuffix),
 }
 
 /// The text a tail cut searches (see `Meter::tail_walk`): the end of its element as a cut
@@ -142,9 +143,12 @@ pub(super) struct Cutting {
     pub(super) at: CutAt,
 }
 
-/// A tail search's answer: where the kept tail starts in the content, where the kept end starts
-/// in the searched walk, and that end's exact count.
-type KnownEnd = (usize, usize, usize);
+/// A tail search's answer: where the kept tail starts in the content, and, with a resumable
+/// tokenizer, the kept end of the searched walk with its exact count.
+struct KnownEnd {
+    at: usize,
+    end: Option<CountedSuffix>,
+}
 
 /// The state of one cut search (see [`Meter::cut_section`]).
 struct CutSearch {
@@ -155,11 +159,11 @@ struct CutSearch {
     /// Tokens the head (or both-ends) search may keep.
     allow: usize,
     /// Where the next, smaller, head search may start: the walk before it is not repeated.
-    resume: strata_core::Prefix,
+    resume: Option<ResumePoint>,
     /// The element a head cut walks.
     walk: Option<ElementWalk>,
-    /// The walk of this section's last cut, which the head search may resume.
-    prior: Option<(String, strata_core::Prefix)>,
+    /// The point of this section's last cut's walk, which the head search may resume from.
+    prior: Option<ResumePoint>,
     /// The end of the element a tail cut searches.
     tail: Option<TailWalk>,
     /// Tokens the tail search may keep.
@@ -194,17 +198,72 @@ pub(super) struct ElementKey {
     pub(super) turn: Option<TurnKey>,
 }
 
-/// What measures elements: the tokenizer, the first window of a head cut's walk, and the
-/// engine whose kept answers it may use (none for the plain kernel).
+/// What measures elements: the tokenizer (and its resumable walks, when it has them), the first
+/// window of a head cut's walk, and the engine whose kept answers it may use (none for the plain
+/// kernel).
 #[derive(Clone, Copy)]
 pub(super) struct Meter<'a> {
     pub(super) tokenizer: &'a dyn Tokenizer,
+    /// The tokenizer's resumable walks and bounds; `None` for a tokenizer that has none (the
+    /// estimator, a user's), which is then asked only for plain counts and searches (ADR-0040).
+    resumable: Option<&'a dyn ResumableTokenizer>,
     /// Bytes of content per token of the budget in a head cut's first window.
     pub(super) walk_window: usize,
     pub(super) memo: Option<&'a Engine>,
 }
 
+impl<'a> Meter<'a> {
+    /// A meter counting with `tokenizer`, taking the shortcuts of its resumable walks if it
+    /// has them.
+    pub(super) fn new(
+        tokenizer: &'a dyn Tokenizer,
+        walk_window: usize,
+        memo: Option<&'a Engine>,
+    ) -> Meter<'a> {
+        Meter {
+            tokenizer,
+            resumable: tokenizer.resumable(),
+            walk_window,
+            memo,
+        }
+    }
+}
+
 impl Meter<'_> {
+    /// Whether separate ASCII words bound the tokenizer's counts from below (ADR-0037); false
+    /// without resumable walks.
+    pub(super) fn splits_ascii_words(&self) -> bool {
+        self.resumable.is_some_and(|r| r.splits_ascii_words())
+    }
+
+    /// The most bytes one token covers, when the tokenizer says (ADR-0037).
+    fn longest_token_bytes(&self) -> Option<usize> {
+        self.resumable.map(|r| r.longest_token_bytes())
+    }
+
+    /// How far past its end a longest prefix depends on the text, when the tokenizer says.
+    fn prefix_look_ahead(&self) -> Option<usize> {
+        self.resumable.map(|r| r.prefix_look_ahead())
+    }
+
+    /// The longest prefix of `text` within `max_tokens`, walked from `from` where it holds for
+    /// `text`; a point a later walk may start from; and whether this walk resumed. Without
+    /// resumable walks, the tokenizer's plain search, which offers no point (ADR-0040).
+    fn walk(
+        &self,
+        text: &str,
+        max_tokens: usize,
+        from: Option<&ResumePoint>,
+    ) -> (Prefix, Option<ResumePoint>, bool) {
+        match self.resumable {
+            Some(r) => {
+                let w = r.walk(text, max_tokens, from);
+                (w.prefix, w.point, w.resumed)
+            }
+            None => (self.tokenizer.prefix(text, max_tokens), None, false),
+        }
+    }
+
     /// Token and character cost of a text, cached by content hash.
     pub(super) fn text_cost(&self, text: &str) -> (u64, u64) {
         self.cost_by_hash(ContentHash::of(text), text)
@@ -374,8 +433,8 @@ impl Meter<'_> {
     }
 
     /// [`Meter::render`], counting with what is `known` of a text the element shares its
-    /// start with (a walk's point, [`Tokenizer::count_resumed`]) or its end with (a suffix and
-    /// its count, [`Tokenizer::count_sharing_end`]; ADR-0037).
+    /// start with (a walk's point, [`ResumableTokenizer::count_resumed`]) or its end with (a
+    /// suffix and its count, [`ResumableTokenizer::count_sharing_end`]; ADR-0037, ADR-0040).
     fn render_known(
         &self,
         s: &Section,
@@ -389,10 +448,10 @@ impl Meter<'_> {
             return r;
         }
         let (text, frame) = self.element_text(s, enc, cut, native);
-        let content_tokens = match known {
-            Known::Start(w, from) => self.tokenizer.count_resumed(&text, w, from),
-            Known::End(w, tokens) => self.tokenizer.count_sharing_end(&text, w, tokens),
-            Known::Nothing => self.tokenizer.count(&text),
+        let content_tokens = match (known, self.resumable) {
+            (Known::Start(from), Some(r)) => r.count_resumed(&text, from),
+            (Known::End(end), Some(r)) => r.count_sharing_end(&text, end),
+            _ => self.tokenizer.count(&text),
         } as u64;
         self.store(key, text, content_tokens, frame)
     }
@@ -482,7 +541,7 @@ impl Meter<'_> {
         {
             return false;
         }
-        let Some(look_ahead) = self.tokenizer.prefix_look_ahead() else {
+        let Some(look_ahead) = self.prefix_look_ahead() else {
             return false;
         };
         if window >= self.walk_bound(limit).unwrap_or(usize::MAX) {
@@ -500,10 +559,9 @@ impl Meter<'_> {
         if w.window == usize::MAX {
             return false;
         }
-        let start = strata_core::Prefix { len: 0, tokens: 0 };
-        let (p, _) =
-            self.tokenizer
-                .prefix_from(&w.text, usize::try_from(room).unwrap_or(usize::MAX), start);
+        let p = self
+            .tokenizer
+            .prefix(&w.text, usize::try_from(room).unwrap_or(usize::MAX));
         w.settles(p.len, look_ahead)
     }
 
@@ -525,8 +583,7 @@ impl Meter<'_> {
     /// tokens, known from the length alone: every encoding writes the body no shorter than the
     /// content, and no token covers more than the tokenizer's longest (ADR-0037).
     fn certainly_over(&self, bytes: usize, limit: u64) -> bool {
-        self.tokenizer
-            .longest_token_bytes()
+        self.longest_token_bytes()
             .is_some_and(|l| (bytes / l.max(1)) as u64 > limit)
     }
 
@@ -534,7 +591,7 @@ impl Meter<'_> {
     /// any prefix within the budget can cover (`max_tokens + 2` longest tokens), plus room for
     /// what the tokenizer looks at past its last piece; `None` without a bound (ADR-0037).
     fn walk_bound(&self, max_tokens: u64) -> Option<usize> {
-        let l = self.tokenizer.longest_token_bytes()?;
+        let l = self.longest_token_bytes()?;
         usize::try_from(max_tokens.saturating_add(2))
             .ok()?
             .checked_mul(l.max(1))?
@@ -615,9 +672,9 @@ impl Meter<'_> {
                 at: head,
                 elided: (tail_start - head) as u64,
             };
-            let known = match (known_end, &c.tail, &c.walk) {
-                (Some((_, st, tokens)), Some(w), _) => Known::End(&w.text[st..], tokens),
-                (_, _, Some(w)) => Known::Start(&w.text, c.resume),
+            let known = match (&known_end, &c.resume) {
+                (Some(KnownEnd { end: Some(end), .. }), _) => Known::End(end),
+                (None, Some(point)) if c.walk.is_some() => Known::Start(point),
                 _ => Known::Nothing,
             };
             let r = self.render_known(&cut, enc, Some(at), native, known);
@@ -627,7 +684,7 @@ impl Meter<'_> {
                     rendered: r,
                     at,
                 };
-                return Some(self.keep_cut(cache_key, s, done, c.walk, c.resume));
+                return Some(self.keep_cut(cache_key, s, done, c.walk.is_some(), c.resume));
             }
             // Over by a token or two (the marker, or merges at the cut): search with less room.
             let excess = ((r.tokens - max_tokens) as usize).max(1);
@@ -678,7 +735,7 @@ impl Meter<'_> {
         // Windows only where the tokenizer's prefix depends on a bounded stretch past its end;
         // otherwise the walk reads up to the bound at once.
         let budget = usize::try_from(max_tokens).unwrap_or(usize::MAX);
-        let first_window = match self.tokenizer.prefix_look_ahead() {
+        let first_window = match self.prefix_look_ahead() {
             Some(_) => budget.saturating_mul(self.walk_window),
             None => usize::MAX,
         };
@@ -708,7 +765,7 @@ impl Meter<'_> {
             empty,
             overhead,
             allow,
-            resume: strata_core::Prefix { len: 0, tokens: 0 },
+            resume: None,
             walk,
             prior,
             tail,
@@ -731,11 +788,11 @@ impl Meter<'_> {
             Keep::Tail => self.tail_step(c, s, enc, max_tokens)?,
             _ => None,
         };
-        let (head, tail_start) = match (s.keep(), c.walk.is_some(), known_end) {
-            (Keep::Tail, _, Some((at, _, _))) => (0, at),
+        let (head, tail_start) = match (s.keep(), c.walk.is_some(), &known_end) {
+            (Keep::Tail, _, Some(k)) => (0, k.at),
             (Keep::Head, true, _) => self.head_step(c, s, enc, max_tokens, native)?,
             (Keep::Head, false, _) => {
-                let (p, next) = self.tokenizer.prefix_from(text, c.allow, c.resume);
+                let (p, next, _) = self.walk(text, c.allow, c.resume.as_ref());
                 c.resume = next;
                 (p.len, text.len())
             }
@@ -764,7 +821,13 @@ impl Meter<'_> {
         let Some(w) = &c.tail else {
             return Some(None);
         };
-        let p = self.tokenizer.suffix(&w.text, c.tail_allow);
+        let (p, end) = match self.resumable {
+            Some(r) => {
+                let end = r.suffix_counted(&w.text, c.tail_allow);
+                (end.answer(), Some(end))
+            }
+            None => (self.tokenizer.suffix(&w.text, c.tail_allow), None),
+        };
         let st = w.text.len() - p.len;
         if st == 0 && w.start > 0 {
             // All of the window fits: walk one four times larger.
@@ -781,7 +844,7 @@ impl Meter<'_> {
         };
         let text = s.content().as_str();
         let at = w.start + format::escaped_prefix_len(&text[w.start..], body);
-        Some(Some((at, st, p.tokens)))
+        Some(Some(KnownEnd { at, end }))
     }
 
     /// The head search's answer from its walk: where the kept head ends in the content (the
@@ -795,12 +858,11 @@ impl Meter<'_> {
         native: bool,
     ) -> Option<(usize, usize)> {
         let text = s.content().as_str();
-        let look_ahead = self.tokenizer.prefix_look_ahead().unwrap_or(0);
+        let look_ahead = self.prefix_look_ahead().unwrap_or(0);
         let w = c.walk.as_ref()?;
-        let (p, next) = match &c.prior {
-            Some((before, from)) => self.tokenizer.prefix_after(&w.text, c.allow, before, *from),
-            None => self.tokenizer.prefix_from(&w.text, c.allow, c.resume),
-        };
+        // The last cut's point while it is offered, else this search's own (ADR-0040).
+        let (p, next, resumed) =
+            self.walk(&w.text, c.allow, c.prior.as_ref().or(c.resume.as_ref()));
         if !w.settles(p.len, look_ahead) {
             // The prefix reaches where the window may be written, or split, otherwise than the
             // whole content: walk a window four times larger (up to the bound at once when the
@@ -818,13 +880,11 @@ impl Meter<'_> {
                 // itself is walked then, with its room.
                 c.allow = (max_tokens - c.overhead) as usize;
             }
-            c.resume = strata_core::Prefix { len: 0, tokens: 0 };
+            c.resume = None;
             return None;
         }
-        if let Some((before, from)) = c.prior.take() {
-            if self.tokenizer.resumes(&w.text, &before, from) {
-                self.count(|s| s.resumed_cuts += 1);
-            }
+        if c.prior.take().is_some() && resumed {
+            self.count(|s| s.resumed_cuts += 1);
         }
         c.resume = next;
         let body = p.len.saturating_sub(w.body_start);
@@ -833,29 +893,23 @@ impl Meter<'_> {
         Some((format::escaped_prefix_len(text, body), text.len()))
     }
 
-    /// Hand a cut that fits to the engine, if there is one: the cut, and the walk that found it
-    /// up to a little past its resume point (the bytes a later cut of the same section
-    /// compares; none when the walk offered no point).
+    /// Hand a cut that fits to the engine, if there is one: the cut, and the last point of the
+    /// element walk that found it (it holds the walked bytes a later cut of the same section is
+    /// compared with; none when the cut walked no element or the walk offered no point).
     fn keep_cut(
         &self,
         key: (ElementKey, u64),
         s: &Section,
         done: Cutting,
-        walk: Option<ElementWalk>,
-        resume: strata_core::Prefix,
+        walked_element: bool,
+        resume: Option<ResumePoint>,
     ) -> Cutting {
         let Some(e) = self.memo else {
             return done;
         };
         e.keep_cut(key, &done);
-        if let Some(mut w) = walk.filter(|_| resume.len > 0) {
-            let mut keep = (resume.len + WALK_KEPT_PAST).min(w.text.len());
-            while !w.text.is_char_boundary(keep) {
-                keep += 1;
-            }
-            w.text.truncate(keep);
-            w.text.shrink_to_fit();
-            e.keep_walk(s.id(), w.text, resume);
+        if let Some(point) = resume.filter(|_| walked_element) {
+            e.keep_walk(s.id(), point);
         }
         done
     }
@@ -1038,7 +1092,7 @@ mod tests {
             let enc = if datamark { Encoding::Datamark } else { Encoding::Escaped };
             let content: String = lines.iter().map(|l| format!("{l}\n")).collect();
             let tok = strata_core::TiktokenTokenizer::o200k();
-            let a = Meter { tokenizer: &tok, walk_window: WALK_WINDOW_BYTES_PER_TOKEN, memo: None };
+            let a = Meter::new(&tok, WALK_WINDOW_BYTES_PER_TOKEN, None);
             let s = Section::builder(RuntimeLayer::Delegated, "doc", content.as_str())
                 .unwrap()
                 .build();
@@ -1063,11 +1117,10 @@ mod tests {
             if w.window == usize::MAX {
                 prop_assert_eq!(&w.text, &full.text);
             }
-            let look_ahead = a.tokenizer.prefix_look_ahead().unwrap();
-            let none = strata_core::Prefix { len: 0, tokens: 0 };
-            let (p, _) = a.tokenizer.prefix_from(&w.text, allow, none);
+            let look_ahead = a.prefix_look_ahead().unwrap();
+            let p = a.tokenizer.prefix(&w.text, allow);
             if w.settles(p.len, look_ahead) {
-                let (q, _) = a.tokenizer.prefix_from(&full.text, allow, none);
+                let q = a.tokenizer.prefix(&full.text, allow);
                 prop_assert_eq!(p, q, "window {} settled on another prefix", window);
             }
         }

@@ -169,11 +169,7 @@ impl Assembler {
             Ok(out) => return Ok(out),
             Err(fingerprint) => fingerprint,
         };
-        let meter = Meter {
-            tokenizer: &*self.tokenizer,
-            walk_window: self.walk_window,
-            memo: Some(&self.engine),
-        };
+        let meter = Meter::new(&*self.tokenizer, self.walk_window, Some(&self.engine));
         let out = kernel::assemble(&meter, agent, req)?;
         self.engine.remember(agent, req, fingerprint, &out);
         Ok(out)
@@ -189,11 +185,7 @@ impl Assembler {
         req: &AssemblyRequest,
     ) -> Result<AssembledContext, AssembleError> {
         kernel::check_valid(agent, req)?;
-        let meter = Meter {
-            tokenizer: &*self.tokenizer,
-            walk_window: self.walk_window,
-            memo: None,
-        };
+        let meter = Meter::new(&*self.tokenizer, self.walk_window, None);
         kernel::assemble(&meter, agent, req)
     }
 }

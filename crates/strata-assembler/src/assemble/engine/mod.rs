@@ -18,7 +18,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use strata_core::format::Encoding;
-use strata_core::{ContentHash, Prefix, RuntimeLayer, SectionId};
+use strata_core::{ContentHash, ResumePoint, RuntimeLayer, SectionId};
 
 use super::element::{walk_size, Cutting, ElementKey, Rendered, ENTRY_OVERHEAD};
 use super::kernel::SelectHint;
@@ -80,9 +80,10 @@ struct Cache {
     over: FastMap<ElementKey, u64>,
     /// Cut results by the whole section's key and the tokens allowed.
     cuts: FastMap<(ElementKey, u64), Cutting>,
-    /// The last head cut of each section id: the text walked and a point of the walk, where
-    /// the next cut of the same id may resume if its element starts with the same bytes.
-    walks: FastMap<SectionId, (String, strata_core::Prefix)>,
+    /// The last head cut of each section id: a point of its walk (holding the walked bytes up
+    /// to a little past it), where the next cut of the same id may resume if its element starts
+    /// with the same bytes (ADR-0040).
+    walks: FastMap<SectionId, ResumePoint>,
     texts: FastMap<ContentHash, (u64, u64)>,
     /// Lower bounds of one element's tokens, by layer, encoding and frame.
     floors: FastMap<(RuntimeLayer, Encoding, bool), u64>,
@@ -283,25 +284,25 @@ impl Engine {
     }
 
     /// Take the walk kept from the last head cut of section `id`.
-    pub(super) fn take_walk(&self, id: &SectionId) -> Option<(String, Prefix)> {
+    pub(super) fn take_walk(&self, id: &SectionId) -> Option<ResumePoint> {
         let mut c = self.lock();
         let prior = c.walks.remove(id);
-        if let Some((t, _)) = &prior {
-            c.bytes = c.bytes.saturating_sub(walk_size(id, t));
+        if let Some(p) = &prior {
+            c.bytes = c.bytes.saturating_sub(walk_size(id, p));
         }
         prior
     }
 
     /// Keep the walk of a head cut of section `id`, if it is small enough.
-    pub(super) fn keep_walk(&self, id: &SectionId, text: String, resume: Prefix) {
-        let size = walk_size(id, &text);
+    pub(super) fn keep_walk(&self, id: &SectionId, resume: ResumePoint) {
+        let size = walk_size(id, &resume);
         if size > self.cache_limit / 8 {
             return;
         }
         let mut c = self.lock();
         self.make_room(&mut c, size);
         c.bytes += size;
-        if let Some((old, _)) = c.walks.insert(id.clone(), (text, resume)) {
+        if let Some(old) = c.walks.insert(id.clone(), resume) {
             // Another thread cut the same id meanwhile: its entry is replaced.
             c.bytes = c.bytes.saturating_sub(walk_size(id, &old));
         }

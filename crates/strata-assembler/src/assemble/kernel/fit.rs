@@ -129,7 +129,7 @@ pub(super) fn fit<'a>(
         }),
         min_floor: floors.values().copied().min().unwrap_or(0),
         floors,
-        words_count: m.tokenizer.splits_ascii_words(),
+        words_count: m.splits_ascii_words(),
     };
     let mut tally = reserve_markers(&rules, sticky.used, sticky.layer_used, units.len());
     for (k, &u) in order.iter().enumerate() {
