@@ -511,10 +511,10 @@ mod tests {
             },
         );
         assert_eq!(without.len(), steps.len() - 8);
-        assert_eq!(
-            steps[2].describe(),
-            "PROPTEST_CASES=10000 cargo test --workspace --locked"
-        );
+        // The MCP test servers are handed over only where `.ci/run` installed them.
+        let test = steps[2].describe();
+        assert!(test.starts_with("PROPTEST_CASES=10000 "), "{test}");
+        assert!(test.ends_with(" cargo test --workspace --locked"), "{test}");
         assert_eq!(
             steps[1].describe(),
             "cargo clippy --workspace --all-targets --locked -- -D warnings"

@@ -72,7 +72,9 @@ pub struct Config {
     pub workspace: WorkspaceConfig,
     /// Where memory, conversations and goals are kept.
     pub store: StoreConfig,
-    /// `[[mcp]]`: MCP servers whose tools and prompts every turn offers (ADR-0041).
+    /// `[[mcp]]`: MCP servers whose tools and prompts every turn offers (ADR-0041). `strata
+    /// serve` starts them; a Rust runtime starts them with `strata_mcp::LiveServers` and hands
+    /// them to `RuntimeBuilder::live` (the registry and the assembler do no networking).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mcp: Vec<McpServerConfig>,
 }
