@@ -162,7 +162,7 @@ fn plan(root: &Path, opts: &CiOptions) -> Vec<Step> {
 /// reference server from npm (`$STRATA_MCP_EVERYTHING`) and a Python with the official SDK
 /// (`$STRATA_MCP_PYTHON`). A variable already set wins; one whose server is not installed is
 /// left unset, and the tests then skip, unless `STRATA_REQUIRE_MCP=1` (which `.ci/run` sets)
-/// makes them fail.
+/// makes them fail. The Rust tests and both clients' tests get them.
 fn mcp_test_servers(root: &Path, test: &mut Command) {
     let servers = [
         (
@@ -209,7 +209,11 @@ fn client_steps(root: &Path) -> Vec<Step> {
         ),
         step(
             "python tests",
-            Action::Tests(clients::python_tests(root)),
+            Action::Tests({
+                let mut tests = clients::python_tests(root);
+                mcp_test_servers(root, &mut tests);
+                tests
+            }),
             None,
         ),
         step(
@@ -224,7 +228,11 @@ fn client_steps(root: &Path) -> Vec<Step> {
         ),
         step(
             "typescript tests",
-            Action::Tests(clients::typescript_tests(root)),
+            Action::Tests({
+                let mut tests = clients::typescript_tests(root);
+                mcp_test_servers(root, &mut tests);
+                tests
+            }),
             node,
         ),
     ]
