@@ -47,7 +47,7 @@ fn section(h: &[u8], body: &[u8]) -> Section {
         let role = [Role::User, Role::Assistant, Role::ToolCall, Role::ToolResult][(h[1] & 3) as usize];
         let call = matches!(role, Role::ToolCall | Role::ToolResult).then(|| if h[1] & 4 == 0 { "x".into() } else { "y".into() });
         let name = (role == Role::ToolCall).then(|| ToolName::new("file_read").expect("a valid name"));
-        b = b.turn(Turn { seq: u64::from(h[3] & 15), role, call_id: call, name, is_error: role == Role::ToolResult && h[1] & 8 != 0 });
+        b = b.turn(Turn { seq: u64::from(h[3] & 15), role, call_id: call, name, is_error: role == Role::ToolResult && h[1] & 8 != 0, reasoning: Vec::new() });
     }
     b.build()
 }

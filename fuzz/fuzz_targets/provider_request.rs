@@ -128,7 +128,7 @@ fuzz_target!(|data: &[u8]| {
                 match b {
                     Block::ToolUse { id, .. } => assert!(open.insert(id.clone()), "call twice"),
                     Block::ToolResult { id, .. } => assert!(open.remove(id.as_str()), "result before its call"),
-                    Block::Text { .. } => {}
+                    Block::Text { .. } | Block::Reasoning { .. } => {}
                 }
             }
         }
