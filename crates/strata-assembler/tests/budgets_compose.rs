@@ -7,24 +7,15 @@
     reason = "integration tests fail loudly on unexpected errors"
 )]
 
-use std::path::{Path, PathBuf};
+mod demo;
 
-use strata_assembler::{agent::*, assemble::*, prelude::*};
+use std::path::Path;
 
-fn demo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo")
-}
-
-fn agent() -> VerifiedAgent {
-    let trust = TrustStore::read(&demo().join("trust.toml")).unwrap();
-    Loader::new(&trust, &RollbackGuard::in_memory())
-        .load_file(&demo().join("agent.signed.json"))
-        .unwrap()
-}
+use strata_assembler::{assemble::*, prelude::*};
 
 /// A runtime on a fresh SQLite file, configured by `toml` when given.
 fn runtime(dir: &Path, toml: Option<&str>) -> Runtime {
-    let mut b = Runtime::builder(agent())
+    let mut b = Runtime::builder(demo::agent())
         .provider(Provider::Anthropic, "test-model")
         .max_tokens(256)
         .sqlite(dir.join("m.db"));

@@ -7,21 +7,15 @@
     reason = "integration tests fail loudly on unexpected errors"
 )]
 
-use std::path::{Path, PathBuf};
+mod demo;
+
+use std::path::Path;
 
 use strata_assembler::session::TurnEvent;
-use strata_assembler::{agent::*, assemble::*, prelude::*, session::*};
-
-fn demo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo")
-}
+use strata_assembler::{assemble::*, prelude::*, session::*};
 
 fn runtime(dir: &Path) -> Runtime {
-    let trust = TrustStore::read(&demo().join("trust.toml")).unwrap();
-    let agent = Loader::new(&trust, &RollbackGuard::in_memory())
-        .load_file(&demo().join("agent.signed.json"))
-        .unwrap();
-    Runtime::builder(agent)
+    Runtime::builder(demo::agent())
         .provider(Provider::Anthropic, "test-model")
         .max_tokens(256)
         .sqlite(dir.join("m.db"))

@@ -9,25 +9,16 @@
     reason = "integration tests fail loudly on unexpected errors"
 )]
 
-use std::path::{Path, PathBuf};
+mod demo;
+
+use std::path::Path;
 
 use serde_json::{json, Value};
-use strata_assembler::{agent::*, assemble::*, prelude::*};
+use strata_assembler::{assemble::*, prelude::*};
 use strata_core::Reasoning;
 
-fn demo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo")
-}
-
-fn agent() -> VerifiedAgent {
-    let trust = TrustStore::read(&demo().join("trust.toml")).unwrap();
-    Loader::new(&trust, &RollbackGuard::in_memory())
-        .load_file(&demo().join("agent.signed.json"))
-        .unwrap()
-}
-
 fn runtime(db: &Path, provider: Provider) -> Runtime {
-    Runtime::builder(agent())
+    Runtime::builder(demo::agent())
         .provider(provider, "test-model")
         .max_tokens(256)
         .tools(vec![AnnouncedTool::new(
@@ -273,7 +264,7 @@ fn loop_request(reasoning: Value, budget: u32) -> AssemblyRequest {
 /// (the reasoning is part of what the engine keys its answers by).
 #[test]
 fn a_changed_reasoning_is_not_answered_from_the_engine() {
-    let agent = agent();
+    let agent = demo::agent();
     let asm = Assembler::o200k();
     let params = RequestParams {
         model: "test-model".into(),
