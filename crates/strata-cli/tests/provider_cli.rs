@@ -174,19 +174,7 @@ fn every_provider_body_is_native_and_only_signed_text_is_system() {
         lines.push('\n');
     }
     std::fs::write(&corpus, lines).unwrap();
-    let python = std::env::var("STRATA_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(&python)
-        .arg(root().join("crates/strata-cli/tests/sdk/check_requests.py"))
-        .arg(&corpus)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\n(install the pinned SDKs: pip install -r crates/strata-cli/tests/sdk/requirements.txt, or set STRATA_SDK_PYTHON)",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().last().unwrap(), "3 passed, 0 failed");
+    check_with_sdks(&corpus, 3);
 }
 
 /// Verifies ADR-0016 through the command line: a tool-using conversation run one process per
@@ -335,19 +323,7 @@ fn a_failed_log_is_flagged_and_keeps_its_newest_lines() {
         serde_json::json!({"provider": "anthropic", "body": an, "wire": wire}).to_string() + "\n",
     )
     .unwrap();
-    let python = std::env::var("STRATA_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(&python)
-        .arg(root().join("crates/strata-cli/tests/sdk/check_requests.py"))
-        .arg(&corpus)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().last().unwrap(), "1 passed, 0 failed");
+    check_with_sdks(&corpus, 1);
 }
 
 /// Verifies ADR-0043 through the command line: a reply's reasoning recorded with `strata
@@ -485,17 +461,26 @@ fn reasoning_recorded_from_the_command_line_goes_back_unchanged() {
     }
     let path = dir.path().join("reasoning.jsonl");
     std::fs::write(&path, corpus).unwrap();
+    check_with_sdks(&path, 2);
+}
+
+/// Validate the JSON Lines `corpus` of request bodies with the official SDKs
+/// (`tests/sdk/check_requests.py`): every record must pass, and there must be `records`.
+fn check_with_sdks(corpus: &Path, records: usize) {
     let python = std::env::var("STRATA_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
     let out = Command::new(&python)
         .arg(root().join("crates/strata-cli/tests/sdk/check_requests.py"))
-        .arg(&path)
+        .arg(corpus)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{stdout}\n{}",
+        "{stdout}\n{}\n(install the pinned SDKs: pip install -r crates/strata-cli/tests/sdk/requirements.txt, or set STRATA_SDK_PYTHON)",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.lines().last().unwrap(), "2 passed, 0 failed");
+    assert_eq!(
+        stdout.lines().last().unwrap(),
+        format!("{records} passed, 0 failed")
+    );
 }
