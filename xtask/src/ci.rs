@@ -401,13 +401,16 @@ fn run_steps(root: &Path, steps: Vec<Step>) -> Result<(), Error> {
             ),
         });
         let took = t.elapsed();
+        let disk = crate::process::disk_free(root)
+            .map(|f| format!(" ({f})"))
+            .unwrap_or_default();
         match result {
             Ok(()) => {
-                println!("<== {} passed in {}", step.name, human(took));
+                println!("<== {} passed in {}{disk}", step.name, human(took));
                 done.push((step.name, took));
             }
             Err(e) => {
-                println!("<== {} FAILED after {}", step.name, human(took));
+                println!("<== {} FAILED after {}{disk}", step.name, human(took));
                 failure = Some((step.name, e));
                 break;
             }

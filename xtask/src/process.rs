@@ -37,6 +37,31 @@ pub fn succeeds(cmd: &mut Command) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Free space on the file system holding `dir`, as `df` reports it (`12.3 GiB free`), or
+/// `None` where `df` is missing or answers something else. CI machines have run out of disk in
+/// the fuzz step; the step lines say how close each step came.
+pub fn disk_free(dir: &std::path::Path) -> Option<String> {
+    let out = Command::new("df")
+        .args(["-Pk"])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).ok()?;
+    free_from_df(&text)
+}
+
+/// The available column of `df -Pk` output for one file system, in GiB.
+fn free_from_df(text: &str) -> Option<String> {
+    let line = text.lines().nth(1)?;
+    let kib: u64 = line.split_whitespace().nth(3)?.parse().ok()?;
+    Some(format!("{:.1} GiB free", kib as f64 / (1024.0 * 1024.0)))
+}
+
 /// `4.2s` below a minute, `3m 07s` above.
 pub fn human(d: Duration) -> String {
     let secs = d.as_secs_f64();
@@ -106,5 +131,14 @@ mod tests {
             describe(&cmd),
             "PROPTEST_CASES=10000 cargo test --workspace"
         );
+    }
+
+    #[test]
+    fn reads_the_available_column_of_df() {
+        let out = "Filesystem 1024-blocks Used Available Capacity Mounted on\n\
+                   /dev/vda 263174212 81565520 13421772 86% /\n";
+        assert_eq!(free_from_df(out).as_deref(), Some("12.8 GiB free"));
+        assert_eq!(free_from_df("Filesystem\n"), None);
+        assert_eq!(free_from_df("h\n/dev/vda 1 2 lots 86% /\n"), None);
     }
 }
