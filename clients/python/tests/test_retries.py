@@ -162,6 +162,7 @@ def test_retries_stop_after_max_retries(server: Server, session_id: str) -> None
         (422, "budget", False),
         (422, "message_too_large", False),
         (422, "tool_not_allowed", False),
+        (409, "tool_not_offered", False),
         (422, "idempotency_key_reused", False),
     ],
 )

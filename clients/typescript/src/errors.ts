@@ -50,6 +50,8 @@ export class MessageTooLargeError extends StrataError {}
 export class IdempotencyKeyReusedError extends StrataError {}
 /** `tool_not_allowed`: a reply calls a tool that is not on the agent's signed allowlist; nothing was recorded. */
 export class ToolNotAllowedError extends StrataError {}
+/** `tool_not_offered`: a recorded tool call cannot be run: the session's last prepared turn did not offer its tool, or no connected MCP server offers it as signed now; nothing was run or recorded. */
+export class ToolNotOfferedError extends StrataError {}
 /** `session_conflict`: the session kept changing while the request was prepared; retry after `retryAfter`. */
 export class SessionConflictError extends StrataError {}
 /** `store_unavailable`: the server cannot reach its memory store; retry after `retryAfter` seconds. */
@@ -79,6 +81,7 @@ export const ERROR_CLASSES: Readonly<Record<ErrorCode, typeof StrataError>> = {
   message_too_large: MessageTooLargeError,
   idempotency_key_reused: IdempotencyKeyReusedError,
   tool_not_allowed: ToolNotAllowedError,
+  tool_not_offered: ToolNotOfferedError,
   session_conflict: SessionConflictError,
   store_unavailable: StoreUnavailableError,
   request_timeout: RequestTimeoutError,

@@ -453,7 +453,7 @@ export interface components {
          * @description The stable error codes.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "message_too_large" | "idempotency_key_reused" | "tool_not_allowed" | "session_conflict" | "store_unavailable" | "request_timeout" | "overloaded" | "timeout" | "agent_unavailable" | "internal";
+        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "message_too_large" | "idempotency_key_reused" | "tool_not_allowed" | "tool_not_offered" | "session_conflict" | "store_unavailable" | "request_timeout" | "overloaded" | "timeout" | "agent_unavailable" | "internal";
         /** @description Code and message. */
         ErrorDetail: {
             /** @description Stable code; see the list in the API description. */
@@ -1694,7 +1694,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The tool is not offered now (not allowlisted, no connected server announces it, or its definition changed) */
+            /** @description tool_not_offered: the session's last prepared turn did not offer the tool, or no connected server offers it as signed now (not announced, or its definition changed); nothing was run */
             409: {
                 headers: {
                     [name: string]: unknown;

@@ -204,12 +204,12 @@ export interface SchemaTextRemoved {
 }
 
 /**
- * The tools after narrowing: those offered, `[name, reason]` of those refused, and the free
- * text removed from announced schemas (absent when nothing was removed).
+ * The tools after narrowing: those offered, those refused (name, reason in words, cause as a
+ * code), and the free text removed from announced schemas (absent when nothing was removed).
  */
 export interface ToolsReport {
   effective: string[];
-  refused: [string, string][];
+  refused: { name: string; reason: string; cause: string }[];
   schema_text_removed?: SchemaTextRemoved[];
 }
 

@@ -219,6 +219,7 @@ describe("retries", () => {
     [422, "budget", false],
     [422, "message_too_large", false],
     [422, "tool_not_allowed", false],
+    [409, "tool_not_offered", false],
     [422, "idempotency_key_reused", false],
   ];
   for (const [status, code, retried] of table) {

@@ -226,8 +226,9 @@ pub struct Omission {
 pub struct ToolsReport {
     /// Tools the model may use: allowlisted, permitted by the caller, announced.
     pub effective: Vec<ToolName>,
-    /// Announced or requested tools refused, with the reason.
-    pub refused: Vec<(String, String)>,
+    /// Announced or requested tools refused, each with its reason in words and its cause as a
+    /// code, both decided where the tool was refused.
+    pub refused: Vec<RefusedTool>,
     /// Offered tools whose announced schema lost free text before it was offered (ADR-0032),
     /// by tool name; absent when nothing was removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -245,16 +246,9 @@ pub struct SchemaTextRemoved {
 }
 
 impl ToolsReport {
-    /// The refused tools as named records.
+    /// The refused tools.
     pub fn refused_tools(&self) -> Vec<RefusedTool> {
-        self.refused
-            .iter()
-            .map(|(name, reason)| RefusedTool {
-                name: name.clone(),
-                reason: reason.clone(),
-                cause: RefusalCause::of_reason(reason),
-            })
-            .collect()
+        self.refused.clone()
     }
 }
 
@@ -296,22 +290,6 @@ impl RefusalCause {
             RefusalCause::DefinitionChanged => "definition_changed",
             RefusalCause::Duplicate => "duplicate",
             RefusalCause::SchemaNotIdentifier => "schema_not_identifier",
-        }
-    }
-
-    /// The cause of a reason written by the frame stage: each of its reasons starts with, or
-    /// holds, the words of exactly one cause (`definition changed:`, `allowlist`...).
-    pub fn of_reason(reason: &str) -> RefusalCause {
-        if reason.starts_with("definition changed:") {
-            RefusalCause::DefinitionChanged
-        } else if reason.starts_with("announced more than once") {
-            RefusalCause::Duplicate
-        } else if reason.starts_with("restricted by") {
-            RefusalCause::Restricted
-        } else if reason.contains("that is not an identifier") {
-            RefusalCause::SchemaNotIdentifier
-        } else {
-            RefusalCause::NotAllowlisted
         }
     }
 }

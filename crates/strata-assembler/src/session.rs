@@ -98,6 +98,18 @@ pub enum SessionError {
         /// The call id.
         call: String,
     },
+    /// A recorded tool call cannot be run (ADR-0041): the session's last prepared turn did not
+    /// offer its tool, or no connected server offers it as the signed definition pins it now.
+    /// Nothing was run or recorded.
+    #[error("tool call `{call}` names tool `{name}`, which {why}; nothing was run or recorded")]
+    ToolNotOffered {
+        /// The tool the call names.
+        name: String,
+        /// The call id.
+        call: String,
+        /// Why it cannot be run, in words.
+        why: String,
+    },
     /// An operation key was used before for a different request (ADR-0031).
     #[error("operation key `{key}` was already used for a different request on this session; use a new key for a new request")]
     KeyReused {
@@ -839,13 +851,16 @@ type Keyed<'a, T> = (
 const TOOLS_DOC: &str = "tools";
 
 /// A session's tools between turns (ADR-0031): those the last turn that named tools offered,
-/// and the definition of every tool a call of the session named.
+/// the definition of every tool a call of the session named, and the names of the tools the
+/// last prepared turn's request offered (what a tool call may run, ADR-0041).
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 struct SessionTools {
     #[serde(default)]
     offered: Option<Vec<AnnouncedTool>>,
     #[serde(default)]
     called: std::collections::BTreeMap<String, AnnouncedTool>,
+    #[serde(default)]
+    last_turn: Option<Vec<ToolName>>,
 }
 
 /// What applying a session's batch came to.
@@ -997,7 +1012,7 @@ impl Session<'_> {
             };
             match self.commit(batch, operation) {
                 Ok(Committed::Applied(_)) => {
-                    self.keep_offered(opts)?;
+                    self.keep_offered(opts, &turn)?;
                     self.publish(&turn);
                     return Ok(Outcome::Done(turn));
                 }
@@ -1033,7 +1048,7 @@ impl Session<'_> {
             )));
         };
         let turn = self.assemble(Some(query.as_str()), opts, &[])?;
-        self.keep_offered(opts)?;
+        self.keep_offered(opts, &turn)?;
         self.publish(&turn);
         Ok(turn)
     }
@@ -1202,6 +1217,11 @@ impl Session<'_> {
         Ok(())
     }
 
+    /// The names of the tools the session's last prepared turn offered (none before its first).
+    pub(crate) fn last_turn_tools(&self) -> Result<Vec<ToolName>, SessionError> {
+        Ok(self.session_tools()?.last_turn.unwrap_or_default())
+    }
+
     /// The tools this session keeps between turns.
     fn session_tools(&self) -> Result<SessionTools, SessionError> {
         match self.rt.store.state().state(&self.id, TOOLS_DOC)? {
@@ -1241,14 +1261,20 @@ impl Session<'_> {
         ))
     }
 
-    /// Keep the tools a turn named as the session's, until a turn names others.
-    fn keep_offered(&self, opts: &TurnOptions) -> Result<(), SessionError> {
-        let Some(tools) = &opts.tools else {
-            return Ok(());
-        };
+    /// Keep the tools a turn named as the session's, until a turn names others, and the names
+    /// of the tools `turn`'s request offers, until the next turn is prepared.
+    fn keep_offered(&self, opts: &TurnOptions, turn: &PreparedTurn) -> Result<(), SessionError> {
+        let offered = turn.context.tools();
         self.update_tools(|kept| {
-            let changed = kept.offered.as_ref() != Some(tools);
-            kept.offered = Some(tools.clone());
+            let mut changed = false;
+            if let Some(tools) = &opts.tools {
+                changed |= kept.offered.as_ref() != Some(tools);
+                kept.offered = Some(tools.clone());
+            }
+            if kept.last_turn.as_deref() != Some(offered) {
+                kept.last_turn = Some(offered.to_vec());
+                changed = true;
+            }
             changed
         })
     }

@@ -83,16 +83,28 @@ impl Session<'_> {
                 SessionError::Invalid(format!("stored tool call `{call_id}` has no tool name"))
             })?;
         let arguments = stored["arguments"].clone();
-        // What a turn would offer now: the live tools narrowed to the signed allowlist and
-        // held to their pins by the assembler.
+        let refuse = |why: &str| SessionError::ToolNotOffered {
+            name: name.to_string(),
+            call: call_id.to_owned(),
+            why: why.to_owned(),
+        };
+        // Only a tool the session's last prepared turn offered (after the caller's narrowing,
+        // the path's choice and the pins)...
+        let last_turn = self.last_turn_tools()?;
+        if !last_turn.contains(&name) {
+            return Err(refuse(
+                "the session's last prepared turn did not offer; prepare a turn that offers it",
+            ));
+        }
+        // ...and that a connected server still offers as signed: the live tools narrowed to
+        // the signed allowlist and held to their pins.
         let (live_tools, _) = rt.sync_live();
         let offered =
             crate::assemble::narrowed_tools(&rt.agent, &live_tools, &ToolPolicy::default());
         if !offered.iter().any(|t| t.name == name && t.server.is_some()) {
-            return Err(SessionError::ToolNotAllowed {
-                name: name.to_string(),
-                call: call_id.to_owned(),
-            });
+            return Err(refuse(
+                "no connected MCP server offers as the signed definition pins it now (not announced, or its definition changed)",
+            ));
         }
         let result = live
             .call(&name, &arguments)

@@ -162,7 +162,7 @@ fn tools_only_narrow_downwards() {
         .tools
         .refused
         .iter()
-        .map(|(n, _)| n.as_str())
+        .map(|t| t.name.as_str())
         .collect();
     assert!(refused.contains(&"shell") && refused.contains(&"rm_rf"));
     assert!(

@@ -415,7 +415,9 @@ proptest! {
                 .unwrap();
             let refused = &ctx.report().tools.refused;
             prop_assert!(
-                refused.iter().any(|(n, why)| n == "shell" && why.contains("not an identifier")),
+                refused.iter().any(|t| t.name == "shell"
+                    && t.reason.contains("not an identifier")
+                    && t.cause == RefusalCause::SchemaNotIdentifier),
                 "{:?}", refused
             );
             prop_assert!(ctx.report().tools.effective.is_empty());

@@ -535,7 +535,9 @@ fn tool_schemas_are_pinned_and_descriptions_untrusted() {
     assert!(
         refused
             .iter()
-            .any(|(n, why)| n == "file_read" && why.contains("definition changed")),
+            .any(|t| t.name == "file_read"
+                && t.reason.contains("definition changed")
+                && t.cause == RefusalCause::DefinitionChanged),
         "{refused:?}"
     );
     let body = ctx.request_body(Provider::OpenAiChat, &params()).unwrap();
@@ -632,4 +634,50 @@ fn official_sdks_accept_and_send_the_bodies() {
     let last = stdout.lines().last().unwrap_or_default();
     assert_eq!(last, format!("{n} passed, 0 failed"), "{stdout}");
     eprintln!("{stdout}");
+}
+
+/// A tool the signed definition pins to one MCP server is refused, with the cause
+/// `definition_changed`, when another server (or the runtime itself) announces it with the
+/// same words and schema; the server it is pinned to gets it offered.
+#[test]
+fn a_tool_pinned_to_one_server_is_refused_from_another() {
+    let def = support::definition(16_384, "You are Tester, an agent used to check pins.").replace(
+        "description = \"Read a file.\"",
+        "description = \"Read a file.\"\nserver = \"files-a\"",
+    );
+    let pinned = support::agent_from_definition(&def);
+    let user = sec(RuntimeLayer::WorkingMemory, "u1", "hi")
+        .turn(Turn::new(1, Role::User))
+        .build();
+    let announced_by = |server: Option<&str>| AnnouncedTool {
+        server: server.map(Into::into),
+        ..AnnouncedTool::new(ToolName::new("file_read").unwrap(), "Read a file.")
+    };
+    for (server, offered) in [
+        (Some("files-a"), true),
+        (Some("files-b"), false),
+        (None, false),
+    ] {
+        let req = AssemblyRequest {
+            sections: vec![user.clone()],
+            tools: vec![announced_by(server)],
+            provider: Some(Provider::Anthropic),
+            ..Default::default()
+        };
+        let ctx = assembler().assemble(&pinned, &req).unwrap();
+        let tools = &ctx.report().tools;
+        let body = ctx.request_body(Provider::Anthropic, &params()).unwrap();
+        if offered {
+            assert_eq!(tools.effective, [ToolName::new("file_read").unwrap()]);
+            assert!(tools.refused.is_empty(), "{:?}", tools.refused);
+            assert_eq!(body["tools"][0]["name"], "file_read");
+        } else {
+            assert!(tools.effective.is_empty(), "{server:?}: {:?}", tools.effective);
+            assert_eq!(tools.refused.len(), 1, "{:?}", tools.refused);
+            let r = &tools.refused[0];
+            assert_eq!(r.cause, RefusalCause::DefinitionChanged, "{r:?}");
+            assert!(r.reason.contains("pins to MCP server `files-a`"), "{r:?}");
+            assert!(body.get("tools").is_none(), "{body}");
+        }
+    }
 }

@@ -845,7 +845,9 @@ fn refused_tools_are_reported() {
     assert!(r
         .refused
         .iter()
-        .any(|(n, why)| n == "wire_money" && why.contains("allowlist")));
+        .any(|t| t.name == "wire_money"
+            && t.reason.contains("allowlist")
+            && t.cause == RefusalCause::NotAllowlisted));
     assert!(!t.body.to_string().contains("Send money."));
 }
 

@@ -234,6 +234,42 @@ fn a_live_server_is_pinned_served_dropped_restored_and_caught_changing() {
     assert_eq!(results.len(), 1, "{}", session.text);
     assert_eq!(results[0]["content"], "HELLO");
 
+    // Only what the last prepared turn offered can be run: after a turn that offers no tools
+    // (the hydration path with none retrieved), a call of `shout` is refused with 409 and
+    // nothing is run or recorded, although the server still offers the tool.
+    let narrow = srv.post(
+        "/v1/sessions/s-1/turns",
+        &json!({"message": "Nothing to shout.", "path": "hydration", "retrieved_tools": []}),
+    );
+    assert_eq!(narrow.status, 200, "{:?}", narrow.body);
+    assert!(tool_names(&narrow).is_empty(), "{}", narrow.text);
+    let r = srv.post(
+        "/v1/sessions/s-1/replies",
+        &json!({"text": "", "tool_calls": [{"id": "call-2", "name": "shout", "arguments": {"text": "again"}}]}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let before = srv.get("/v1/sessions/s-1").body;
+    let refused_run = srv.call(
+        "POST",
+        "/v1/sessions/s-1/tool-calls/call-2/run",
+        None,
+        Some(TOKEN),
+    );
+    assert_eq!(refused_run.status, 409, "{:?}", refused_run.body);
+    assert_eq!(refused_run.code(), "tool_not_offered", "{:?}", refused_run.body);
+    assert!(
+        refused_run.text.contains("last prepared turn did not offer"),
+        "{}",
+        refused_run.text
+    );
+    assert_eq!(srv.get("/v1/sessions/s-1").body, before);
+    // The runtime answers the call itself instead, and the conversation goes on.
+    let answered = srv.post(
+        "/v1/sessions/s-1/tool-results",
+        &json!({"call_id": "call-2", "output": "not shouted"}),
+    );
+    assert_eq!(answered.status, 200, "{:?}", answered.body);
+
     // Stopped: its tools and prompt leave the next turns, reported as an omission.
     stop(server);
     let t2 = turn_until(&srv, "the stopped server is omitted", |t| {
@@ -287,6 +323,22 @@ fn a_live_server_is_pinned_served_dropped_restored_and_caught_changing() {
         "{}",
         t4.text
     );
+    // A call of the changed tool cannot be run: 409, nothing run or recorded.
+    let r = srv.post(
+        "/v1/sessions/s-1/replies",
+        &json!({"text": "", "tool_calls": [{"id": "call-3", "name": "lookup", "arguments": {"term": "wg"}}]}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let before = srv.get("/v1/sessions/s-1").body;
+    let drifted = srv.call(
+        "POST",
+        "/v1/sessions/s-1/tool-calls/call-3/run",
+        None,
+        Some(TOKEN),
+    );
+    assert_eq!(drifted.status, 409, "{:?}", drifted.body);
+    assert_eq!(drifted.code(), "tool_not_offered", "{:?}", drifted.body);
+    assert_eq!(srv.get("/v1/sessions/s-1").body, before);
     let metrics = srv.get("/metrics").text;
     let changed = metrics
         .lines()

@@ -37,6 +37,10 @@ pub enum ErrorCode {
     /// 422: a reply calls a tool that is not on the agent's signed allowlist; nothing was
     /// recorded.
     ToolNotAllowed,
+    /// 409: a recorded tool call cannot be run: the session's last prepared turn did not offer
+    /// its tool, or no connected MCP server offers it as signed now; nothing was run or
+    /// recorded. Not retried: prepare a turn first.
+    ToolNotOffered,
     /// 409: the session changed while the request was prepared, again and again; retry.
     SessionConflict,
     /// 503: the memory store cannot be reached; retry after `Retry-After` seconds.
@@ -66,7 +70,7 @@ impl ErrorCode {
             | ErrorCode::MessageTooLarge
             | ErrorCode::IdempotencyKeyReused
             | ErrorCode::ToolNotAllowed => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::SessionConflict => StatusCode::CONFLICT,
+            ErrorCode::SessionConflict | ErrorCode::ToolNotOffered => StatusCode::CONFLICT,
             ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::Overloaded
             | ErrorCode::Timeout
@@ -90,6 +94,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
             ErrorCode::ToolNotAllowed => "tool_not_allowed",
             ErrorCode::SessionConflict => "session_conflict",
+            ErrorCode::ToolNotOffered => "tool_not_offered",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Overloaded => "overloaded",
@@ -192,6 +197,7 @@ impl From<SessionError> for ApiError {
             }
             SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
             SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
+            SessionError::ToolNotOffered { .. } => ErrorCode::ToolNotOffered,
             // The tool's MCP server did not complete the call: retryable, like a timeout.
             SessionError::ToolCallFailed(_) => ErrorCode::Timeout,
             SessionError::Store(m) => match m {

@@ -17,7 +17,7 @@ use crate::error;
             memories. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code: \
             unauthorized, invalid_request, unknown_session, not_found, method_not_allowed, \
             body_too_large, budget, message_too_large, idempotency_key_reused, tool_not_allowed, \
-            session_conflict, request_timeout, overloaded, timeout, agent_unavailable, store_unavailable, \
+            tool_not_offered,             session_conflict, request_timeout, overloaded, timeout, agent_unavailable, store_unavailable, \
             internal. Every operation that changes a session takes an `Idempotency-Key` \
             header: a repeat with the same key and request gets the first answer (marked \
             `Idempotent-Replayed: true`) and changes nothing; the key with another request is \

@@ -77,6 +77,12 @@ class ToolNotAllowedError(StrataError):
     nothing was recorded."""
 
 
+class ToolNotOfferedError(StrataError):
+    """``tool_not_offered``: a recorded tool call cannot be run: the session's last prepared
+    turn did not offer its tool, or no connected MCP server offers it as signed now; nothing
+    was run or recorded."""
+
+
 class SessionConflictError(StrataError):
     """``session_conflict``: the session kept changing while the request was prepared; retry
     after ``retry_after``."""
@@ -123,6 +129,7 @@ ERROR_CLASSES: Mapping[str, type[StrataError]] = {
     "message_too_large": MessageTooLargeError,
     "idempotency_key_reused": IdempotencyKeyReusedError,
     "tool_not_allowed": ToolNotAllowedError,
+    "tool_not_offered": ToolNotOfferedError,
     "session_conflict": SessionConflictError,
     "store_unavailable": StoreUnavailableError,
     "request_timeout": RequestTimeoutError,

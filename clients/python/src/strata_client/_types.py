@@ -366,18 +366,6 @@ class SchemaTextRemoved(TypedDict):
     paths: list[str]
 
 
-class _ToolsNarrowed(TypedDict):
-    effective: list[str]
-    refused: list[list[str]]
-
-
-class ToolsReport(_ToolsNarrowed, total=False):
-    """The tools after narrowing: those offered, ``[name, reason]`` of those refused, and the
-    free text removed from announced schemas (absent when nothing was removed)."""
-
-    schema_text_removed: list[SchemaTextRemoved]
-
-
 class RefusedTool(TypedDict):
     """A tool announced for a turn that its request does not offer, and why: ``reason`` in
     words, ``cause`` as a stable code (``definition_changed`` when a live MCP server's tool no
@@ -386,6 +374,19 @@ class RefusedTool(TypedDict):
     name: str
     reason: str
     cause: str
+
+
+class _ToolsNarrowed(TypedDict):
+    effective: list[str]
+    refused: list[RefusedTool]
+
+
+class ToolsReport(_ToolsNarrowed, total=False):
+    """The tools after narrowing: those offered, those refused (name, reason in words, cause as
+    a code), and the free text removed from announced schemas (absent when nothing was
+    removed)."""
+
+    schema_text_removed: list[SchemaTextRemoved]
 
 
 # What a turn changed for its session: ``{"type": "prompt_updated", "digest": ...}`` when its

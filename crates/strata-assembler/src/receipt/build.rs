@@ -317,9 +317,9 @@ fn statement_without_sections(
                     .tools
                     .refused
                     .iter()
-                    .map(|(name, reason)| RefusedTool {
-                        name: name.clone(),
-                        reason: reason.clone(),
+                    .map(|t| RefusedTool {
+                        name: t.name.clone(),
+                        reason: t.reason.clone(),
                     })
                     .collect(),
             },

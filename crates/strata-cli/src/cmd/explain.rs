@@ -401,8 +401,8 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        for (t, why) in &r.tools.refused {
-            let _ = writeln!(s, "tool refused: {t}: {why}");
+        for t in &r.tools.refused {
+            let _ = writeln!(s, "tool refused: {}: {}", t.name, t.reason);
         }
         for removed in &r.tools.schema_text_removed {
             let _ = writeln!(

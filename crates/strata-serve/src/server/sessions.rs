@@ -433,7 +433,7 @@ pub(super) async fn record_tool_result(
         (status = 400, description = "Invalid (no such call, a call that already has a result, no MCP servers)", body = crate::error::ErrorBody),
         (status = 401, description = "No or wrong token", body = crate::error::ErrorBody),
         (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
-        (status = 409, description = "The tool is not offered now (not allowlisted, no connected server announces it, or its definition changed)", body = crate::error::ErrorBody),
+        (status = 409, description = "tool_not_offered: the session's last prepared turn did not offer the tool, or no connected server offers it as signed now (not announced, or its definition changed); nothing was run", body = crate::error::ErrorBody),
         (status = 422, description = "The Idempotency-Key was used for another request", body = crate::error::ErrorBody),
         (status = 503, description = "The server did not complete the call, overloaded, timed out, agent not valid or store unavailable", body = crate::error::ErrorBody)))]
 pub(super) async fn run_tool_call(

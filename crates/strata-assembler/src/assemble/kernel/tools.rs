@@ -14,7 +14,7 @@ use strata_core::{
 use super::{TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 use crate::assemble::schema;
 use crate::provider::{RequestTool, ToolDescriptions};
-use crate::report::{SchemaTextRemoved, ToolsReport};
+use crate::report::{RefusalCause, RefusedTool, SchemaTextRemoved, ToolsReport};
 use crate::request::AssemblyRequest;
 
 /// Narrow the tool set: layer 1's allowlist, intersected with the caller's policy, intersected
@@ -33,8 +33,9 @@ pub(in crate::assemble) fn narrow_tools(
     let mut report = ToolsReport::default();
     if let ToolPolicy::Only(set) = &req.tool_policy {
         for name in set.iter().filter(|n| !identity.allows(n)) {
-            report.refused.push((
-                name.to_string(),
+            report.refused.push(refusal(
+                name,
+                RefusalCause::NotAllowlisted,
                 "not in layer 1's allowlist; delegated context cannot widen it".into(),
             ));
         }
@@ -43,8 +44,9 @@ pub(in crate::assemble) fn narrow_tools(
     let mut seen = BTreeSet::new();
     for t in &req.tools {
         if !seen.insert(t.name.clone()) {
-            report.refused.push((
-                t.name.to_string(),
+            report.refused.push(refusal(
+                &t.name,
+                RefusalCause::Duplicate,
                 "announced more than once; the first announcement is used".into(),
             ));
             continue;
@@ -54,10 +56,12 @@ pub(in crate::assemble) fn narrow_tools(
             Ok(tool) => {
                 effective.insert(t.name.clone(), tool);
             }
-            Err(why) => report.refused.push((t.name.to_string(), why)),
+            Err((cause, why)) => report.refused.push(refusal(&t.name, cause, why)),
         }
     }
-    report.refused.sort();
+    report
+        .refused
+        .sort_by(|a, b| (&a.name, &a.reason).cmp(&(&b.name, &b.reason)));
     report
         .schema_text_removed
         .sort_by(|a, b| a.tool.cmp(&b.tool));
@@ -67,44 +71,58 @@ pub(in crate::assemble) fn narrow_tools(
     (report, catalog, tools)
 }
 
-/// The tool `t` as offered, or why it is refused: it must be in layer 1's allowlist (`signed`)
-/// and permitted by the delegated policy, and match what the signed entry pins.
+/// The refusal of the tool `name`.
+fn refusal(name: &ToolName, cause: RefusalCause, reason: String) -> RefusedTool {
+    RefusedTool {
+        name: name.to_string(),
+        reason,
+        cause,
+    }
+}
+
+/// The tool `t` as offered, or why it is refused (the cause, and the reason in words): it must
+/// be in layer 1's allowlist (`signed`) and permitted by the delegated policy, and match what
+/// the signed entry pins.
 fn admit(
     req: &AssemblyRequest,
     t: &AnnouncedTool,
     signed: Option<&AllowedTool>,
     removed: &mut Vec<SchemaTextRemoved>,
-) -> Result<RequestTool, String> {
+) -> Result<RequestTool, (RefusalCause, String)> {
+    use RefusalCause::{DefinitionChanged, NotAllowlisted, Restricted, SchemaNotIdentifier};
     let by = t
         .server
         .as_deref()
         .map_or_else(|| "the runtime".to_owned(), |s| format!("MCP server `{s}`"));
     let Some(signed) = signed else {
-        return Err(format!("announced by {by} but not in layer 1's allowlist"));
+        return Err((
+            NotAllowlisted,
+            format!("announced by {by} but not in layer 1's allowlist"),
+        ));
     };
     if !req.tool_policy.permits(&t.name) {
-        return Err("restricted by the delegated tool policy".into());
+        return Err((Restricted, "restricted by the delegated tool policy".into()));
     }
     if let Some(pinned) = signed.server.as_deref() {
         if t.server.as_deref() != Some(pinned) {
-            return Err(format!(
+            return Err((DefinitionChanged, format!(
                 "definition changed: {by} announced a tool the signed definition pins to MCP server `{pinned}`"
-            ));
+            )));
         }
     }
     let policy = req.provider_options.tool_descriptions;
     let (parameters, schema_source) = match (&signed.parameters, &t.parameters) {
         (Some(pinned), Some(announced)) if pinned != announced => {
-            return Err(format!(
+            return Err((DefinitionChanged, format!(
                 "definition changed: {by} announced a schema ({}) that differs from the signed one ({})",
                 announced.digest(),
                 pinned.digest()
-            ));
+            )));
         }
         (Some(pinned), _) => {
             let announced = t.description.as_str();
             if !announced.is_empty() && announced != signed.description {
-                return Err(format!("definition changed: {by} announced a description that differs from the signed one"));
+                return Err((DefinitionChanged, format!("definition changed: {by} announced a description that differs from the signed one")));
             }
             (pinned.clone(), "signed")
         }
@@ -114,7 +132,9 @@ fn admit(
         (None, Some(announced)) => match policy {
             ToolDescriptions::AnnouncedDangerously => (announced.clone(), "announced"),
             ToolDescriptions::Signed | ToolDescriptions::Withheld => {
-                (structure_of(t, announced, &by, removed)?, "announced")
+                let structure = structure_of(t, announced, &by, removed)
+                    .map_err(|why| (SchemaNotIdentifier, why))?;
+                (structure, "announced")
             }
         },
         (None, None) => (empty_schema(), "none"),
