@@ -37,6 +37,8 @@
 //! Architecture invariants: assembly is pure (no I/O, no clock, no randomness); identity is
 //! taken only from a [`VerifiedAgent`]; runtime sections are always fenced and escaped.
 #![forbid(unsafe_code)]
+// Every function fits on a screen (the threshold is in clippy.toml).
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 pub mod assemble;
 mod error;

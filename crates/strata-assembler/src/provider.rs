@@ -497,44 +497,11 @@ impl Conversation {
         // Adjacent messages of one role are merged: the API wants strict alternation.
         let mut merged: Vec<(MessageRole, Vec<Value>)> = Vec::new();
         for (i, m) in self.messages.iter().enumerate() {
-            let mut blocks = Vec::new();
-            for b in &m.blocks {
-                blocks.push(match b {
-                    Block::Text { text } => json!({ "type": "text", "text": text }),
-                    Block::Reasoning { block } => reasoning_value(block),
-                    Block::ToolUse {
-                        id,
-                        name,
-                        arguments,
-                    } => {
-                        let input: Value = serde_json::from_str(arguments).map_err(|e| {
-                            RequestError::Arguments {
-                                id: id.clone(),
-                                why: e.to_string(),
-                            }
-                        })?;
-                        if !input.is_object() {
-                            return Err(RequestError::Arguments {
-                                id: id.clone(),
-                                why: "not an object".into(),
-                            });
-                        }
-                        json!({ "type": "tool_use", "id": id, "name": name, "input": input })
-                    }
-                    Block::ToolResult {
-                        id,
-                        content,
-                        is_error,
-                    } => {
-                        let mut block =
-                            json!({ "type": "tool_result", "tool_use_id": id, "content": content });
-                        if *is_error {
-                            block["is_error"] = Value::Bool(true);
-                        }
-                        block
-                    }
-                });
-            }
+            let mut blocks = m
+                .blocks
+                .iter()
+                .map(anthropic_block)
+                .collect::<Result<Vec<Value>, RequestError>>()?;
             if breakpoints.messages.contains(&i) {
                 if let Some(last) = blocks.last_mut() {
                     last["cache_control"] = json!({ "type": "ephemeral" });
@@ -648,6 +615,44 @@ pub struct AnthropicBreakpoints {
     pub system: bool,
     /// On the last block of these messages (indices into [`Conversation::messages`]).
     pub messages: Vec<usize>,
+}
+
+/// One block of a message as Anthropic's Messages API takes it; a tool call's arguments must
+/// be a JSON object.
+fn anthropic_block(b: &Block) -> Result<Value, RequestError> {
+    Ok(match b {
+        Block::Text { text } => json!({ "type": "text", "text": text }),
+        Block::Reasoning { block } => reasoning_value(block),
+        Block::ToolUse {
+            id,
+            name,
+            arguments,
+        } => {
+            let input: Value =
+                serde_json::from_str(arguments).map_err(|e| RequestError::Arguments {
+                    id: id.clone(),
+                    why: e.to_string(),
+                })?;
+            if !input.is_object() {
+                return Err(RequestError::Arguments {
+                    id: id.clone(),
+                    why: "not an object".into(),
+                });
+            }
+            json!({ "type": "tool_use", "id": id, "name": name, "input": input })
+        }
+        Block::ToolResult {
+            id,
+            content,
+            is_error,
+        } => {
+            let mut block = json!({ "type": "tool_result", "tool_use_id": id, "content": content });
+            if *is_error {
+                block["is_error"] = Value::Bool(true);
+            }
+            block
+        }
+    })
 }
 
 /// A reasoning block as its provider wrote it (ADR-0043).

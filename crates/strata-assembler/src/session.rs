@@ -302,37 +302,24 @@ impl RuntimeBuilder {
     }
 
     /// Open the store and register the contributors.
-    pub fn build(self) -> Result<Runtime, SessionError> {
+    pub fn build(mut self) -> Result<Runtime, SessionError> {
         let configured = self.config.is_some();
-        let config = self.config.unwrap_or_default();
+        let config = self.config.take().unwrap_or_default();
         // The store given to the builder, else `strata.toml`'s, else `./.strata/memory.db`.
-        let spec = match self.store {
+        let spec = match self.store.take() {
             Some(spec) => spec,
             None => StoreSpec::from_config(&config.store)?,
         };
-        let store: Arc<dyn StoreHandle> = match &spec {
-            StoreSpec::Sqlite(path) => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|e| {
-                        SessionError::Invalid(format!("creating {}: {e}", dir.display()))
-                    })?;
-                }
-                Arc::new(Handle(Arc::new(SqliteStore::open(path)?)))
-            }
-            #[cfg(feature = "postgres")]
-            StoreSpec::Postgres(url) => {
-                Arc::new(Handle(Arc::new(strata_memory::PgStore::connect(url)?)))
-            }
-        };
-        let tokenizer = match self.tokenizer {
+        let store = open_store(&spec)?;
+        let tokenizer = match self.tokenizer.take() {
             Some(t) => t,
             None => default_tokenizer()?,
         };
         let registry = Registry::from_config(&config, Arc::new(SystemClock::new()));
-        let reg = |r: Result<(), strata_registry::RegistryError>| {
-            r.map_err(|e| SessionError::Registry(e.to_string()))
-        };
-        let workspace = self.workspace.or_else(|| config.workspace.dir.clone());
+        let workspace = self
+            .workspace
+            .take()
+            .or_else(|| config.workspace.dir.clone());
         // The built-ins with `strata.toml`'s workspace (bootstrap files) and custom
         // instructions.
         reg(Builtins {
@@ -341,39 +328,7 @@ impl RuntimeBuilder {
             ..Builtins::detect()
         }
         .register(&registry))?;
-        // Memory contributors take part in the modes and paths the seeds give their kind of
-        // section: conversation history, memory and business context (ADR-0016).
-        reg(registry.register(Arc::new(
-            SharedFactsContributor::new(store.shared()).with_meta(seeded(
-                SharedFactsContributor::new(store.shared()).meta(),
-                StandardSection::WorkspaceProfile,
-            )),
-        )))?;
-        let history =
-            WorkingMemoryContributor::new(store.working(), tokenizer.clone(), self.history_tokens);
-        let history_meta = seeded(history.meta(), StandardSection::ConversationHistory);
-        let history = Arc::new(history.with_meta(history_meta));
-        reg(registry.register(history.clone()))?;
-        let memories =
-            LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
-        let memories_meta = seeded(memories.meta(), StandardSection::Memory);
-        reg(registry.register(Arc::new(memories.with_meta(memories_meta))))?;
-        if let Some(ws) = &workspace {
-            let index = ws.join(&config.memory.file);
-            if index.is_file() {
-                let c = MemoryIndexContributor::new(index, index_limits(&config));
-                let meta = seeded(c.meta(), StandardSection::Memory);
-                reg(registry.register(Arc::new(Restricted { inner: c, meta })))?;
-            }
-        }
-        // Ivy's session files (layer 5), episodic summaries (layer 6) and workspace hints
-        // (layer 3), in the modes and paths of their kind of section (ADR-0016).
-        let files = SessionFilesContributor::new(store.state(), store.name());
-        let files_meta = seeded(files.meta(), StandardSection::SessionContext);
-        reg(registry.register(Arc::new(files.with_meta(files_meta))))?;
-        let episodes = EpisodicContributor::new(store.long_term());
-        let episodes_meta = seeded(episodes.meta(), StandardSection::Memory);
-        reg(registry.register(Arc::new(episodes.with_meta(episodes_meta))))?;
+        let history = self.register_memory(&registry, &store, &tokenizer, &config, &workspace)?;
         if let Some(ws) = workspace.as_ref().filter(|ws| ws.is_dir()) {
             reg(registry.register(Arc::new(WorkspaceHints::new(ws))))?;
         }
@@ -411,6 +366,73 @@ impl RuntimeBuilder {
             live_seen: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         })
     }
+
+    /// Register the contributors that read the store or the workspace's memory index, each in
+    /// the modes and paths the seeds give its kind of section (ADR-0016): shared facts, the
+    /// conversation history (returned: the runtime reads it too), long-term memories, the
+    /// memory index, Ivy's session files (layer 5) and episodic summaries (layer 6).
+    fn register_memory(
+        &self,
+        registry: &Registry,
+        store: &Arc<dyn StoreHandle>,
+        tokenizer: &Arc<dyn Tokenizer>,
+        config: &Config,
+        workspace: &Option<PathBuf>,
+    ) -> Result<Arc<WorkingMemoryContributor>, SessionError> {
+        reg(registry.register(Arc::new(
+            SharedFactsContributor::new(store.shared()).with_meta(seeded(
+                SharedFactsContributor::new(store.shared()).meta(),
+                StandardSection::WorkspaceProfile,
+            )),
+        )))?;
+        let history =
+            WorkingMemoryContributor::new(store.working(), tokenizer.clone(), self.history_tokens);
+        let history_meta = seeded(history.meta(), StandardSection::ConversationHistory);
+        let history = Arc::new(history.with_meta(history_meta));
+        reg(registry.register(history.clone()))?;
+        let memories =
+            LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
+        let memories_meta = seeded(memories.meta(), StandardSection::Memory);
+        reg(registry.register(Arc::new(memories.with_meta(memories_meta))))?;
+        if let Some(ws) = workspace {
+            let index = ws.join(&config.memory.file);
+            if index.is_file() {
+                let c = MemoryIndexContributor::new(index, index_limits(config));
+                let meta = seeded(c.meta(), StandardSection::Memory);
+                reg(registry.register(Arc::new(Restricted { inner: c, meta })))?;
+            }
+        }
+        let files = SessionFilesContributor::new(store.state(), store.name());
+        let files_meta = seeded(files.meta(), StandardSection::SessionContext);
+        reg(registry.register(Arc::new(files.with_meta(files_meta))))?;
+        let episodes = EpisodicContributor::new(store.long_term());
+        let episodes_meta = seeded(episodes.meta(), StandardSection::Memory);
+        reg(registry.register(Arc::new(episodes.with_meta(episodes_meta))))?;
+        Ok(history)
+    }
+}
+
+/// A registration's failure as a session error.
+fn reg(r: Result<(), strata_registry::RegistryError>) -> Result<(), SessionError> {
+    r.map_err(|e| SessionError::Registry(e.to_string()))
+}
+
+/// Open the store `spec` names, creating a SQLite file's folder.
+fn open_store(spec: &StoreSpec) -> Result<Arc<dyn StoreHandle>, SessionError> {
+    Ok(match spec {
+        StoreSpec::Sqlite(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    SessionError::Invalid(format!("creating {}: {e}", dir.display()))
+                })?;
+            }
+            Arc::new(Handle(Arc::new(SqliteStore::open(path)?)))
+        }
+        #[cfg(feature = "postgres")]
+        StoreSpec::Postgres(url) => {
+            Arc::new(Handle(Arc::new(strata_memory::PgStore::connect(url)?)))
+        }
+    })
 }
 
 /// A contributor taking part under another meta (modes and paths), for contributors that do not
@@ -1640,36 +1662,7 @@ impl Session<'_> {
             AssemblyPath::Context => opts.resolved_context.clone(),
             _ => Vec::new(),
         };
-        // The turn's tools, else the session's (kept from the last turn that named some), else
-        // the runtime's; and every tool a call of the session named, so that a body holding a
-        // call always defines its tool (ADR-0031).
-        let kept = self.session_tools()?;
-        let mut offered = opts
-            .tools
-            .clone()
-            .or_else(|| kept.offered.clone())
-            .unwrap_or_else(|| rt.tools.clone());
-        // The live servers' current tools, before the session's called ones: a called tool is
-        // checked against its pin as the server announces it now (ADR-0041).
-        let (live_tools, live_omissions) = rt.sync_live();
-        for t in live_tools {
-            if !offered.iter().any(|o| o.name == t.name) {
-                offered.push(t);
-            }
-        }
-        for t in kept.called.values() {
-            if !offered.iter().any(|o| o.name == t.name) {
-                offered.push(t.clone());
-            }
-        }
-        // The hydration path announces the tools retrieved for this turn, not the whole set.
-        let announced = match path {
-            AssemblyPath::Hydration => match &opts.retrieved_tools {
-                Some(retrieved) => retrieved.clone(),
-                None => retrieve_tools(&offered, query.unwrap_or_default(), rt.hydrated),
-            },
-            _ => offered,
-        };
+        let (announced, live_omissions) = self.turn_tools(path, query, opts)?;
         let tools = crate::assemble::narrowed_tools(agent, &announced, &opts.tool_policy);
         let now_ms = opts.now_ms.unwrap_or_else(now_ms);
         let (mut sections, mut omissions) = rt.gather_turn(&Gathering {
@@ -1683,21 +1676,7 @@ impl Session<'_> {
             now_ms,
             inputs,
         })?;
-        // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
-        // cached paths), the request still carries the current exchange: the newest user
-        // message and what followed it (ADR-0016).
-        let history = StandardSection::ConversationHistory;
-        if !history.in_mode(mode) || !history.on_path(path) {
-            sections.extend(self.current_exchange(pending)?);
-        } else {
-            for e in pending {
-                let s = rt
-                    .history
-                    .section_of(e)
-                    .map_err(|err| SessionError::Registry(err.to_string()))?;
-                sections.push(native_tool_call(s)?);
-            }
-        }
+        sections.extend(self.conversation(mode, path, pending)?);
         omissions.extend(live_omissions);
         sections.extend(opts.sections.iter().cloned());
         sections.extend(resolved_context);
@@ -1725,6 +1704,91 @@ impl Session<'_> {
             now_ms: Some(now_ms),
             ..AssemblyRequest::default()
         };
+        self.finish(&req, opts, operational)
+    }
+
+    /// The tools a turn announces (ADR-0031, ADR-0041), and an omission for each live server
+    /// that is unavailable. The turn's tools, else the session's (kept from the last turn that
+    /// named some), else the runtime's; the live servers' current tools; and every tool a call
+    /// of the session named, so that a body holding a call always defines its tool. The
+    /// hydration path announces the tools retrieved for this turn instead.
+    fn turn_tools(
+        &self,
+        path: AssemblyPath,
+        query: Option<&str>,
+        opts: &TurnOptions,
+    ) -> Result<(Vec<AnnouncedTool>, Vec<Omission>), SessionError> {
+        let rt = self.rt;
+        let kept = self.session_tools()?;
+        let mut offered = opts
+            .tools
+            .clone()
+            .or_else(|| kept.offered.clone())
+            .unwrap_or_else(|| rt.tools.clone());
+        // The live servers' current tools, before the session's called ones: a called tool is
+        // checked against its pin as the server announces it now (ADR-0041).
+        let (live_tools, live_omissions) = rt.sync_live();
+        for t in live_tools {
+            if !offered.iter().any(|o| o.name == t.name) {
+                offered.push(t);
+            }
+        }
+        for t in kept.called.values() {
+            if !offered.iter().any(|o| o.name == t.name) {
+                offered.push(t.clone());
+            }
+        }
+        // The hydration path announces the tools retrieved for this turn, not the whole set.
+        let announced = match path {
+            AssemblyPath::Hydration => match &opts.retrieved_tools {
+                Some(retrieved) => retrieved.clone(),
+                None => retrieve_tools(&offered, query.unwrap_or_default(), rt.hydrated),
+            },
+            _ => offered,
+        };
+        Ok((announced, live_omissions))
+    }
+
+    /// The conversation a turn carries besides what gathering found: where the seeds leave
+    /// the conversation out (minimal and scheduled modes, the basic and cached paths), the
+    /// current exchange (the newest user message and what followed it, ADR-0016); otherwise
+    /// the `pending` entries as the history contributor shows stored ones.
+    fn conversation(
+        &self,
+        mode: PromptMode,
+        path: AssemblyPath,
+        pending: &[Entry],
+    ) -> Result<Vec<Section>, SessionError> {
+        let rt = self.rt;
+        let mut sections = Vec::new();
+        // Where the seeds leave the conversation out (minimal and scheduled modes, the basic and
+        // cached paths), the request still carries the current exchange: the newest user
+        // message and what followed it (ADR-0016).
+        let history = StandardSection::ConversationHistory;
+        if !history.in_mode(mode) || !history.on_path(path) {
+            sections.extend(self.current_exchange(pending)?);
+        } else {
+            for e in pending {
+                let s = rt
+                    .history
+                    .section_of(e)
+                    .map_err(|err| SessionError::Registry(err.to_string()))?;
+                sections.push(native_tool_call(s)?);
+            }
+        }
+        Ok(sections)
+    }
+
+    /// Assemble `req` (with a receipt when the runtime has a key) and write the request body
+    /// for the runtime's provider and the turn's model.
+    fn finish(
+        &self,
+        req: &AssemblyRequest,
+        opts: &TurnOptions,
+        operational: OperationalMode,
+    ) -> Result<PreparedTurn, SessionError> {
+        let rt = self.rt;
+        let agent = &rt.agent;
         // A turn that names its model is written for it.
         let params = match &opts.model {
             Some(m) => std::borrow::Cow::Owned(RequestParams {
@@ -1739,13 +1803,13 @@ impl Session<'_> {
             Some(key) => {
                 let r = rt
                     .assembler
-                    .assemble_with_receipt(agent, &req, &params, key)?;
+                    .assemble_with_receipt(agent, req, &params, key)?;
                 let body: Value = serde_json::from_slice(&r.sent)
                     .map_err(|e| SessionError::Invalid(format!("request body: {e}")))?;
                 (r.context, body, r.sent, Some(r.receipt))
             }
             None => {
-                let context = rt.assembler.assemble(agent, &req)?;
+                let context = rt.assembler.assemble(agent, req)?;
                 let body = context.request_body(rt.provider, &params)?;
                 let sent = crate::receipt::body_bytes(&body);
                 (context, body, sent, None)

@@ -12,7 +12,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use strata_assembler::assemble::{CacheStats, Report, SectionStatus};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,117 +66,39 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Register every metric.
+    /// Register every metric (in the order `/metrics` lists them).
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("strata");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "http_requests",
-            "HTTP requests by route, method and status",
-            requests.clone(),
-        );
-        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            // 0.25 ms to about 8 s.
-            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
-        });
-        registry.register_with_unit(
-            "http_request_duration",
-            "HTTP request latency by route",
-            prometheus_client::registry::Unit::Seconds,
-            latency.clone(),
-        );
-        let turns = Counter::default();
-        registry.register("turns_prepared", "Turns prepared", turns.clone());
-        let tokens_kept = Counter::default();
-        registry.register(
-            "tokens_kept",
-            "Prompt tokens in prepared requests",
-            tokens_kept.clone(),
-        );
-        let tokens_dropped = Counter::default();
-        registry.register(
-            "tokens_dropped",
-            "Tokens of runtime sections dropped to fit the budget",
-            tokens_dropped.clone(),
-        );
-        let sections_dropped = Counter::default();
-        registry.register(
-            "sections_dropped",
-            "Runtime sections dropped to fit the budget",
-            sections_dropped.clone(),
-        );
-        let tools_refused = Counter::default();
-        registry.register(
-            "tools_refused",
-            "Announced tools refused (not allowlisted, changed or narrowed away)",
-            tools_refused.clone(),
-        );
-        let tools_definition_changed = Counter::default();
-        registry.register(
-            "tools_definition_changed",
-            "Announced tools refused because their description, schema or server differs from the signed pin (ADR-0041)",
-            tools_definition_changed.clone(),
-        );
-        let cache_hits = Counter::default();
-        registry.register(
-            "section_cache_hits",
-            "Rendered elements served from the assembler's cache",
-            cache_hits.clone(),
-        );
-        let cache_misses = Counter::default();
-        registry.register(
-            "section_cache_misses",
-            "Rendered elements rendered and tokenized",
-            cache_misses.clone(),
-        );
-        let cache_bytes = Gauge::<u64, AtomicU64>::default();
-        registry.register(
-            "section_cache_bytes",
-            "Bytes held by the assembler's cache",
-            cache_bytes.clone(),
-        );
-        let reloads = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "agent_reloads",
-            "Agent definition reloads by outcome (ok, refused)",
-            reloads.clone(),
-        );
-        let shed = Counter::default();
-        registry.register(
-            "requests_shed",
-            "Requests refused with 503 at the concurrency limit",
-            shed.clone(),
-        );
-        let in_flight = Gauge::default();
-        registry.register(
-            "requests_in_flight",
-            "Requests being served",
-            in_flight.clone(),
-        );
-        let agent_unavailable = Gauge::default();
-        registry.register(
-            "agent_unavailable",
-            "1 while the running agent is refused (a signing key revoked, or the trust store unreadable or not as pinned), else 0",
-            agent_unavailable.clone(),
-        );
         Metrics {
-            agent_unavailable,
-            registry,
-            requests,
-            latency,
-            turns,
-            tokens_kept,
-            tokens_dropped,
-            sections_dropped,
-            tools_refused,
-            tools_definition_changed,
-            cache_hits,
-            cache_misses,
-            cache_bytes,
-            reloads,
-            shed,
-            in_flight,
+            requests: registered(&mut registry, "http_requests", "HTTP requests by route, method and status"),
+            latency: {
+                let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+                    // 0.25 ms to about 8 s.
+                    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+                });
+                registry.register_with_unit(
+                    "http_request_duration",
+                    "HTTP request latency by route",
+                    prometheus_client::registry::Unit::Seconds,
+                    latency.clone(),
+                );
+                latency
+            },
+            turns: registered(&mut registry, "turns_prepared", "Turns prepared"),
+            tokens_kept: registered(&mut registry, "tokens_kept", "Prompt tokens in prepared requests"),
+            tokens_dropped: registered(&mut registry, "tokens_dropped", "Tokens of runtime sections dropped to fit the budget"),
+            sections_dropped: registered(&mut registry, "sections_dropped", "Runtime sections dropped to fit the budget"),
+            tools_refused: registered(&mut registry, "tools_refused", "Announced tools refused (not allowlisted, changed or narrowed away)"),
+            tools_definition_changed: registered(&mut registry, "tools_definition_changed", "Announced tools refused because their description, schema or server differs from the signed pin (ADR-0041)"),
+            cache_hits: registered(&mut registry, "section_cache_hits", "Rendered elements served from the assembler's cache"),
+            cache_misses: registered(&mut registry, "section_cache_misses", "Rendered elements rendered and tokenized"),
+            cache_bytes: registered(&mut registry, "section_cache_bytes", "Bytes held by the assembler's cache"),
+            reloads: registered(&mut registry, "agent_reloads", "Agent definition reloads by outcome (ok, refused)"),
+            shed: registered(&mut registry, "requests_shed", "Requests refused with 503 at the concurrency limit"),
+            in_flight: registered(&mut registry, "requests_in_flight", "Requests being served"),
+            agent_unavailable: registered(&mut registry, "agent_unavailable", "1 while the running agent is refused (a signing key revoked, or the trust store unreadable or not as pinned), else 0"),
             last_cache: Mutex::new((0, 0)),
+            registry,
         }
     }
 
@@ -270,4 +192,11 @@ impl Metrics {
         }
         out
     }
+}
+
+/// A new metric, registered under `name` (after the registry's prefix) with `help`.
+fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
 }

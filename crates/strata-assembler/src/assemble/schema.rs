@@ -170,33 +170,9 @@ fn keyword(
     removed: &mut Vec<String>,
 ) -> Result<Option<Value>, NotAnIdentifier> {
     let kept = match k {
-        "type" => match v {
-            Value::String(t) if TYPES.contains(&t.as_str()) => Some(v.clone()),
-            Value::Array(ts)
-                if ts
-                    .iter()
-                    .all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t))) =>
-            {
-                Some(v.clone())
-            }
-            _ => None,
-        },
+        "type" => type_keyword(v),
         "required" => match v {
-            Value::Array(names) => {
-                let mut keep = Vec::with_capacity(names.len());
-                for (i, n) in names.iter().enumerate() {
-                    match n {
-                        Value::String(s) if is_identifier(s) => keep.push(n.clone()),
-                        Value::String(_) => {
-                            return Err(NotAnIdentifier {
-                                path: child(path, &i.to_string()),
-                            })
-                        }
-                        _ => removed.push(child(path, &i.to_string())),
-                    }
-                }
-                Some(Value::Array(keep))
-            }
+            Value::Array(names) => Some(required_names(names, path, removed)?),
             _ => None,
         },
         "items" => match v {
@@ -204,19 +180,7 @@ fn keyword(
             _ => strip_schema(v, path, removed)?,
         },
         "enum" => match v {
-            Value::Array(values) => {
-                let mut keep = Vec::with_capacity(values.len());
-                for (i, x) in values.iter().enumerate() {
-                    if is_wordless(x) {
-                        keep.push(x.clone());
-                    } else {
-                        removed.push(child(path, &i.to_string()));
-                    }
-                }
-                // An enum left with no value would accept nothing: removed as a whole (its
-                // values are recorded above).
-                (!keep.is_empty() || values.is_empty()).then_some(Value::Array(keep))
-            }
+            Value::Array(values) => wordless_values(values, path, removed),
             _ => None,
         },
         "const" => is_wordless(v).then(|| v.clone()),
@@ -231,19 +195,7 @@ fn keyword(
             _ => None,
         },
         k if SCHEMA_MAP.contains(&k) => match v {
-            Value::Object(map) => {
-                let mut keep = Map::new();
-                for (name, s) in map {
-                    let p = child(path, name);
-                    if !is_identifier(name) {
-                        return Err(NotAnIdentifier { path: p });
-                    }
-                    if let Some(x) = strip_schema(s, &p, removed)? {
-                        keep.insert(name.clone(), x);
-                    }
-                }
-                Some(Value::Object(keep))
-            }
+            Value::Object(map) => Some(schema_map(map, path, removed)?),
             _ => None,
         },
         k if NUMBERS.contains(&k) => match v {
@@ -257,6 +209,77 @@ fn keyword(
         _ => None,
     };
     Ok(kept)
+}
+
+/// `type`: one JSON Schema type name, or a list of them; anything else is removed.
+fn type_keyword(v: &Value) -> Option<Value> {
+    match v {
+        Value::String(t) if TYPES.contains(&t.as_str()) => Some(v.clone()),
+        Value::Array(ts)
+            if ts
+                .iter()
+                .all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t))) =>
+        {
+            Some(v.clone())
+        }
+        _ => None,
+    }
+}
+
+/// `required`: the property names, each an identifier; a name that is not one refuses the
+/// schema, an entry that is not a string is removed.
+fn required_names(
+    names: &[Value],
+    path: &str,
+    removed: &mut Vec<String>,
+) -> Result<Value, NotAnIdentifier> {
+    let mut keep = Vec::with_capacity(names.len());
+    for (i, n) in names.iter().enumerate() {
+        match n {
+            Value::String(s) if is_identifier(s) => keep.push(n.clone()),
+            Value::String(_) => {
+                return Err(NotAnIdentifier {
+                    path: child(path, &i.to_string()),
+                })
+            }
+            _ => removed.push(child(path, &i.to_string())),
+        }
+    }
+    Ok(Value::Array(keep))
+}
+
+/// `enum`: the values that carry no words. An enum left with no value would accept nothing:
+/// it is then removed as a whole (its values are recorded).
+fn wordless_values(values: &[Value], path: &str, removed: &mut Vec<String>) -> Option<Value> {
+    let mut keep = Vec::with_capacity(values.len());
+    for (i, x) in values.iter().enumerate() {
+        if is_wordless(x) {
+            keep.push(x.clone());
+        } else {
+            removed.push(child(path, &i.to_string()));
+        }
+    }
+    (!keep.is_empty() || values.is_empty()).then_some(Value::Array(keep))
+}
+
+/// A map from names to schemas (`properties`, `$defs`...): each name an identifier (or the
+/// schema is refused), each schema stripped.
+fn schema_map(
+    map: &Map<String, Value>,
+    path: &str,
+    removed: &mut Vec<String>,
+) -> Result<Value, NotAnIdentifier> {
+    let mut keep = Map::new();
+    for (name, s) in map {
+        let p = child(path, name);
+        if !is_identifier(name) {
+            return Err(NotAnIdentifier { path: p });
+        }
+        if let Some(x) = strip_schema(s, &p, removed)? {
+            keep.insert(name.clone(), x);
+        }
+    }
+    Ok(Value::Object(keep))
 }
 
 /// A list of schemas, each stripped; an entry that is not a schema is removed.

@@ -253,6 +253,64 @@ fn statement_without_sections(
         Sent::Body(b) => Subject::sha256(SUBJECT_BODY, b),
         Sent::Text(t) => Subject::sha256(SUBJECT_TEXT, t.as_bytes()),
     };
+    Statement {
+        statement_type: STATEMENT_TYPE.to_owned(),
+        subject: vec![subject],
+        predicate_type: PREDICATE_TYPE.to_owned(),
+        predicate: Predicate {
+            strata_version: env!("CARGO_PKG_VERSION").to_owned(),
+            runtime_key_id: runtime_key_id.to_owned(),
+            agent: agent_record(agent),
+            format: ctx
+                .conversation()
+                .map_or("text", |c| c.provider.name())
+                .to_owned(),
+            tokenizer: r.tokenizer.clone(),
+            budget: BudgetRecord {
+                tier: r.tier,
+                total_tokens: r.total_tokens,
+                response_reserve: r.response_reserve,
+                prompt_budget: r.prompt_budget,
+                max_total_chars: r.max_total_chars,
+            },
+            counts: CountsRecord {
+                used_tokens: r.used_tokens,
+                identity_tokens: r.identity_tokens,
+                chars: r.chars,
+                request: r.request.as_ref().map(RequestRecord::from),
+            },
+            stable_prefix: BreakpointRecord::from(&r.stable_prefix),
+            breakpoints: r.breakpoints.iter().map(BreakpointRecord::from).collect(),
+            sections: Vec::new(),
+            tools: tools_record(ctx),
+            omissions: r
+                .omissions
+                .iter()
+                .map(|o| OmissionRecord {
+                    id: o.id.clone(),
+                    layer: o.layer,
+                    reason: o.reason.clone(),
+                })
+                .collect(),
+        },
+    }
+}
+
+/// The signed agent a statement names.
+fn agent_record(agent: &VerifiedAgent) -> AgentRecord {
+    AgentRecord {
+        id: agent.agent_id().to_owned(),
+        version: agent.version(),
+        payload_sha256: agent.payload_sha256().to_owned(),
+        signers: agent.signers().iter().map(|k| k.to_string()).collect(),
+        identity_digest: agent.identity_digest().to_string(),
+    }
+}
+
+/// The tools an assembly offered (with the digests of their schema and description when it
+/// was placed for a provider) and those it refused.
+fn tools_record(ctx: &AssembledContext) -> ToolsRecord {
+    let r = &ctx.inner.report;
     let offered = match &ctx.inner.conversation {
         Some(c) => c
             .tools
@@ -276,62 +334,16 @@ fn statement_without_sections(
             })
             .collect(),
     };
-    Statement {
-        statement_type: STATEMENT_TYPE.to_owned(),
-        subject: vec![subject],
-        predicate_type: PREDICATE_TYPE.to_owned(),
-        predicate: Predicate {
-            strata_version: env!("CARGO_PKG_VERSION").to_owned(),
-            runtime_key_id: runtime_key_id.to_owned(),
-            agent: AgentRecord {
-                id: agent.agent_id().to_owned(),
-                version: agent.version(),
-                payload_sha256: agent.payload_sha256().to_owned(),
-                signers: agent.signers().iter().map(|k| k.to_string()).collect(),
-                identity_digest: agent.identity_digest().to_string(),
-            },
-            format: ctx
-                .conversation()
-                .map_or("text", |c| c.provider.name())
-                .to_owned(),
-            tokenizer: r.tokenizer.clone(),
-            budget: BudgetRecord {
-                tier: r.tier,
-                total_tokens: r.total_tokens,
-                response_reserve: r.response_reserve,
-                prompt_budget: r.prompt_budget,
-                max_total_chars: r.max_total_chars,
-            },
-            counts: CountsRecord {
-                used_tokens: r.used_tokens,
-                identity_tokens: r.identity_tokens,
-                chars: r.chars,
-                request: r.request.as_ref().map(RequestRecord::from),
-            },
-            stable_prefix: BreakpointRecord::from(&r.stable_prefix),
-            breakpoints: r.breakpoints.iter().map(BreakpointRecord::from).collect(),
-            sections: Vec::new(),
-            tools: ToolsRecord {
-                offered,
-                refused: r
-                    .tools
-                    .refused
-                    .iter()
-                    .map(|t| RefusedTool {
-                        name: t.name.clone(),
-                        reason: t.reason.clone(),
-                    })
-                    .collect(),
-            },
-            omissions: r
-                .omissions
-                .iter()
-                .map(|o| OmissionRecord {
-                    id: o.id.clone(),
-                    layer: o.layer,
-                    reason: o.reason.clone(),
-                })
-                .collect(),
-        },
+    ToolsRecord {
+        offered,
+        refused: r
+            .tools
+            .refused
+            .iter()
+            .map(|t| RefusedTool {
+                name: t.name.clone(),
+                reason: t.reason.clone(),
+            })
+            .collect(),
     }
 }

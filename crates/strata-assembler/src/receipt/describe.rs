@@ -2,13 +2,21 @@
 
 use std::fmt::Write as _;
 
-use super::statement::Statement;
+use super::statement::{Predicate, SectionRecord, Statement};
 
 /// A receipt in words: what was sent, from which definition, what came from where, and what
 /// was cut, dropped, filtered, overridden or refused and why.
 pub fn describe(st: &Statement) -> String {
-    let p = &st.predicate;
     let mut o = String::new();
+    header(&mut o, st);
+    sections(&mut o, &st.predicate.sections);
+    tools_and_omissions(&mut o, &st.predicate);
+    o
+}
+
+/// What was sent, from which definition, under which budget.
+fn header(o: &mut String, st: &Statement) {
+    let p = &st.predicate;
     let _ = writeln!(
         o,
         "Assembly receipt (strata {}), signed by runtime key {}",
@@ -56,28 +64,12 @@ pub fn describe(st: &Statement) -> String {
             r.messages, r.total_tokens, r.count, r.expected_cached_tokens
         );
     }
-    let _ = writeln!(o, "Sections ({}):", p.sections.len());
-    for s in &p.sections {
-        let what = match (s.status.as_str(), &s.reason, s.full_tokens) {
-            ("kept", _, _) => format!("kept whole, {} tokens", s.tokens),
-            ("cut", _, full) => {
-                let mut w = match full {
-                    Some(full) => format!("cut to {} of {full} tokens", s.tokens),
-                    None => format!("cut to {} tokens", s.tokens),
-                };
-                match (s.kept_head_bytes, s.kept_tail_bytes) {
-                    (Some(h), Some(0)) => w.push_str(&format!(", the first {h} bytes kept")),
-                    (Some(0), Some(t)) => w.push_str(&format!(", the last {t} bytes kept")),
-                    (Some(h), Some(t)) => {
-                        w.push_str(&format!(", the first {h} and the last {t} bytes kept"));
-                    }
-                    _ => {}
-                }
-                w
-            }
-            (st, Some(r), _) => format!("{st}: {r}"),
-            (st, None, _) => st.to_owned(),
-        };
+}
+
+/// One line per section: where it came from and what happened to it.
+fn sections(o: &mut String, sections: &[SectionRecord]) {
+    let _ = writeln!(o, "Sections ({}):", sections.len());
+    for s in sections {
         let from = if s.producer == s.source {
             s.source.clone()
         } else {
@@ -85,13 +77,43 @@ pub fn describe(st: &Statement) -> String {
         };
         let _ = writeln!(
             o,
-            "  layer {} `{}` ({} authority) from {from}, {}: {what}",
+            "  layer {} `{}` ({} authority) from {from}, {}: {}",
             s.layer.number(),
             s.id,
             s.authority,
             s.content_digest,
+            fate(s),
         );
     }
+}
+
+/// What happened to a section: kept, cut (to how much, which ends kept), or its status and
+/// reason.
+fn fate(s: &SectionRecord) -> String {
+    match (s.status.as_str(), &s.reason, s.full_tokens) {
+        ("kept", _, _) => format!("kept whole, {} tokens", s.tokens),
+        ("cut", _, full) => {
+            let mut w = match full {
+                Some(full) => format!("cut to {} of {full} tokens", s.tokens),
+                None => format!("cut to {} tokens", s.tokens),
+            };
+            match (s.kept_head_bytes, s.kept_tail_bytes) {
+                (Some(h), Some(0)) => w.push_str(&format!(", the first {h} bytes kept")),
+                (Some(0), Some(t)) => w.push_str(&format!(", the last {t} bytes kept")),
+                (Some(h), Some(t)) => {
+                    w.push_str(&format!(", the first {h} and the last {t} bytes kept"));
+                }
+                _ => {}
+            }
+            w
+        }
+        (st, Some(r), _) => format!("{st}: {r}"),
+        (st, None, _) => st.to_owned(),
+    }
+}
+
+/// The tools offered and refused, and what never reached the assembler.
+fn tools_and_omissions(o: &mut String, p: &Predicate) {
     let offered: Vec<&str> = p.tools.offered.iter().map(|t| t.name.as_str()).collect();
     let _ = writeln!(
         o,
@@ -114,5 +136,4 @@ pub fn describe(st: &Statement) -> String {
             m.reason
         );
     }
-    o
 }

@@ -23,73 +23,33 @@ pub(super) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: N
     let method = req.method().clone();
     let started = Instant::now();
     let exempt = matches!(route.as_str(), "/healthz" | "/readyz");
-    // The body is read before a concurrency slot is taken, within the read timeout, so that
-    // clients sending slowly hold a connection but no slot (ADR-0033).
-    let req = match read_body(&st, req).await {
-        Ok(req) => req,
-        Err(resp) => {
-            st.metrics.request(
-                &route,
-                method.as_str(),
-                resp.status().as_u16(),
-                started.elapsed().as_secs_f64(),
-            );
-            return *resp;
-        }
-    };
-    let permit = if exempt {
-        None
-    } else {
-        match st.permits.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                st.metrics.shed();
-                // Read (and discard) the body first, so that the client, still sending it,
-                // receives the 503 instead of a reset connection.
-                let _ = axum::body::to_bytes(req.into_body(), st.limits.max_body_bytes).await;
-                let mut e = ApiError::new(
-                    ErrorCode::Overloaded,
-                    "the server is at its concurrency limit; retry after the `Retry-After` seconds",
-                );
-                e.retry_after = Some(1);
-                let resp = e.into_response();
-                st.metrics.request(
-                    &route,
-                    method.as_str(),
-                    resp.status().as_u16(),
-                    started.elapsed().as_secs_f64(),
-                );
-                return resp;
-            }
-        }
-    };
-    // A body declared larger than the limit is refused before any handler runs; it is read
-    // (up to a bound) and discarded first, so the client, still sending, receives the 413
-    // instead of a reset connection.
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if let Some(len) = declared.filter(|l| *l > st.limits.max_body_bytes) {
-        if len <= st.limits.max_body_bytes.saturating_mul(16) {
-            let _ = axum::body::to_bytes(req.into_body(), len).await;
-        }
-        let resp = ApiError::new(
-            ErrorCode::BodyTooLarge,
-            format!(
-                "the request body is {len} bytes, over the server's limit of {} (--max-body-bytes); send less, or raise the limit",
-                st.limits.max_body_bytes
-            ),
-        )
-        .into_response();
+    // A request refused before its handler runs is counted like any other.
+    let refused = |resp: Response| {
         st.metrics.request(
             &route,
             method.as_str(),
             resp.status().as_u16(),
             started.elapsed().as_secs_f64(),
         );
-        return resp;
+        resp
+    };
+    // The body is read before a concurrency slot is taken, within the read timeout, so that
+    // clients sending slowly hold a connection but no slot (ADR-0033).
+    let req = match read_body(&st, req).await {
+        Ok(req) => req,
+        Err(resp) => return refused(*resp),
+    };
+    let permit = if exempt {
+        None
+    } else {
+        match st.permits.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => return refused(overloaded(&st, req).await),
+        }
+    };
+    let declared = declared_length(&req);
+    if let Some(len) = declared.filter(|l| *l > st.limits.max_body_bytes) {
+        return refused(too_large(&st, req, len).await);
     }
     let has_body =
         declared.is_some_and(|l| l > 0) || req.headers().contains_key(header::TRANSFER_ENCODING);
@@ -129,17 +89,50 @@ pub(super) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: N
     resp
 }
 
+/// The body length a request declares (`Content-Length`), if it declares one.
+fn declared_length(req: &Request) -> Option<usize> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// `503 overloaded` at the concurrency limit. The body is read (and discarded) first, so that
+/// the client, still sending it, receives the 503 instead of a reset connection.
+async fn overloaded(st: &AppState, req: Request) -> Response {
+    st.metrics.shed();
+    let _ = axum::body::to_bytes(req.into_body(), st.limits.max_body_bytes).await;
+    let mut e = ApiError::new(
+        ErrorCode::Overloaded,
+        "the server is at its concurrency limit; retry after the `Retry-After` seconds",
+    );
+    e.retry_after = Some(1);
+    e.into_response()
+}
+
+/// `413 body_too_large` for a body declared `len` bytes, over the limit, before any handler
+/// runs. The body is read (up to a bound) and discarded first, so the client, still sending,
+/// receives the 413 instead of a reset connection.
+async fn too_large(st: &AppState, req: Request, len: usize) -> Response {
+    if len <= st.limits.max_body_bytes.saturating_mul(16) {
+        let _ = axum::body::to_bytes(req.into_body(), len).await;
+    }
+    ApiError::new(
+        ErrorCode::BodyTooLarge,
+        format!(
+            "the request body is {len} bytes, over the server's limit of {} (--max-body-bytes); send less, or raise the limit",
+            st.limits.max_body_bytes
+        ),
+    )
+    .into_response()
+}
+
 /// `req` with its body read into memory, within the read timeout and the body limit; a body
 /// declared or found larger than the limit is `413 body_too_large`, one not sent in time is
 /// `408 request_timeout`.
 async fn read_body(st: &AppState, req: Request) -> Result<Request, Box<Response>> {
     let limit = st.limits.max_body_bytes;
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|l| l > limit) {
+    if declared_length(&req).is_some_and(|l| l > limit) {
         // Left to the check below, which reads a bounded part of it first.
         return Ok(req);
     }

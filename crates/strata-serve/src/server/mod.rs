@@ -344,110 +344,137 @@ pub async fn serve_on(
     } = opts;
     let grace = limits.shutdown_grace;
     let read_timeout = limits.read_timeout;
-    let state = {
-        let source = source;
-        tokio::task::spawn_blocking(move || {
-            let st = AppState::start(source, runtime, tokens, limits, log_content)?;
-            match &receipt_log {
-                Some(spec) => st.with_receipt_log(spec),
-                None => Ok(st),
-            }
-        })
-        .await
-        .map_err(|e| ServeError::Io {
-            what: "starting".into(),
-            source: std::io::Error::other(e.to_string()),
-        })??
-    };
-    let state = Arc::new(state);
+    let state = start_state(source, runtime, tokens, limits, log_content, receipt_log).await?;
     let app = router(state.clone());
     let tls_config = match &tls {
-        Some(files) => {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            Some(
-                axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key)
-                    .await
-                    .map_err(io(format!(
-                        "TLS certificate {} / key {}",
-                        files.cert.display(),
-                        files.key.display()
-                    )))?,
-            )
-        }
+        Some(files) => Some(load_tls(files).await?),
         None => None,
     };
-    let scheme = if tls_config.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-
     spawn_reloaders(state.clone(), watch);
 
     let socket = listener.socket.take().ok_or_else(|| ServeError::Io {
         what: "listening".into(),
         source: std::io::Error::other("the listener was already used"),
     })?;
+    let app = app.into_make_service();
     match socket {
-        Socket::Tcp(listener) => {
-            let local = listener
-                .local_addr()
-                .map_err(io("reading the bound address"))?;
-            if !local.ip().is_loopback() && tls_config.is_none() {
-                tracing::warn!(%local, "listening beyond loopback without TLS: tokens and prompts cross the network in clear text");
-            }
-            let handle = axum_server::Handle::new();
-            spawn_shutdown(handle.clone(), grace);
-            let make = app.into_make_service();
-            on_ready(&Bound::Tcp(format!("{scheme}://{local}")));
-            match tls_config {
-                Some(cfg) => {
-                    let mut server = axum_server::tls_rustls::from_tcp_rustls(listener, cfg)
-                        .map_err(io("TLS listener"))?;
-                    header_timeout(server.http_builder(), read_timeout);
-                    server
-                        .handle(handle)
-                        .serve(make)
-                        .await
-                        .map_err(io("serving"))?;
-                }
-                None => {
-                    let mut server = axum_server::from_tcp(listener).map_err(io("listener"))?;
-                    header_timeout(server.http_builder(), read_timeout);
-                    server
-                        .handle(handle)
-                        .serve(make)
-                        .await
-                        .map_err(io("serving"))?;
-                }
-            }
-        }
+        Socket::Tcp(tcp) => serve_tcp(tcp, app, tls_config, grace, read_timeout, on_ready).await?,
         Socket::Unix(unix) => {
             let path = listener.unix_path.clone().unwrap_or_default();
-            let handle = axum_server::Handle::new();
-            spawn_shutdown(handle.clone(), grace);
-            let make = app.into_make_service();
-            on_ready(&Bound::Unix(path));
-            match tls_config {
-                Some(cfg) => {
-                    let mut server = axum_server::tls_rustls::from_unix_rustls(unix, cfg)
-                        .map_err(io("TLS listener"))?;
-                    header_timeout(server.http_builder(), read_timeout);
-                    server.handle(handle).serve(make).await
-                }
-                None => {
-                    let mut server = axum_server::from_unix(unix).map_err(io("listener"))?;
-                    header_timeout(server.http_builder(), read_timeout);
-                    server.handle(handle).serve(make).await
-                }
-            }
-            .map_err(io("serving"))?;
+            serve_unix(unix, path, app, tls_config, grace, read_timeout, on_ready).await?;
         }
     }
     // The socket file of a Unix listener goes with it.
     drop(listener);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The application state: the agent loaded and checked, the runtime built, the receipt log
+/// opened; on a blocking thread, since loading reads files and opens the store.
+async fn start_state(
+    source: AgentSource,
+    runtime: RuntimeSettings,
+    tokens: TokenSet,
+    limits: Limits,
+    log_content: bool,
+    receipt_log: Option<ReceiptLogSpec>,
+) -> Result<Arc<AppState>, ServeError> {
+    let state = tokio::task::spawn_blocking(move || {
+        let st = AppState::start(source, runtime, tokens, limits, log_content)?;
+        match &receipt_log {
+            Some(spec) => st.with_receipt_log(spec),
+            None => Ok(st),
+        }
+    })
+    .await
+    .map_err(|e| ServeError::Io {
+        what: "starting".into(),
+        source: std::io::Error::other(e.to_string()),
+    })??;
+    Ok(Arc::new(state))
+}
+
+/// The TLS configuration from a PEM certificate chain and key.
+async fn load_tls(files: &TlsFiles) -> Result<axum_server::tls_rustls::RustlsConfig, ServeError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key)
+        .await
+        .map_err(io(format!(
+            "TLS certificate {} / key {}",
+            files.cert.display(),
+            files.key.display()
+        )))
+}
+
+/// Serve `app` on a TCP listener (with TLS when configured) until a stop signal has drained
+/// the requests in flight.
+async fn serve_tcp(
+    listener: std::net::TcpListener,
+    app: axum::routing::IntoMakeService<Router>,
+    tls_config: Option<axum_server::tls_rustls::RustlsConfig>,
+    grace: Duration,
+    read_timeout: Duration,
+    on_ready: impl FnOnce(&Bound) + Send,
+) -> Result<(), ServeError> {
+    let local = listener
+        .local_addr()
+        .map_err(io("reading the bound address"))?;
+    if !local.ip().is_loopback() && tls_config.is_none() {
+        tracing::warn!(%local, "listening beyond loopback without TLS: tokens and prompts cross the network in clear text");
+    }
+    let scheme = if tls_config.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let handle = axum_server::Handle::new();
+    spawn_shutdown(handle.clone(), grace);
+    on_ready(&Bound::Tcp(format!("{scheme}://{local}")));
+    match tls_config {
+        Some(cfg) => {
+            let mut server = axum_server::tls_rustls::from_tcp_rustls(listener, cfg)
+                .map_err(io("TLS listener"))?;
+            header_timeout(server.http_builder(), read_timeout);
+            server.handle(handle).serve(app).await
+        }
+        None => {
+            let mut server = axum_server::from_tcp(listener).map_err(io("listener"))?;
+            header_timeout(server.http_builder(), read_timeout);
+            server.handle(handle).serve(app).await
+        }
+    }
+    .map_err(io("serving"))
+}
+
+/// Serve `app` on a Unix socket at `path` (with TLS when configured) until a stop signal has
+/// drained the requests in flight.
+async fn serve_unix(
+    unix: std::os::unix::net::UnixListener,
+    path: PathBuf,
+    app: axum::routing::IntoMakeService<Router>,
+    tls_config: Option<axum_server::tls_rustls::RustlsConfig>,
+    grace: Duration,
+    read_timeout: Duration,
+    on_ready: impl FnOnce(&Bound) + Send,
+) -> Result<(), ServeError> {
+    let handle = axum_server::Handle::new();
+    spawn_shutdown(handle.clone(), grace);
+    on_ready(&Bound::Unix(path));
+    match tls_config {
+        Some(cfg) => {
+            let mut server =
+                axum_server::tls_rustls::from_unix_rustls(unix, cfg).map_err(io("TLS listener"))?;
+            header_timeout(server.http_builder(), read_timeout);
+            server.handle(handle).serve(app).await
+        }
+        None => {
+            let mut server = axum_server::from_unix(unix).map_err(io("listener"))?;
+            header_timeout(server.http_builder(), read_timeout);
+            server.handle(handle).serve(app).await
+        }
+    }
+    .map_err(io("serving"))
 }
 
 /// Close a connection whose client takes longer than `t` to send a request's headers.
