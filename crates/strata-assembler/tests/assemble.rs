@@ -1106,6 +1106,14 @@ fn entries_of_a_released_report_are_reused_only_where_equal() {
         }
     );
     assert!(filled.filled);
+    // The layer's omission marker gives the reason the report gives (DevClaw's per-layer
+    // budgets with truncation markers).
+    assert!(
+        one.text()
+            .contains("<strata:omitted layer=\"6\" id=\"1 section\" reason=\"layer_budget\""),
+        "{}",
+        one.text()
+    );
     // Room for the small note after the important fact, too little to cut the large one.
     let tight = Budget::with_total(
         u32::try_from(one.report().used_tokens).unwrap() + 5 + layered.response_reserve,
@@ -1118,6 +1126,12 @@ fn entries_of_a_released_report_are_reused_only_where_equal() {
         SectionStatus::Dropped {
             reason: DropReason::Budget
         }
+    );
+    assert!(
+        two.text()
+            .contains("<strata:omitted layer=\"6\" id=\"1 section\" reason=\"budget\""),
+        "{}",
+        two.text()
     );
     assert_eq!(entry(&two, "small"), (at_small, filled));
     drop(two);

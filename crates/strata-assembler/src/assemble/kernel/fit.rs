@@ -21,7 +21,7 @@ use strata_core::{Role, RuntimeLayer, Stability};
 use super::frame::Framed;
 use super::frame::Settings;
 use super::measure::Measured;
-use super::{cuttable_natively, marker_text, Cand, CutForm, Unit};
+use super::{cuttable_natively, marker_reasons, marker_text, Cand, CutForm, Unit, SEVERAL_REASONS};
 use crate::assemble::element::{Meter, MIN_CUT_TOKENS};
 use crate::error::AssembleError;
 use crate::per_layer::PerLayer;
@@ -49,6 +49,26 @@ pub(super) struct Fitted<'a> {
     pub dropped_bytes: PerLayer<u64>,
     /// Why each dropped unit was dropped, by unit index.
     pub dropped_reason: Vec<Option<DropReason>>,
+}
+
+impl Fitted<'_> {
+    /// The reason layer `l`'s omission marker gives: the one reason all the dropped units it
+    /// counts share, else [`SEVERAL_REASONS`]. (Units left out at the history's start have no
+    /// marker: the report names them.)
+    pub fn marker_reason(&self, l: RuntimeLayer) -> &'static str {
+        let mut reasons = self
+            .units
+            .iter()
+            .zip(&self.dropped_reason)
+            .filter(|(unit, _)| unit.layer == l && unit.dropped)
+            .filter_map(|(_, r)| *r)
+            .filter(|r| *r != DropReason::HistoryStart);
+        match reasons.next() {
+            Some(first) if reasons.all(|r| r == first) => first.as_str(),
+            Some(_) => SEVERAL_REASONS,
+            None => DropReason::Budget.as_str(),
+        }
+    }
 }
 
 /// The outcome of measuring one member of a unit against the room left.
@@ -122,7 +142,15 @@ pub(super) fn fit<'a>(
         marker: PerLayer::from_fn(|l| {
             let (n, b) = sticky.others[l];
             if n > 0 {
-                m.text_cost(&marker_text(l, n.max(10) * 10, b.max(10) * 10))
+                // The most any marker of the layer can cost, whatever its reason.
+                marker_reasons(
+                    framed.budget.layers.get(l).is_some(),
+                    framed.max_chars.is_some(),
+                    cap.is_some(),
+                )
+                .iter()
+                .map(|r| m.text_cost(&marker_text(l, n.max(10) * 10, b.max(10) * 10, r)))
+                .fold((0, 0), |a, c| (a.0.max(c.0), a.1.max(c.1)))
             } else {
                 (0, 0)
             }

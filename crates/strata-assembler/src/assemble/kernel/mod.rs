@@ -50,6 +50,7 @@ use super::element::{CutAt, Meter, Rendered};
 use super::{TOOL_CATALOG_ID, TOOL_CATALOG_KEY};
 use crate::error::AssembleError;
 use crate::output::AssembledContext;
+use crate::report::DropReason;
 use crate::request::AssemblyRequest;
 
 /// An agent past its validity assembles nothing, whenever it was loaded (ADR-0017).
@@ -275,16 +276,42 @@ pub(super) fn order_key(
     )
 }
 
-/// An omission marker for `count` units of `l` holding `bytes` bytes of content (ADR-0037).
-pub(super) fn marker_text(l: RuntimeLayer, count: u64, bytes: u64) -> String {
+/// An omission marker for `count` units of `l` holding `bytes` bytes of content (ADR-0037),
+/// dropped for `reason`: the report's name of the reason every one of them was dropped for,
+/// or [`SEVERAL_REASONS`] when they were dropped for different ones.
+pub(super) fn marker_text(l: RuntimeLayer, count: u64, bytes: u64, reason: &str) -> String {
     let mut m = String::new();
     let what = if count == 1 {
         "1 section".to_owned()
     } else {
         format!("{count} sections")
     };
-    format::write_omitted(&mut m, l.into(), &what, "budget", bytes);
+    format::write_omitted(&mut m, l.into(), &what, reason, bytes);
     m
+}
+
+/// The marker's reason when a layer's sections were dropped for different reasons (the report
+/// names each section's).
+pub(super) const SEVERAL_REASONS: &str = "several";
+
+/// The reasons a layer's marker can give, given which limits apply besides the prompt budget
+/// (the layer's own budget, the character cap, the section cap): its reservation is the most
+/// any of them costs.
+pub(super) fn marker_reasons(layer_budget: bool, max_chars: bool, cap: bool) -> Vec<&'static str> {
+    let mut reasons = vec![DropReason::Budget.as_str()];
+    for (applies, reason) in [
+        (layer_budget, DropReason::LayerBudget),
+        (max_chars, DropReason::MaxTotalChars),
+        (cap, DropReason::SectionCap),
+    ] {
+        if applies {
+            reasons.push(reason.as_str());
+        }
+    }
+    if reasons.len() > 1 {
+        reasons.push(SEVERAL_REASONS);
+    }
+    reasons
 }
 
 /// The section without its invisible and control characters (`Invisible::Strip`).

@@ -95,6 +95,7 @@ pub(super) fn place(
     let markers = Markers {
         drops: &fitted.drops,
         bytes: &fitted.dropped_bytes,
+        reasons: PerLayer::from_fn(|l| fitted.marker_reason(l)),
     };
     let identity_text = agent.identity_text();
     let (id_tokens, id_chars) = framed.identity;
@@ -135,13 +136,14 @@ pub(super) fn place(
 struct Markers<'f> {
     drops: &'f PerLayer<u64>,
     bytes: &'f PerLayer<u64>,
+    reasons: PerLayer<&'static str>,
 }
 
 impl Markers<'_> {
     /// Layer `l`'s marker with its tokens and characters, if it drops anything.
     fn of(&self, m: &Meter<'_>, l: RuntimeLayer) -> Option<(String, (u64, u64))> {
         (self.drops[l] > 0).then(|| {
-            let text = marker_text(l, self.drops[l], self.bytes[l]);
+            let text = marker_text(l, self.drops[l], self.bytes[l], self.reasons[l]);
             let cost = m.text_cost(&text);
             (text, cost)
         })
