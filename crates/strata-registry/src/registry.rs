@@ -60,7 +60,7 @@ pub enum RegistryEvent {
         /// The new identity digest.
         digest: ContentHash,
     },
-    /// A session was reset; the section cache was cleared.
+    /// A session was reset (the section cache holds no session's data and is kept).
     SessionReset {
         /// The session.
         session: Arc<str>,
@@ -496,11 +496,11 @@ impl Registry {
         self.emit(RegistryEvent::DefinitionChanged { digest });
     }
 
-    /// A session was reset: the section cache is cleared.
+    /// A session was reset. The section cache is left as it is: its keys name no session, so
+    /// nothing in it is one session's (a contributor that reads a session's data is dynamic,
+    /// never cached, or fingerprints what it read), and the other sessions keep their cached
+    /// sections. Aleph clears its whole cache here; it serves one session per pipeline.
     pub fn session_reset(&self, session: &str) {
-        if let Some(cache) = &self.cache {
-            cache.invalidate_all();
-        }
         self.emit(RegistryEvent::SessionReset {
             session: Arc::from(session),
         });
