@@ -459,7 +459,32 @@ fn bullets(items: &[String]) -> String {
 pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parsed, AgentDefError> {
     let text = std::str::from_utf8(payload).map_err(|_| invalid("payload is not UTF-8"))?;
     let def: AgentDefinition = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
-    for (path, e) in &def.embedded {
+    check_embedded(&def.embedded)?;
+    check_id_name_budget(&def)?;
+    let (not_before, not_after) = validity_window(&def)?;
+    let files = Files {
+        embedded: &def.embedded,
+        base,
+    };
+    let mut sections = Vec::new();
+    let tools = core_sections(&mut sections, &def.core, files)?;
+    characteristics_sections(&mut sections, &def.characteristics, files)?;
+    check_templates(&def.templates)?;
+    let identity = IdentityLayers::new(sections, tools).map_err(|e| invalid(e.to_string()))?;
+    let templates = ModeTemplates(def.templates.clone());
+    Ok(Parsed {
+        def,
+        identity,
+        templates,
+        not_before,
+        not_after,
+    })
+}
+
+/// Every embedded file has a relative path without `..` and is within the size limit of a
+/// referenced file.
+fn check_embedded(embedded: &BTreeMap<String, EmbeddedFile>) -> Result<(), AgentDefError> {
+    for (path, e) in embedded {
         if safe_relative(path).is_none() {
             return Err(invalid(format!(
                 "embedded file `{path}` must be a relative path without `..`"
@@ -471,6 +496,11 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             )));
         }
     }
+    Ok(())
+}
+
+/// The id is 1-64 characters of `[a-z0-9._-]`, the name is not blank and the budget is valid.
+fn check_id_name_budget(def: &AgentDefinition) -> Result<(), AgentDefError> {
     if def.id.is_empty()
         || def.id.len() > 64
         || !def.id.bytes().all(|b| {
@@ -485,7 +515,11 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
     if def.name.trim().is_empty() {
         return Err(invalid("name must not be empty"));
     }
-    def.budget.validate().map_err(|e| invalid(e.to_string()))?;
+    def.budget.validate().map_err(|e| invalid(e.to_string()))
+}
+
+/// The definition's `not_before` and `not_after`, in seconds since the Unix epoch, in order.
+fn validity_window(def: &AgentDefinition) -> Result<(Option<i64>, Option<i64>), AgentDefError> {
     let not_before = def
         .not_before
         .as_deref()
@@ -503,38 +537,58 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             return Err(invalid("not_before is after not_after"));
         }
     }
+    Ok((not_before, not_after))
+}
 
-    let mut sections = Vec::new();
-    let mut push = |layer: IdentityLayer, id: &str, key: &str, phase: Phase, text: String| {
-        if text.trim().is_empty() {
-            return Ok(());
-        }
-        let s = IdentitySection::new(
-            layer,
-            SectionId::new(id).map_err(|e| invalid(e.to_string()))?,
-            Some(SectionKey::new(key).map_err(|e| invalid(e.to_string()))?),
-            phase,
-            Content::from(text),
-        )
-        .map_err(|e| invalid(e.to_string()))?;
-        sections.push(s);
-        Ok::<(), AgentDefError>(())
-    };
-    use IdentityLayer::{Characteristics as L2, Core as L1};
-    let files = Files {
-        embedded: &def.embedded,
-        base,
-    };
-    let c = &def.core;
+/// Add an identity section to `sections`, unless its text is blank.
+fn push_section(
+    sections: &mut Vec<IdentitySection>,
+    layer: IdentityLayer,
+    id: &str,
+    key: &str,
+    phase: Phase,
+    text: String,
+) -> Result<(), AgentDefError> {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    let s = IdentitySection::new(
+        layer,
+        SectionId::new(id).map_err(|e| invalid(e.to_string()))?,
+        Some(SectionKey::new(key).map_err(|e| invalid(e.to_string()))?),
+        phase,
+        Content::from(text),
+    )
+    .map_err(|e| invalid(e.to_string()))?;
+    sections.push(s);
+    Ok(())
+}
+
+/// The layer-1 sections of `[core]`, in their order, added to `sections`; and the allowed
+/// tools.
+fn core_sections(
+    sections: &mut Vec<IdentitySection>,
+    c: &CoreDef,
+    files: Files<'_>,
+) -> Result<Vec<AllowedTool>, AgentDefError> {
+    use IdentityLayer::Core as L1;
     let identity = resolve_text(&c.identity, files, "core.identity")?;
     if identity.trim().is_empty() {
         return Err(invalid(
             "core.identity must not be empty: it says who the agent is",
         ));
     }
-    push(L1, "core.identity", "identity", Phase::Constraint, identity)?;
+    push_section(
+        sections,
+        L1,
+        "core.identity",
+        "identity",
+        Phase::Constraint,
+        identity,
+    )?;
     if let Some(r) = &c.role {
-        push(
+        push_section(
+            sections,
             L1,
             "core.role",
             "role",
@@ -542,9 +596,57 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             resolve_text(r, files, "core.role")?,
         )?;
     }
-    // Named role blocks, in the order written, each its own layer-1 section (ADR-0025).
+    role_block_sections(sections, &c.role_blocks, files)?;
+    push_section(
+        sections,
+        L1,
+        "core.safety",
+        "safety",
+        Phase::Constraint,
+        bullets(&c.safety_rules),
+    )?;
+    push_section(
+        sections,
+        L1,
+        "core.constraints",
+        "constraints",
+        Phase::Constraint,
+        bullets(&c.hard_constraints),
+    )?;
+    let tools = tool_section(sections, &c.tools)?;
+    if let Some(r) = &c.response_format {
+        let t = resolve_text(r, files, "core.response_format")?;
+        push_section(
+            sections,
+            L1,
+            "core.response_format",
+            "response_format",
+            Phase::Constraint,
+            t,
+        )?;
+    }
+    if let Some(l) = &c.language {
+        push_section(
+            sections,
+            L1,
+            "core.language",
+            "language",
+            Phase::Constraint,
+            format!("Respond in {l}."),
+        )?;
+    }
+    Ok(tools)
+}
+
+/// Named role blocks, in the order written, each its own layer-1 section (ADR-0025), added
+/// to `sections`: each name well-formed and used once, each text not blank.
+fn role_block_sections(
+    sections: &mut Vec<IdentitySection>,
+    blocks: &[RoleBlock],
+    files: Files<'_>,
+) -> Result<(), AgentDefError> {
     let mut names = std::collections::BTreeSet::new();
-    for b in &c.role_blocks {
+    for b in blocks {
         let ok = !b.name.is_empty()
             && b.name.len() <= MAX_ROLE_BLOCK_NAME
             && b.name
@@ -569,31 +671,27 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
                 "{what} is empty: give it a text or remove it"
             )));
         }
-        push(
-            L1,
+        push_section(
+            sections,
+            IdentityLayer::Core,
             &format!("core.role.{}", b.name),
             &format!("role.{}", b.name),
             Phase::Constraint,
             text,
         )?;
     }
-    push(
-        L1,
-        "core.safety",
-        "safety",
-        Phase::Constraint,
-        bullets(&c.safety_rules),
-    )?;
-    push(
-        L1,
-        "core.constraints",
-        "constraints",
-        Phase::Constraint,
-        bullets(&c.hard_constraints),
-    )?;
+    Ok(())
+}
+
+/// The allowed tools, in the order written; and, when there are any, the layer-1 section that
+/// lists them by name with their usage hints, added to `sections`.
+fn tool_section(
+    sections: &mut Vec<IdentitySection>,
+    defs: &[ToolDef],
+) -> Result<Vec<AllowedTool>, AgentDefError> {
     let mut tools = Vec::new();
     let mut tool_lines = Vec::new();
-    for t in &c.tools {
+    for t in defs {
         tools.push(AllowedTool {
             name: t.name.clone(),
             description: t.description.clone(),
@@ -605,7 +703,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             },
         });
     }
-    let mut sorted: Vec<&ToolDef> = c.tools.iter().collect();
+    let mut sorted: Vec<&ToolDef> = defs.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     for t in &sorted {
         let mut line = format!("- {}", t.name);
@@ -626,31 +724,29 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             "Allowed tools (no others may be used):\n{}",
             tool_lines.join("\n")
         );
-        push(L1, "core.tools", "tools", Phase::Tools, text)?;
-    }
-    if let Some(r) = &c.response_format {
-        let t = resolve_text(r, files, "core.response_format")?;
-        push(
-            L1,
-            "core.response_format",
-            "response_format",
-            Phase::Constraint,
-            t,
+        push_section(
+            sections,
+            IdentityLayer::Core,
+            "core.tools",
+            "tools",
+            Phase::Tools,
+            text,
         )?;
     }
-    if let Some(l) = &c.language {
-        push(
-            L1,
-            "core.language",
-            "language",
-            Phase::Constraint,
-            format!("Respond in {l}."),
-        )?;
-    }
-    let ch = &def.characteristics;
+    Ok(tools)
+}
+
+/// The layer-2 sections of `[characteristics]`, in their order, added to `sections`.
+fn characteristics_sections(
+    sections: &mut Vec<IdentitySection>,
+    ch: &CharacteristicsDef,
+    files: Files<'_>,
+) -> Result<(), AgentDefError> {
+    use IdentityLayer::Characteristics as L2;
     if let Some(p) = &ch.personality {
         let t = resolve_text(p, files, "characteristics.personality")?;
-        push(
+        push_section(
+            sections,
             L2,
             "characteristics.personality",
             "personality",
@@ -660,9 +756,17 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
     }
     if let Some(s) = &ch.style {
         let t = resolve_text(s, files, "characteristics.style")?;
-        push(L2, "characteristics.style", "style", Phase::Constraint, t)?;
+        push_section(
+            sections,
+            L2,
+            "characteristics.style",
+            "style",
+            Phase::Constraint,
+            t,
+        )?;
     }
-    push(
+    push_section(
+        sections,
         L2,
         "characteristics.guidelines",
         "guidelines",
@@ -671,7 +775,8 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
     )?;
     if let Some(r) = &ch.citation_rules {
         let t = resolve_text(r, files, "characteristics.citation_rules")?;
-        push(
+        push_section(
+            sections,
             L2,
             "characteristics.citation_rules",
             "citation_rules",
@@ -679,12 +784,17 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             t,
         )?;
     }
+    Ok(())
+}
+
+/// No operational-mode template, nor the fallback, holds a reserved `<strata:` marker.
+fn check_templates(templates: &TemplatesDef) -> Result<(), AgentDefError> {
     for (m, tiers) in [
-        ("assistant", &def.templates.assistant),
-        ("developer", &def.templates.developer),
-        ("planning", &def.templates.planning),
-        ("debugger", &def.templates.debugger),
-        ("user", &def.templates.user),
+        ("assistant", &templates.assistant),
+        ("developer", &templates.developer),
+        ("planning", &templates.planning),
+        ("debugger", &templates.debugger),
+        ("user", &templates.user),
     ] {
         for t in Tier::ALL {
             if tiers
@@ -698,8 +808,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             }
         }
     }
-    if def
-        .templates
+    if templates
         .fallback
         .as_deref()
         .is_some_and(strata_core::format::contains_reserved_marker)
@@ -708,15 +817,7 @@ pub(crate) fn parse_payload(payload: &[u8], base: Option<&Path>) -> Result<Parse
             "template fallback holds a reserved `<strata:` marker",
         ));
     }
-    let identity = IdentityLayers::new(sections, tools).map_err(|e| invalid(e.to_string()))?;
-    let templates = ModeTemplates(def.templates.clone());
-    Ok(Parsed {
-        def,
-        identity,
-        templates,
-        not_before,
-        not_after,
-    })
+    Ok(())
 }
 
 /// Check a definition's TOML text without a signature (for `strata sign`, which refuses to sign

@@ -17,6 +17,8 @@
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
+// Every function fits on one screen for a reader (threshold in clippy.toml); tests are exempt.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 pub mod definition;
 pub mod envelope;

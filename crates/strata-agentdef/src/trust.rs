@@ -157,6 +157,120 @@ pub fn parse_pin(pin: &str) -> Result<String, AgentDefError> {
         })
 }
 
+/// The listed keys by id: each public key well-formed and matching its listed id, its
+/// validity dates after 1970 and in order, no id listed twice.
+fn trusted_keys(raw: Vec<RawKey>) -> Result<BTreeMap<String, TrustedKey>, AgentDefError> {
+    let mut keys = BTreeMap::new();
+    for k in raw {
+        let tk = trusted_key(&k)?;
+        let id = tk.id.clone();
+        if keys.insert(id.to_string(), tk).is_some() {
+            return Err(AgentDefError::InvalidTrustStore(format!(
+                "key {id} is listed twice"
+            )));
+        }
+    }
+    Ok(keys)
+}
+
+/// One listed key, checked: its public key parses and has the listed id, and its validity
+/// dates (if any) are after 1970 and in order.
+fn trusted_key(k: &RawKey) -> Result<TrustedKey, AgentDefError> {
+    let key = parse_public_key(&k.public_key)
+        .map_err(|e| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name)))?;
+    let id = KeyId::of(&key);
+    let listed = KeyId::parse(&k.id)
+        .map_err(|e| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name)))?;
+    if id != listed {
+        return Err(AgentDefError::InvalidTrustStore(format!(
+            "key `{}` says id {} but its public key has id {id}",
+            k.name, k.id
+        )));
+    }
+    let bad = |e: String| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name));
+    let parse = |v: &Option<String>| -> Result<Option<i64>, AgentDefError> {
+        let Some(text) = v.as_deref() else {
+            return Ok(None);
+        };
+        let t = parse_rfc3339(text).map_err(bad)?;
+        if t < EARLIEST_DATE {
+            return Err(bad(format!(
+                "validity date `{text}` is before 1970; check the year"
+            )));
+        }
+        Ok(Some(t))
+    };
+    let tk = TrustedKey {
+        id,
+        name: k.name.clone(),
+        key,
+        not_before: parse(&k.not_before)?,
+        not_after: parse(&k.not_after)?,
+    };
+    if let (Some(nb), Some(na)) = (tk.not_before, tk.not_after) {
+        if nb >= na {
+            return Err(bad(format!(
+                "not_before {} is not before not_after {}",
+                format_rfc3339(nb),
+                format_rfc3339(na)
+            )));
+        }
+    }
+    Ok(tk)
+}
+
+/// The revocations by key id, each naming a listed key, none twice; with their reasons.
+fn revocations(
+    raw: Vec<RawRevoked>,
+    keys: &BTreeMap<String, TrustedKey>,
+) -> Result<BTreeMap<String, String>, AgentDefError> {
+    let mut revoked = BTreeMap::new();
+    for r in raw {
+        let id = KeyId::parse(&r.id)
+            .map_err(|e| AgentDefError::InvalidTrustStore(format!("[[revoked]] entry: {e}")))?;
+        if !keys.contains_key(id.as_str()) {
+            return Err(AgentDefError::InvalidTrustStore(format!(
+                "[[revoked]] id {id} matches no key in [[keys]]; a revocation only acts on a listed key, so this one is a typo or damage. Fix the id, and keep the revoked key's [[keys]] entry next to its revocation"
+            )));
+        }
+        if revoked.insert(id.to_string(), r.reason).is_some() {
+            return Err(AgentDefError::InvalidTrustStore(format!(
+                "key {id} is revoked twice"
+            )));
+        }
+    }
+    Ok(revoked)
+}
+
+/// The threshold is at least 1, and at most the number of listed keys that are not revoked
+/// (of which there is at least one).
+fn check_threshold(
+    threshold: usize,
+    keys: &BTreeMap<String, TrustedKey>,
+    revoked: &BTreeMap<String, String>,
+) -> Result<(), AgentDefError> {
+    if threshold == 0 {
+        return Err(AgentDefError::InvalidTrustStore(
+            "threshold must be at least 1".into(),
+        ));
+    }
+    if keys.is_empty() {
+        return Err(AgentDefError::InvalidTrustStore(
+            "the trust store lists no keys, so no signature can be trusted; add one with \
+             `strata keygen --out release.key --trust-entry release-2026 >> trust.toml` \
+             (or `--public KEY --trust-entry NAME` for an existing key)"
+                .into(),
+        ));
+    }
+    let usable = keys.keys().filter(|k| !revoked.contains_key(*k)).count();
+    if threshold > usable {
+        return Err(AgentDefError::InvalidTrustStore(format!(
+            "threshold {threshold} is more than the {usable} usable (trusted, unrevoked) keys"
+        )));
+    }
+    Ok(())
+}
+
 impl TrustStore {
     /// Parse a trust store's TOML text.
     pub fn from_toml(text: &str) -> Result<TrustStore, AgentDefError> {
@@ -169,90 +283,9 @@ impl TrustStore {
         }
         let raw: RawStore =
             toml::from_str(text).map_err(|e| AgentDefError::InvalidTrustStore(e.to_string()))?;
-        let mut keys = BTreeMap::new();
-        for k in raw.keys {
-            let key = parse_public_key(&k.public_key)
-                .map_err(|e| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name)))?;
-            let id = KeyId::of(&key);
-            let listed = KeyId::parse(&k.id)
-                .map_err(|e| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name)))?;
-            if id != listed {
-                return Err(AgentDefError::InvalidTrustStore(format!(
-                    "key `{}` says id {} but its public key has id {id}",
-                    k.name, k.id
-                )));
-            }
-            let bad =
-                |e: String| AgentDefError::InvalidTrustStore(format!("key `{}`: {e}", k.name));
-            let parse = |v: &Option<String>| -> Result<Option<i64>, AgentDefError> {
-                let Some(text) = v.as_deref() else {
-                    return Ok(None);
-                };
-                let t = parse_rfc3339(text).map_err(bad)?;
-                if t < EARLIEST_DATE {
-                    return Err(bad(format!(
-                        "validity date `{text}` is before 1970; check the year"
-                    )));
-                }
-                Ok(Some(t))
-            };
-            let tk = TrustedKey {
-                id: id.clone(),
-                name: k.name.clone(),
-                key,
-                not_before: parse(&k.not_before)?,
-                not_after: parse(&k.not_after)?,
-            };
-            if let (Some(nb), Some(na)) = (tk.not_before, tk.not_after) {
-                if nb >= na {
-                    return Err(bad(format!(
-                        "not_before {} is not before not_after {}",
-                        format_rfc3339(nb),
-                        format_rfc3339(na)
-                    )));
-                }
-            }
-            if keys.insert(id.to_string(), tk).is_some() {
-                return Err(AgentDefError::InvalidTrustStore(format!(
-                    "key {id} is listed twice"
-                )));
-            }
-        }
-        let mut revoked = BTreeMap::new();
-        for r in raw.revoked {
-            let id = KeyId::parse(&r.id)
-                .map_err(|e| AgentDefError::InvalidTrustStore(format!("[[revoked]] entry: {e}")))?;
-            if !keys.contains_key(id.as_str()) {
-                return Err(AgentDefError::InvalidTrustStore(format!(
-                    "[[revoked]] id {id} matches no key in [[keys]]; a revocation only acts on a listed key, so this one is a typo or damage. Fix the id, and keep the revoked key's [[keys]] entry next to its revocation"
-                )));
-            }
-            if revoked.insert(id.to_string(), r.reason).is_some() {
-                return Err(AgentDefError::InvalidTrustStore(format!(
-                    "key {id} is revoked twice"
-                )));
-            }
-        }
-        if raw.threshold == 0 {
-            return Err(AgentDefError::InvalidTrustStore(
-                "threshold must be at least 1".into(),
-            ));
-        }
-        if keys.is_empty() {
-            return Err(AgentDefError::InvalidTrustStore(
-                "the trust store lists no keys, so no signature can be trusted; add one with \
-                 `strata keygen --out release.key --trust-entry release-2026 >> trust.toml` \
-                 (or `--public KEY --trust-entry NAME` for an existing key)"
-                    .into(),
-            ));
-        }
-        let usable = keys.keys().filter(|k| !revoked.contains_key(*k)).count();
-        if raw.threshold > usable {
-            return Err(AgentDefError::InvalidTrustStore(format!(
-                "threshold {} is more than the {usable} usable (trusted, unrevoked) keys",
-                raw.threshold
-            )));
-        }
+        let keys = trusted_keys(raw.keys)?;
+        let revoked = revocations(raw.revoked, &keys)?;
+        check_threshold(raw.threshold, &keys, &revoked)?;
         Ok(TrustStore {
             threshold: raw.threshold,
             keys,

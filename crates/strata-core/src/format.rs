@@ -390,102 +390,148 @@ fn escape_within(text: &str, limit: usize) -> (String, usize) {
         }
         within = (out.len(), i);
         let rest = &text[i..];
-        let mut it = rest.chars();
-        let c = it.next().unwrap_or('\0');
-        let next = it.next();
-        if at_line_start && c != '\n' {
-            if is_line_start_blank(c) {
-                if is_invisible_or_control(c) {
-                    push_entity(&mut out, c);
-                } else {
-                    out.push(c);
-                }
-                prev = Some(c);
-                i += c.len_utf8();
-                continue;
-            }
-            at_line_start = false;
-            let start_escape = match c {
-                '#' => Some("&#35;"),
-                '=' if is_setext_underline(rest, '=') => Some("&#61;"),
-                '-' if is_setext_underline(rest, '-') => Some("&#45;"),
-                _ => None,
-            };
-            if let Some(e) = start_escape {
-                out.push_str(e);
-                prev = Some(c);
-                i += 1;
-                continue;
-            }
-            if let Some(n) = list_marker_len(rest) {
-                // The marker is written as it is; what follows is still at the line start.
-                out.push_str(&rest[..n]);
-                prev = rest[..n].chars().last();
-                i += n;
-                at_line_start = true;
-                continue;
-            }
-            if let Some((label, colon)) = label_colon(rest) {
-                // The label's own characters get the usual treatment (a lookalike letter in it
-                // is still escaped unless it sits inside a word of its script).
-                let mut p = prev;
-                let mut chars = rest[..label].chars().peekable();
-                while let Some(x) = chars.next() {
-                    let nx = chars.peek().copied().or(Some(colon));
-                    if is_invisible_or_control(x) || crate::confusables::needs_entity(x, p, nx) {
-                        push_entity(&mut out, x);
-                    } else {
-                        out.push(x);
-                    }
-                    p = Some(x);
-                }
-                if colon == ':' {
-                    out.push_str("&#58;");
-                } else {
-                    push_entity(&mut out, colon);
-                }
-                prev = Some(colon);
-                i += label + colon.len_utf8();
-                continue;
-            }
-        }
-        // Fast path: a run of printable ASCII (and tabs) other than `&`, `<`, `>` and `[` is
-        // written as it is; no rule below changes such characters past a line start.
-        let plain = |b: u8| (b == b'\t' || (0x20..0x7f).contains(&b)) && !b"&<>[".contains(&b);
-        if plain(rest.as_bytes()[0]) {
-            // Within the limit (at least one byte, so the loop moves on and stops there).
-            let run = rest
-                .bytes()
-                .take(limit.saturating_sub(out.len()).max(1))
-                .take_while(|b| plain(*b))
-                .count();
-            out.push_str(&rest[..run]);
-            prev = rest[..run].chars().last();
-            i += run;
-            continue;
-        }
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '[' if is_bracket_token(rest) => out.push_str("&#91;"),
-            '\n' => {
-                out.push('\n');
-                at_line_start = true;
-            }
-            c if is_invisible_or_control(c) || crate::confusables::needs_entity(c, prev, next) => {
-                push_entity(&mut out, c);
-            }
-            c => out.push(c),
-        }
-        prev = Some(c);
-        i += c.len_utf8();
+        // What a line starts with is escaped by its own rules; anything else (and a newline)
+        // by the rules past a line start.
+        let line_start = (at_line_start && !rest.starts_with('\n'))
+            .then(|| escape_line_start(&mut out, rest, prev))
+            .flatten();
+        let step = match line_start {
+            Some(step) => step,
+            None => escape_past_line_start(&mut out, rest, prev, limit),
+        };
+        prev = step.last;
+        i += step.len;
+        at_line_start = step.at_line_start;
     }
     if out.len() > limit {
         out.truncate(within.0);
         return (out, within.1);
     }
     (out, text.len())
+}
+
+/// One step of [`escape_within`]: how many bytes of the text it consumed, the last character
+/// it consumed, and whether the character after them is still at a line start.
+struct EscapeStep {
+    len: usize,
+    last: Option<char>,
+    at_line_start: bool,
+}
+
+/// The escaping of what a line starts with (`rest` is non-empty and does not start with a
+/// newline), written to `out`: blanks, a heading or setext mark, a list marker, a `label:`.
+/// `None` (and nothing written) when `rest` starts with none of them; the character is then
+/// escaped as any other, and the line start is over.
+fn escape_line_start(out: &mut String, rest: &str, prev: Option<char>) -> Option<EscapeStep> {
+    let c = rest.chars().next().unwrap_or('\0');
+    if is_line_start_blank(c) {
+        if is_invisible_or_control(c) {
+            push_entity(out, c);
+        } else {
+            out.push(c);
+        }
+        return Some(EscapeStep {
+            len: c.len_utf8(),
+            last: Some(c),
+            at_line_start: true,
+        });
+    }
+    let start_escape = match c {
+        '#' => Some("&#35;"),
+        '=' if is_setext_underline(rest, '=') => Some("&#61;"),
+        '-' if is_setext_underline(rest, '-') => Some("&#45;"),
+        _ => None,
+    };
+    if let Some(e) = start_escape {
+        out.push_str(e);
+        return Some(EscapeStep {
+            len: 1,
+            last: Some(c),
+            at_line_start: false,
+        });
+    }
+    if let Some(n) = list_marker_len(rest) {
+        // The marker is written as it is; what follows is still at the line start.
+        out.push_str(&rest[..n]);
+        let last = rest[..n].chars().last();
+        return Some(EscapeStep {
+            len: n,
+            last,
+            at_line_start: true,
+        });
+    }
+    let (label, colon) = label_colon(rest)?;
+    // The label's own characters get the usual treatment (a lookalike letter in it is still
+    // escaped unless it sits inside a word of its script).
+    let mut p = prev;
+    let mut chars = rest[..label].chars().peekable();
+    while let Some(x) = chars.next() {
+        let nx = chars.peek().copied().or(Some(colon));
+        if is_invisible_or_control(x) || crate::confusables::needs_entity(x, p, nx) {
+            push_entity(out, x);
+        } else {
+            out.push(x);
+        }
+        p = Some(x);
+    }
+    if colon == ':' {
+        out.push_str("&#58;");
+    } else {
+        push_entity(out, colon);
+    }
+    Some(EscapeStep {
+        len: label + colon.len_utf8(),
+        last: Some(colon),
+        at_line_start: false,
+    })
+}
+
+/// The escaping of the first character of `rest` (non-empty) past a line start, written to
+/// `out`, or of a run of plain characters that need none, cut so that `out` grows by at most
+/// what is left of `limit` (and at least one byte). Only a newline starts a line again.
+fn escape_past_line_start(
+    out: &mut String,
+    rest: &str,
+    prev: Option<char>,
+    limit: usize,
+) -> EscapeStep {
+    // Fast path: a run of printable ASCII (and tabs) other than `&`, `<`, `>` and `[` is
+    // written as it is; no rule below changes such characters past a line start.
+    let plain = |b: u8| (b == b'\t' || (0x20..0x7f).contains(&b)) && !b"&<>[".contains(&b);
+    if plain(rest.as_bytes()[0]) {
+        // Within the limit (at least one byte, so the loop moves on and stops there).
+        let run = rest
+            .bytes()
+            .take(limit.saturating_sub(out.len()).max(1))
+            .take_while(|b| plain(*b))
+            .count();
+        out.push_str(&rest[..run]);
+        let last = rest[..run].chars().last();
+        return EscapeStep {
+            len: run,
+            last,
+            at_line_start: false,
+        };
+    }
+    let mut it = rest.chars();
+    let c = it.next().unwrap_or('\0');
+    let next = it.next();
+    match c {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        '[' if is_bracket_token(rest) => out.push_str("&#91;"),
+        '\n' => out.push('\n'),
+        c if is_invisible_or_control(c) || crate::confusables::needs_entity(c, prev, next) => {
+            push_entity(out, c);
+        }
+        c => out.push(c),
+    }
+    EscapeStep {
+        len: c.len_utf8(),
+        last: Some(c),
+        at_line_start: c == '\n',
+    }
 }
 
 /// An error from [`unescape`] or [`parse`].
@@ -1118,198 +1164,261 @@ pub fn parse(text: &str) -> Result<Vec<Parsed>, FormatError> {
     let mut i = 0;
     while i < text.len() {
         let rest = &text[i..];
-        if let Some(after) = rest.strip_prefix("<strata:section ") {
-            let gt = after.find(">\n").ok_or(FormatError::BadTag {
-                at: i,
-                why: "open tag not ended by >newline",
-            })?;
-            let tag = &after[..gt];
-            if tag.contains('<') || tag.contains('>') || tag.contains('\n') {
-                return Err(FormatError::BadTag {
-                    at: i,
-                    why: "reserved character in tag",
-                });
-            }
-            let attrs = parse_attrs(tag, i)?;
-            for (n, _) in &attrs {
-                if !matches!(
-                    *n,
-                    "layer"
-                        | "id"
-                        | "key"
-                        | "authority"
-                        | "role"
-                        | "call"
-                        | "source"
-                        | "encoding"
-                        | "cut"
-                        | "keep"
-                ) {
-                    return Err(FormatError::BadTag {
-                        at: i,
-                        why: "unknown attribute",
-                    });
-                }
-            }
-            let layer = parse_layer(&attrs, i)?;
-            let authority = attr(&attrs, "authority")
-                .and_then(Authority::from_name)
-                .ok_or(FormatError::BadTag {
-                    at: i,
-                    why: "missing or bad authority",
-                })?;
-            let trust = authority.trust();
-            if (trust == Trust::Signed) != layer.is_identity() {
-                return Err(FormatError::BadTag {
-                    at: i,
-                    why: "authority does not match layer",
-                });
-            }
-            let role = match attr(&attrs, "role") {
-                None => None,
-                Some(r) => Some(crate::Role::from_name(r).ok_or(FormatError::BadTag {
-                    at: i,
-                    why: "bad role",
-                })?),
-            };
-            let call = attr(&attrs, "call")
-                .map(|c| unescape_attr(c, i))
-                .transpose()?;
-            let encoding = match (trust, attr(&attrs, "encoding")) {
-                (Trust::Signed, None) => None,
-                (Trust::Untrusted, Some(e)) => {
-                    Some(Encoding::from_name(e).ok_or(FormatError::BadTag {
-                        at: i,
-                        why: "bad encoding",
-                    })?)
-                }
-                _ => {
-                    return Err(FormatError::BadTag {
-                        at: i,
-                        why: "encoding does not match trust",
-                    })
-                }
-            };
-            let body_start = i + "<strata:section ".len() + gt + 2;
-            let close_rel = text[body_start..]
-                .find(SECTION_CLOSE)
-                .ok_or(FormatError::Unclosed { at: i })?;
-            let raw = &text[body_start..body_start + close_rel];
-            let body = raw
-                .strip_suffix('\n')
-                .ok_or(FormatError::Unclosed { at: i })?;
-            let keep = match attr(&attrs, "keep") {
-                None => Keep::Head,
-                Some(k) => match Keep::from_name(k) {
-                    Some(k @ (Keep::Tail | Keep::Both)) if encoding.is_some() => k,
-                    _ => {
-                        return Err(FormatError::BadTag {
-                            at: i,
-                            why: "bad keep",
-                        })
-                    }
-                },
-            };
-            let (text_out, elided) = match encoding {
-                None => {
-                    if contains_reserved_marker(body) {
-                        return Err(FormatError::BadTag {
-                            at: i,
-                            why: "reserved marker in signed text",
-                        });
-                    }
-                    (body.to_owned(), None)
-                }
-                Some(e) if keep != Keep::Head => {
-                    let (head, bytes, tail) = split_elided(body, i)?;
-                    let mut text = decode_untrusted(head, e, body_start)?;
-                    let at = text.len();
-                    text.push_str(&decode_untrusted(tail, e, body_start)?);
-                    (text, Some(Elision { at, bytes }))
-                }
-                Some(e) => (decode_untrusted(body, e, body_start)?, None),
-            };
-            let cut = match attr(&attrs, "cut") {
-                None => false,
-                Some("true") => true,
-                Some(_) => {
-                    return Err(FormatError::BadTag {
-                        at: i,
-                        why: "bad cut",
-                    })
-                }
-            };
-            if keep != Keep::Head && !cut {
-                return Err(FormatError::BadTag {
-                    at: i,
-                    why: "keep on a section that is not cut",
-                });
-            }
-            out.push(Parsed::Section {
-                layer,
-                id: unescape_attr(
-                    attr(&attrs, "id").ok_or(FormatError::BadTag {
-                        at: i,
-                        why: "missing id",
-                    })?,
-                    i,
-                )?,
-                key: attr(&attrs, "key")
-                    .map(|k| unescape_attr(k, i))
-                    .transpose()?,
-                trust,
-                authority,
-                role,
-                call,
-                source: attr(&attrs, "source")
-                    .map(|s| unescape_attr(s, i))
-                    .transpose()?,
-                encoding,
-                cut,
-                keep,
-                elided,
-                text: text_out,
-            });
-            i = body_start + close_rel + SECTION_CLOSE.len();
-            i += expect_blank(&text[i..], i)?;
+        let (element, end) = if let Some(after) = rest.strip_prefix("<strata:section ") {
+            parse_section(text, after, i)?
         } else if let Some(after) = rest.strip_prefix("<strata:omitted ") {
-            let end = after.find("/>").ok_or(FormatError::BadTag {
-                at: i,
-                why: "omitted marker not closed",
-            })?;
-            let tag = &after[..end];
-            if tag.contains('<') || tag.contains('>') || tag.contains('\n') {
-                return Err(FormatError::BadTag {
-                    at: i,
-                    why: "reserved character in tag",
-                });
-            }
-            let attrs = parse_attrs(tag, i)?;
-            let layer = parse_layer(&attrs, i)?;
-            out.push(Parsed::Omitted {
-                layer,
-                id: unescape_attr(
-                    attr(&attrs, "id").ok_or(FormatError::BadTag {
-                        at: i,
-                        why: "missing id",
-                    })?,
-                    i,
-                )?,
-                reason: unescape_attr(attr(&attrs, "reason").unwrap_or(""), i)?,
-                bytes: attr(&attrs, "bytes").and_then(|t| t.parse().ok()).ok_or(
-                    FormatError::BadTag {
-                        at: i,
-                        why: "bad bytes",
-                    },
-                )?,
-            });
-            i += "<strata:omitted ".len() + end + 2;
-            i += expect_blank(&text[i..], i)?;
+            parse_omitted(after, i)?
         } else {
             return Err(FormatError::ExpectedElement { at: i });
-        }
+        };
+        out.push(element);
+        i = end;
+        i += expect_blank(&text[i..], i)?;
     }
     Ok(out)
+}
+
+/// The attributes of a section's open tag that say what the section is, checked against each
+/// other: a signed authority exactly on an identity layer, an encoding exactly on untrusted
+/// content.
+struct SectionHead {
+    layer: Layer,
+    authority: Authority,
+    trust: Trust,
+    role: Option<crate::Role>,
+    call: Option<String>,
+    encoding: Option<Encoding>,
+}
+
+/// Parse the section element that starts at byte `i` of `text` (`after` is what follows its
+/// `<strata:section `): the element and the byte just past its close tag.
+fn parse_section(text: &str, after: &str, i: usize) -> Result<(Parsed, usize), FormatError> {
+    let gt = after.find(">\n").ok_or(FormatError::BadTag {
+        at: i,
+        why: "open tag not ended by >newline",
+    })?;
+    let attrs = parse_section_attrs(&after[..gt], i)?;
+    let head = parse_section_head(&attrs, i)?;
+    let body_start = i + "<strata:section ".len() + gt + 2;
+    let close_rel = text[body_start..]
+        .find(SECTION_CLOSE)
+        .ok_or(FormatError::Unclosed { at: i })?;
+    let raw = &text[body_start..body_start + close_rel];
+    let body = raw
+        .strip_suffix('\n')
+        .ok_or(FormatError::Unclosed { at: i })?;
+    let keep = parse_keep(&attrs, head.encoding, i)?;
+    let (text_out, elided) = decode_section_body(body, head.encoding, keep, i, body_start)?;
+    let cut = match attr(&attrs, "cut") {
+        None => false,
+        Some("true") => true,
+        Some(_) => {
+            return Err(FormatError::BadTag {
+                at: i,
+                why: "bad cut",
+            })
+        }
+    };
+    if keep != Keep::Head && !cut {
+        return Err(FormatError::BadTag {
+            at: i,
+            why: "keep on a section that is not cut",
+        });
+    }
+    let section = Parsed::Section {
+        layer: head.layer,
+        id: unescape_attr(
+            attr(&attrs, "id").ok_or(FormatError::BadTag {
+                at: i,
+                why: "missing id",
+            })?,
+            i,
+        )?,
+        key: attr(&attrs, "key")
+            .map(|k| unescape_attr(k, i))
+            .transpose()?,
+        trust: head.trust,
+        authority: head.authority,
+        role: head.role,
+        call: head.call,
+        source: attr(&attrs, "source")
+            .map(|s| unescape_attr(s, i))
+            .transpose()?,
+        encoding: head.encoding,
+        cut,
+        keep,
+        elided,
+        text: text_out,
+    };
+    Ok((section, body_start + close_rel + SECTION_CLOSE.len()))
+}
+
+/// The attributes of a section's open tag (`tag`, between `<strata:section ` and `>`): no
+/// reserved character, no attribute a section does not have.
+fn parse_section_attrs(tag: &str, i: usize) -> Result<Vec<(&str, &str)>, FormatError> {
+    if tag.contains('<') || tag.contains('>') || tag.contains('\n') {
+        return Err(FormatError::BadTag {
+            at: i,
+            why: "reserved character in tag",
+        });
+    }
+    let attrs = parse_attrs(tag, i)?;
+    for (n, _) in &attrs {
+        if !matches!(
+            *n,
+            "layer"
+                | "id"
+                | "key"
+                | "authority"
+                | "role"
+                | "call"
+                | "source"
+                | "encoding"
+                | "cut"
+                | "keep"
+        ) {
+            return Err(FormatError::BadTag {
+                at: i,
+                why: "unknown attribute",
+            });
+        }
+    }
+    Ok(attrs)
+}
+
+/// The layer, authority, role, call and encoding of a section's open tag, checked.
+fn parse_section_head(attrs: &[(&str, &str)], i: usize) -> Result<SectionHead, FormatError> {
+    let layer = parse_layer(attrs, i)?;
+    let authority = attr(attrs, "authority")
+        .and_then(Authority::from_name)
+        .ok_or(FormatError::BadTag {
+            at: i,
+            why: "missing or bad authority",
+        })?;
+    let trust = authority.trust();
+    if (trust == Trust::Signed) != layer.is_identity() {
+        return Err(FormatError::BadTag {
+            at: i,
+            why: "authority does not match layer",
+        });
+    }
+    let role = match attr(attrs, "role") {
+        None => None,
+        Some(r) => Some(crate::Role::from_name(r).ok_or(FormatError::BadTag {
+            at: i,
+            why: "bad role",
+        })?),
+    };
+    let call = attr(attrs, "call")
+        .map(|c| unescape_attr(c, i))
+        .transpose()?;
+    let encoding = match (trust, attr(attrs, "encoding")) {
+        (Trust::Signed, None) => None,
+        (Trust::Untrusted, Some(e)) => Some(Encoding::from_name(e).ok_or(FormatError::BadTag {
+            at: i,
+            why: "bad encoding",
+        })?),
+        _ => {
+            return Err(FormatError::BadTag {
+                at: i,
+                why: "encoding does not match trust",
+            })
+        }
+    };
+    Ok(SectionHead {
+        layer,
+        authority,
+        trust,
+        role,
+        call,
+        encoding,
+    })
+}
+
+/// The `keep` attribute of a section: `head` when absent; `tail` or `both` only on an encoded
+/// (untrusted) section.
+fn parse_keep(
+    attrs: &[(&str, &str)],
+    encoding: Option<Encoding>,
+    i: usize,
+) -> Result<Keep, FormatError> {
+    match attr(attrs, "keep") {
+        None => Ok(Keep::Head),
+        Some(k) => match Keep::from_name(k) {
+            Some(k @ (Keep::Tail | Keep::Both)) if encoding.is_some() => Ok(k),
+            _ => Err(FormatError::BadTag {
+                at: i,
+                why: "bad keep",
+            }),
+        },
+    }
+}
+
+/// The text of a section body (which starts at byte `body_start`): signed text as it is (with
+/// no reserved marker in it), untrusted text decoded, around its elision when the cut kept
+/// the tail or both ends.
+fn decode_section_body(
+    body: &str,
+    encoding: Option<Encoding>,
+    keep: Keep,
+    i: usize,
+    body_start: usize,
+) -> Result<(String, Option<Elision>), FormatError> {
+    match encoding {
+        None => {
+            if contains_reserved_marker(body) {
+                return Err(FormatError::BadTag {
+                    at: i,
+                    why: "reserved marker in signed text",
+                });
+            }
+            Ok((body.to_owned(), None))
+        }
+        Some(e) if keep != Keep::Head => {
+            let (head, bytes, tail) = split_elided(body, i)?;
+            let mut text = decode_untrusted(head, e, body_start)?;
+            let at = text.len();
+            text.push_str(&decode_untrusted(tail, e, body_start)?);
+            Ok((text, Some(Elision { at, bytes })))
+        }
+        Some(e) => Ok((decode_untrusted(body, e, body_start)?, None)),
+    }
+}
+
+/// Parse the omission marker that starts at byte `i` (`after` is what follows its
+/// `<strata:omitted `): the marker and the byte just past its `/>`.
+fn parse_omitted(after: &str, i: usize) -> Result<(Parsed, usize), FormatError> {
+    let end = after.find("/>").ok_or(FormatError::BadTag {
+        at: i,
+        why: "omitted marker not closed",
+    })?;
+    let tag = &after[..end];
+    if tag.contains('<') || tag.contains('>') || tag.contains('\n') {
+        return Err(FormatError::BadTag {
+            at: i,
+            why: "reserved character in tag",
+        });
+    }
+    let attrs = parse_attrs(tag, i)?;
+    let layer = parse_layer(&attrs, i)?;
+    let omitted = Parsed::Omitted {
+        layer,
+        id: unescape_attr(
+            attr(&attrs, "id").ok_or(FormatError::BadTag {
+                at: i,
+                why: "missing id",
+            })?,
+            i,
+        )?,
+        reason: unescape_attr(attr(&attrs, "reason").unwrap_or(""), i)?,
+        bytes: attr(&attrs, "bytes")
+            .and_then(|t| t.parse().ok())
+            .ok_or(FormatError::BadTag {
+                at: i,
+                why: "bad bytes",
+            })?,
+    };
+    Ok((omitted, i + "<strata:omitted ".len() + end + 2))
 }
 
 fn expect_blank(rest: &str, at: usize) -> Result<usize, FormatError> {

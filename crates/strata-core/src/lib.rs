@@ -11,6 +11,8 @@
 //!   only `strata-agentdef`'s `VerifiedAgent` carries identity into an assembly (I5, ADR-0004).
 //! - No I/O happens in this crate.
 #![forbid(unsafe_code)]
+// Every function fits on one screen for a reader (threshold in clippy.toml); tests are exempt.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 pub mod budget;
 mod confusables;

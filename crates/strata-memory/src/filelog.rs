@@ -213,6 +213,218 @@ fn next_valid_frame(bytes: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+/// A [`MemoryError::Corrupt`] of the log at `location`.
+fn corrupt(location: &str, detail: String) -> MemoryError {
+    MemoryError::Corrupt {
+        location: location.to_owned(),
+        detail,
+    }
+}
+
+/// Check the header of the log read into `bytes` and return its format version. A file
+/// shorter than a header (new, or torn while it was being created) that starts like one is
+/// given a whole header, on disk and in `bytes`.
+fn check_header(file: &mut File, path: &Path, location: &str, bytes: &mut Vec<u8>) -> Result<u32> {
+    let head = header();
+    if (bytes.len() as u64) < HEADER_LEN {
+        // A new file, or a header torn while the file was being created.
+        if !head.starts_with(bytes) {
+            return Err(corrupt(
+                location,
+                "the file does not start with a strata log header".into(),
+            ));
+        }
+        file.set_len(0)
+            .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
+            .and_then(|()| file.write_all(&head))
+            .and_then(|()| file.sync_all())
+            .map_err(|e| MemoryError::io("initialise", path, e))?;
+        sync_dir(path);
+        *bytes = head.to_vec();
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(corrupt(
+            location,
+            "the file does not start with a strata log header".into(),
+        ));
+    }
+    let mut version = [0u8; 4];
+    version.copy_from_slice(&bytes[8..12]);
+    let version = u32::from_le_bytes(version);
+    if !(1..=FILE_LOG_VERSION).contains(&version) {
+        return Err(MemoryError::SchemaVersionMismatch {
+            location: location.to_owned(),
+            found: i64::from(version),
+            expected: i64::from(FILE_LOG_VERSION),
+        });
+    }
+    Ok(version)
+}
+
+/// The payload of the record at byte `pos` of the log read into `bytes`. `None` when it cannot
+/// be read and no whole record follows it: a torn last record, warned about, where the log is
+/// to be cut. [`MemoryError::Corrupt`] when it is damaged and is not the last record.
+fn read_frame<'a>(
+    path: &Path,
+    location: &str,
+    bytes: &'a [u8],
+    pos: u64,
+) -> Result<Option<&'a [u8]>> {
+    let total = bytes.len() as u64;
+    let rest = total - pos;
+    let torn = |why: &str| {
+        tracing::warn!(
+            path = %path.display(),
+            offset = pos,
+            bytes = rest,
+            why,
+            "cutting off a torn last record of the working-memory log"
+        );
+    };
+    let p = usize::try_from(pos).map_err(|_| corrupt(location, "file too large".into()))?;
+    // A record that cannot be read is a torn write only when no whole record follows
+    // it; otherwise it is damage, and cutting it off would delete intact records.
+    let unreadable = |why: &str| -> Result<()> {
+        if let Some(next) = next_valid_frame(bytes, p + 1) {
+            return Err(corrupt(location, format!(
+                "record at byte {pos} is damaged ({why}) and is followed by a valid record at byte {next}; nothing was truncated"
+            )));
+        }
+        torn(why);
+        Ok(())
+    };
+    if rest < FRAME_LEN {
+        unreadable("short frame")?;
+        return Ok(None);
+    }
+    let mut len_bytes = [0u8; 4];
+    len_bytes.copy_from_slice(&bytes[p..p + 4]);
+    let len = u64::from(u32::from_le_bytes(len_bytes));
+    if len > MAX_RECORD || FRAME_LEN + len > rest {
+        unreadable("record runs past the end of the file")?;
+        return Ok(None);
+    }
+    let body = &bytes[p + 36..p + 36 + len as usize];
+    if frame_hash(&len_bytes, body)[..] != bytes[p + 4..p + 36] {
+        if FRAME_LEN + len == rest {
+            unreadable("checksum mismatch in the last record")?;
+            return Ok(None);
+        }
+        return Err(corrupt(location, format!(
+            "record at byte {pos} fails its checksum and is followed by more records; nothing was truncated"
+        )));
+    }
+    Ok(Some(body))
+}
+
+/// What the records of a log replay into: the sessions' entries, the number of the next
+/// entry of each session, the operations recorded, the last sequence number.
+#[derive(Default)]
+struct Replay {
+    next_seq: u64,
+    sessions: HashMap<Arc<str>, Vec<Entry>>,
+    operations: Operations,
+    next_session_seq: HashMap<Arc<str>, u64>,
+}
+
+impl Replay {
+    /// The number of the next entry of `session` (from 1), counted.
+    fn number(&mut self, session: &Arc<str>) -> u64 {
+        let next = self.next_session_seq.entry(session.clone()).or_insert(1);
+        *next += 1;
+        *next - 1
+    }
+
+    /// Replay the record read at byte `pos` of the log at `location`; its sequence numbers must
+    /// follow the last one.
+    fn apply(&mut self, rec: Record, pos: u64, location: &str) -> Result<()> {
+        match rec {
+            Record::Append {
+                seq,
+                session,
+                role,
+                call_id,
+                content,
+                at_ms,
+            } => {
+                let session: Arc<str> = Arc::from(session);
+                self.push(pos, location, &session, seq, |session, session_seq| Entry {
+                    seq,
+                    session,
+                    session_seq,
+                    role,
+                    call_id: call_id.map(|c| Arc::from(c.as_str())),
+                    content: Content::from(content),
+                    at_ms,
+                    meta: None,
+                })?;
+            }
+            Record::Clear { session, .. } => {
+                self.sessions.remove(session.as_str());
+            }
+            Record::Batch {
+                session,
+                clear,
+                entries,
+                operation,
+                at_ms,
+            } => {
+                let session: Arc<str> = Arc::from(session);
+                if clear {
+                    self.sessions.remove(&session);
+                }
+                for e in entries {
+                    self.push(pos, location, &session, e.seq, |session, session_seq| {
+                        Entry {
+                            seq: e.seq,
+                            session,
+                            session_seq,
+                            role: e.role,
+                            call_id: e.call_id.map(|c| Arc::from(c.as_str())),
+                            content: Content::from(e.content),
+                            at_ms,
+                            meta: e.meta.map(Arc::from),
+                        }
+                    })?;
+                }
+                if let Some(op) = operation {
+                    self.operations
+                        .entry(session)
+                        .or_default()
+                        .insert(op.key.clone(), op);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Add to `session` the entry of sequence number `seq` that `entry` builds from the session
+    /// and the entry's number in it; `seq` must follow the last sequence number.
+    fn push(
+        &mut self,
+        pos: u64,
+        location: &str,
+        session: &Arc<str>,
+        seq: u64,
+        entry: impl FnOnce(Arc<str>, u64) -> Entry,
+    ) -> Result<()> {
+        let next_seq = self.next_seq;
+        if seq <= next_seq {
+            return Err(corrupt(
+                location,
+                format!("record at byte {pos} has sequence {seq} after {next_seq}"),
+            ));
+        }
+        self.next_seq = seq;
+        let session_seq = self.number(session);
+        self.sessions
+            .entry(session.clone())
+            .or_default()
+            .push(entry(session.clone(), session_seq));
+        Ok(())
+    }
+}
+
 impl FileLog {
     /// Open (or create) the log at `path` with default options.
     pub fn open(path: impl AsRef<Path>) -> Result<FileLog> {
@@ -238,176 +450,25 @@ impl FileLog {
         file.read_to_end(&mut bytes)
             .map_err(|e| MemoryError::io("read", &path, e))?;
         let location = path.display().to_string();
-        let corrupt = |detail: String| MemoryError::Corrupt {
-            location: location.clone(),
-            detail,
-        };
-
-        let head = header();
-        if (bytes.len() as u64) < HEADER_LEN {
-            // A new file, or a header torn while the file was being created.
-            if !head.starts_with(&bytes) {
-                return Err(corrupt(
-                    "the file does not start with a strata log header".into(),
-                ));
-            }
-            file.set_len(0)
-                .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
-                .and_then(|()| file.write_all(&head))
-                .and_then(|()| file.sync_all())
-                .map_err(|e| MemoryError::io("initialise", &path, e))?;
-            sync_dir(&path);
-            bytes = head.to_vec();
-        }
-        if &bytes[..8] != MAGIC {
-            return Err(corrupt(
-                "the file does not start with a strata log header".into(),
-            ));
-        }
-        let mut version = [0u8; 4];
-        version.copy_from_slice(&bytes[8..12]);
-        let version = u32::from_le_bytes(version);
-        if !(1..=FILE_LOG_VERSION).contains(&version) {
-            return Err(MemoryError::SchemaVersionMismatch {
-                location,
-                found: i64::from(version),
-                expected: i64::from(FILE_LOG_VERSION),
-            });
-        }
+        let version = check_header(&mut file, &path, &location, &mut bytes)?;
 
         let total = bytes.len() as u64;
         let mut pos = HEADER_LEN;
         let mut recovery = Recovery::default();
-        let mut next_seq = 0u64;
-        let mut sessions: HashMap<Arc<str>, Vec<Entry>> = HashMap::new();
-        let mut operations: Operations = HashMap::new();
-        let mut next_session_seq: HashMap<Arc<str>, u64> = HashMap::new();
-        let mut number = |session: &Arc<str>| -> u64 {
-            let next = next_session_seq.entry(session.clone()).or_insert(1);
-            *next += 1;
-            *next - 1
-        };
+        let mut replay = Replay::default();
         while pos < total {
-            let rest = total - pos;
-            let torn = |why: &str| {
-                tracing::warn!(
-                    path = %path.display(),
-                    offset = pos,
-                    bytes = rest,
-                    why,
-                    "cutting off a torn last record of the working-memory log"
-                );
-            };
-            let p = usize::try_from(pos).map_err(|_| corrupt("file too large".into()))?;
-            // A record that cannot be read is a torn write only when no whole record follows
-            // it; otherwise it is damage, and cutting it off would delete intact records.
-            let unreadable = |why: &str| -> Result<()> {
-                if let Some(next) = next_valid_frame(&bytes, p + 1) {
-                    return Err(corrupt(format!(
-                        "record at byte {pos} is damaged ({why}) and is followed by a valid record at byte {next}; nothing was truncated"
-                    )));
-                }
-                torn(why);
-                Ok(())
-            };
-            if rest < FRAME_LEN {
-                unreadable("short frame")?;
+            let Some(body) = read_frame(&path, &location, &bytes, pos)? else {
                 break;
-            }
-            let mut len_bytes = [0u8; 4];
-            len_bytes.copy_from_slice(&bytes[p..p + 4]);
-            let len = u64::from(u32::from_le_bytes(len_bytes));
-            if len > MAX_RECORD || FRAME_LEN + len > rest {
-                unreadable("record runs past the end of the file")?;
-                break;
-            }
-            let body = &bytes[p + 36..p + 36 + len as usize];
-            if frame_hash(&len_bytes, body)[..] != bytes[p + 4..p + 36] {
-                if FRAME_LEN + len == rest {
-                    unreadable("checksum mismatch in the last record")?;
-                    break;
-                }
-                return Err(corrupt(format!(
-                    "record at byte {pos} fails its checksum and is followed by more records; nothing was truncated"
-                )));
-            }
+            };
             let rec: Record = serde_json::from_slice(body).map_err(|e| {
-                corrupt(format!(
-                    "record at byte {pos} has a valid checksum but cannot be read: {e}"
-                ))
+                corrupt(
+                    &location,
+                    format!("record at byte {pos} has a valid checksum but cannot be read: {e}"),
+                )
             })?;
-            match rec {
-                Record::Append {
-                    seq,
-                    session,
-                    role,
-                    call_id,
-                    content,
-                    at_ms,
-                } => {
-                    if seq <= next_seq {
-                        return Err(corrupt(format!(
-                            "record at byte {pos} has sequence {seq} after {next_seq}"
-                        )));
-                    }
-                    next_seq = seq;
-                    let session: Arc<str> = Arc::from(session);
-                    let session_seq = number(&session);
-                    sessions.entry(session.clone()).or_default().push(Entry {
-                        seq,
-                        session,
-                        session_seq,
-                        role,
-                        call_id: call_id.map(|c| Arc::from(c.as_str())),
-                        content: Content::from(content),
-                        at_ms,
-                        meta: None,
-                    });
-                }
-                Record::Clear { session, .. } => {
-                    sessions.remove(session.as_str());
-                }
-                Record::Batch {
-                    session,
-                    clear,
-                    entries,
-                    operation,
-                    at_ms,
-                } => {
-                    let session: Arc<str> = Arc::from(session);
-                    if clear {
-                        sessions.remove(&session);
-                    }
-                    for e in entries {
-                        if e.seq <= next_seq {
-                            return Err(corrupt(format!(
-                                "record at byte {pos} has sequence {} after {next_seq}",
-                                e.seq
-                            )));
-                        }
-                        next_seq = e.seq;
-                        let session_seq = number(&session);
-                        sessions.entry(session.clone()).or_default().push(Entry {
-                            seq: e.seq,
-                            session: session.clone(),
-                            session_seq,
-                            role: e.role,
-                            call_id: e.call_id.map(|c| Arc::from(c.as_str())),
-                            content: Content::from(e.content),
-                            at_ms,
-                            meta: e.meta.map(Arc::from),
-                        });
-                    }
-                    if let Some(op) = operation {
-                        operations
-                            .entry(session)
-                            .or_default()
-                            .insert(op.key.clone(), op);
-                    }
-                }
-            }
+            replay.apply(rec, pos, &location)?;
             recovery.records += 1;
-            pos += FRAME_LEN + len;
+            pos += FRAME_LEN + body.len() as u64;
         }
         if pos < total {
             recovery.truncated_bytes = total - pos;
@@ -430,10 +491,10 @@ impl FileLog {
             state: Mutex::new(State {
                 file,
                 len: pos,
-                next_seq,
-                sessions,
-                next_session_seq,
-                operations,
+                next_seq: replay.next_seq,
+                sessions: replay.sessions,
+                next_session_seq: replay.next_session_seq,
+                operations: replay.operations,
                 poisoned: false,
             }),
         })

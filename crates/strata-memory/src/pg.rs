@@ -40,7 +40,7 @@ use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::{
     check_batch, check_batch_links, check_exchange, check_operation_key, check_page, check_span,
     check_tail, confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry,
-    Operation, SessionSpan, SpanPart, WorkingMemory, OPERATION_TTL_MS,
+    NewEntry, Operation, SessionSpan, SpanPart, WorkingMemory, OPERATION_TTL_MS,
 };
 
 /// The schema version this build writes.
@@ -715,6 +715,191 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// Refuse a batch whose operation `key` is already recorded for `session` and still live
+    /// at `now` (ADR-0031).
+    fn check_operation_free_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        session: &str,
+        key: &str,
+        now: i64,
+    ) -> Result<()> {
+        let s = self.s();
+        let found: Option<i64> = tx
+            .query_opt(
+                &format!("SELECT at_ms FROM {s}.wm_operations WHERE session = $1 AND key = $2"),
+                &[&session, &key],
+            )
+            .map_err(|e| self.err(e))?
+            .map(|r| r.get(0));
+        if found.is_some_and(|at| operation_live(at, now)) {
+            return Err(MemoryError::OperationExists {
+                session: session.to_owned(),
+                key: key.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Check the tool calls and results of `batch` against those `session` holds (none, when
+    /// the batch clears it first).
+    fn check_links_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        session: &str,
+        batch: &Batch,
+    ) -> Result<()> {
+        let s = self.s();
+        let links = format!("SELECT role FROM {s}.wm_entries WHERE session = $1 AND call_id = $2");
+        check_batch_links(session, &batch.entries, |id| {
+            let mut state = CallState::default();
+            if batch.clear {
+                return Ok(state);
+            }
+            for row in tx
+                .query(&links, &[&session, &id])
+                .map_err(|e| self.err(e))?
+            {
+                match row.get::<_, &str>(0) {
+                    "tool_call" => state.has_call = true,
+                    "tool_result" => state.has_result = true,
+                    _ => {}
+                }
+            }
+            Ok(state)
+        })
+    }
+
+    /// Delete every entry of `session`, which must be the `span.len()` entries its span says;
+    /// returns how many.
+    fn clear_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        session: &str,
+        span: SessionSpan,
+    ) -> Result<usize> {
+        let s = self.s();
+        let n = tx
+            .execute(
+                &format!("DELETE FROM {s}.wm_entries WHERE session = $1"),
+                &[&session],
+            )
+            .map_err(|e| self.err(e))?;
+        if n != span.len() {
+            return Err(inconsistent(
+                &self.location,
+                session,
+                &format!(
+                    "a clear found {n} entries where the session holds {}",
+                    span.len()
+                ),
+            ));
+        }
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// Insert `entries` into `session`, numbered from `next` and stamped `now`: the entries as
+    /// stored, and the number the entry after them gets.
+    fn insert_entries_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        session: &str,
+        entries: Vec<NewEntry>,
+        mut next: u64,
+        now: i64,
+    ) -> Result<(Vec<Entry>, u64)> {
+        let s = self.s();
+        let insert = format!(
+            "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms, meta, session_seq) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq"
+        );
+        let key: Arc<str> = Arc::from(session);
+        let mut stored = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let number = i64::try_from(next).unwrap_or(i64::MAX);
+            let seq: i64 = tx
+                .query_one(
+                    &insert,
+                    &[
+                        &session,
+                        &entry.role.name(),
+                        &entry.call_id,
+                        &entry.content,
+                        &now,
+                        &entry.meta,
+                        &number,
+                    ],
+                )
+                .map_err(|e| self.err(e))?
+                .get(0);
+            stored.push(Entry {
+                seq: u64::try_from(seq).unwrap_or(0),
+                session: key.clone(),
+                session_seq: next,
+                role: entry.role,
+                call_id: entry.call_id.as_deref().map(Arc::from),
+                content: Content::from(entry.content),
+                at_ms: now,
+                meta: entry.meta.map(Arc::from),
+            });
+            next += 1;
+        }
+        Ok((stored, next))
+    }
+
+    /// Record that `session` now spans the numbers `first..next` (ADR-0036).
+    fn record_span_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        session: &str,
+        first: u64,
+        next: u64,
+    ) -> Result<()> {
+        let s = self.s();
+        let (f, n) = (
+            i64::try_from(first).unwrap_or(i64::MAX),
+            i64::try_from(next).unwrap_or(i64::MAX),
+        );
+        tx.execute(
+            &format!(
+                "INSERT INTO {s}.wm_sessions (session, first_seq, next_seq) VALUES ($1, $2, $3) \
+                 ON CONFLICT (session) DO UPDATE SET first_seq = excluded.first_seq, next_seq = excluded.next_seq"
+            ),
+            &[&session, &f, &n],
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Record the operation `op` of `session` at `now`, after deleting the operations that
+    /// are no longer live.
+    fn record_operation_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        session: &str,
+        op: &Operation,
+        now: i64,
+    ) -> Result<()> {
+        let s = self.s();
+        tx.execute(
+            &format!("DELETE FROM {s}.wm_operations WHERE at_ms <= $1"),
+            &[&now.saturating_sub(OPERATION_TTL_MS)],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.execute(
+            &format!(
+                "INSERT INTO {s}.wm_operations (session, key, fingerprint, answer, at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session, key) DO UPDATE SET \
+                 fingerprint = excluded.fingerprint, answer = excluded.answer, at_ms = excluded.at_ms"
+            ),
+            &[&session, &op.key, &op.fingerprint, &op.answer, &now],
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+}
+
 /// The columns every read of entries selects, in the order `entries_of` reads them.
 const PG_ENTRY_COLUMNS: &str = "seq, role, call_id, content, at_ms, meta, session_seq";
 
@@ -725,7 +910,6 @@ impl WorkingMemory for PgStore {
 
     fn apply(&self, session: &str, batch: Batch) -> Result<Applied> {
         check_batch(&self.options, session, &batch)?;
-        let s = self.s();
         let now = self.options.now_ms();
         self.with_client(|c| {
             let mut tx = c.transaction().map_err(|e| self.err(e))?;
@@ -740,117 +924,23 @@ impl WorkingMemory for PgStore {
             let last = self.newest_pg(&mut tx, session, span)?.map(|e| e.seq);
             check_tail(session, batch.tail, last)?;
             if let Some(op) = &batch.operation {
-                let found: Option<i64> = tx
-                    .query_opt(
-                        &format!(
-                            "SELECT at_ms FROM {s}.wm_operations WHERE session = $1 AND key = $2"
-                        ),
-                        &[&session, &op.key],
-                    )
-                    .map_err(|e| self.err(e))?
-                    .map(|r| r.get(0));
-                if found.is_some_and(|at| operation_live(at, now)) {
-                    return Err(MemoryError::OperationExists {
-                        session: session.to_owned(),
-                        key: op.key.clone(),
-                    });
-                }
+                self.check_operation_free_pg(&mut tx, session, &op.key, now)?;
             }
-            let links = format!(
-                "SELECT role FROM {s}.wm_entries WHERE session = $1 AND call_id = $2"
-            );
-            check_batch_links(session, &batch.entries, |id| {
-                let mut state = CallState::default();
-                if batch.clear {
-                    return Ok(state);
-                }
-                for row in tx
-                    .query(&links, &[&session, &id])
-                    .map_err(|e| self.err(e))?
-                {
-                    match row.get::<_, &str>(0) {
-                        "tool_call" => state.has_call = true,
-                        "tool_result" => state.has_result = true,
-                        _ => {}
-                    }
-                }
-                Ok(state)
-            })?;
+            self.check_links_pg(&mut tx, session, &batch)?;
             let mut applied = Applied::default();
             let mut first = span.first;
             if batch.clear {
-                let n = tx
-                    .execute(
-                        &format!("DELETE FROM {s}.wm_entries WHERE session = $1"),
-                        &[&session],
-                    )
-                    .map_err(|e| self.err(e))?;
-                if n != span.len() {
-                    return Err(inconsistent(
-                        &self.location,
-                        session,
-                        &format!("a clear found {n} entries where the session holds {}", span.len()),
-                    ));
-                }
-                applied.cleared = usize::try_from(n).unwrap_or(usize::MAX);
+                applied.cleared = self.clear_pg(&mut tx, session, span)?;
                 first = span.next;
             }
-            let insert = format!(
-                "INSERT INTO {s}.wm_entries (session, role, call_id, content, at_ms, meta, session_seq) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq"
-            );
-            let key: Arc<str> = Arc::from(session);
-            let mut next = span.next;
-            for entry in batch.entries {
-                let number = i64::try_from(next).unwrap_or(i64::MAX);
-                let seq: i64 = tx
-                    .query_one(
-                        &insert,
-                        &[&session, &entry.role.name(), &entry.call_id, &entry.content, &now, &entry.meta, &number],
-                    )
-                    .map_err(|e| self.err(e))?
-                    .get(0);
-                applied.entries.push(Entry {
-                    seq: u64::try_from(seq).unwrap_or(0),
-                    session: key.clone(),
-                    session_seq: next,
-                    role: entry.role,
-                    call_id: entry.call_id.as_deref().map(Arc::from),
-                    content: Content::from(entry.content),
-                    at_ms: now,
-                    meta: entry.meta.map(Arc::from),
-                });
-                next += 1;
-            }
+            let (entries, next) =
+                self.insert_entries_pg(&mut tx, session, batch.entries, span.next, now)?;
+            applied.entries = entries;
             if (first, next) != (span.first, span.next) {
-                let (f, n) = (
-                    i64::try_from(first).unwrap_or(i64::MAX),
-                    i64::try_from(next).unwrap_or(i64::MAX),
-                );
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {s}.wm_sessions (session, first_seq, next_seq) VALUES ($1, $2, $3) \
-                         ON CONFLICT (session) DO UPDATE SET first_seq = excluded.first_seq, next_seq = excluded.next_seq"
-                    ),
-                    &[&session, &f, &n],
-                )
-                .map_err(|e| self.err(e))?;
+                self.record_span_pg(&mut tx, session, first, next)?;
             }
             if let Some(op) = &batch.operation {
-                tx.execute(
-                    &format!("DELETE FROM {s}.wm_operations WHERE at_ms <= $1"),
-                    &[&now.saturating_sub(OPERATION_TTL_MS)],
-                )
-                .map_err(|e| self.err(e))?;
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {s}.wm_operations (session, key, fingerprint, answer, at_ms) \
-                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session, key) DO UPDATE SET \
-                         fingerprint = excluded.fingerprint, answer = excluded.answer, at_ms = excluded.at_ms"
-                    ),
-                    &[&session, &op.key, &op.fingerprint, &op.answer, &now],
-                )
-                .map_err(|e| self.err(e))?;
+                self.record_operation_pg(&mut tx, session, op, now)?;
             }
             tx.commit().map_err(|e| self.err(e))?;
             Ok(applied)
@@ -1125,7 +1215,6 @@ impl LongTermMemory for PgStore {
         } else {
             Some(embed_checked(self.embedder.as_ref(), &[query])?.remove(0))
         };
-        let s = self.s();
         let agent = options.agent_id.as_deref();
         let (lexical, vector, records) = self.with_client(|c| {
             let mut tx = c
@@ -1146,41 +1235,11 @@ impl LongTermMemory for PgStore {
                     detail: "code cache missing after load".into(),
                 });
             };
-            let allowed = if agent.is_some() || !tags.is_empty() {
-                let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
-                let filter = filter_sql(agent, &tags, 1, &mut params);
-                let rows = tx
-                    .query(
-                        &format!("SELECT m.key FROM {s}.memories m WHERE TRUE{filter}"),
-                        &refs(&params),
-                    )
-                    .map_err(|e| self.err(e))?;
-                Some(
-                    rows.iter()
-                        .map(|r| r.get::<_, i64>(0))
-                        .collect::<HashSet<i64>>(),
-                )
-            } else {
-                None
-            };
+            let allowed = self.allowed_keys_pg(&mut tx, agent, &tags)?;
             let n_usize = usize::try_from(n).unwrap_or(usize::MAX);
             let mut lexical: Vec<MemoryId> = Vec::new();
             if options.mode != SearchMode::Vector {
-                // ADR-0029: BM25 from the handle's in-process index.
-                let scored: Vec<(usize, f64)> = cache
-                    .lexical
-                    .best(
-                        &terms,
-                        |k| allowed.as_ref().is_none_or(|a| a.contains(&k)),
-                        n_usize,
-                    )
-                    .into_iter()
-                    .filter_map(|(k, sc)| cache.codes.position(k).map(|p| (p, sc)))
-                    .collect();
-                lexical = top_positions(scored, n_usize, &cache.codes.ids)
-                    .into_iter()
-                    .map(|p| cache.codes.ids[p].clone())
-                    .collect();
+                lexical = lexical_ranking(cache, &terms, allowed.as_ref(), n_usize);
             }
             let mut vector: Vec<MemoryId> = Vec::new();
             if let Some(q) = &qv {
@@ -1190,47 +1249,9 @@ impl LongTermMemory for PgStore {
                     cache.candidates(dims, q, allowed.as_ref(), crate::quant::pool_size(n_usize));
                 let keys: Vec<i64> = pool.iter().map(|i| cache.keys[*i]).collect();
                 drop(slot);
-                let rows = tx
-                    .query(
-                        &format!(
-                            "SELECT m.id, m.embedding FROM {s}.memories m WHERE m.key = ANY($1)"
-                        ),
-                        &[&keys],
-                    )
-                    .map_err(|e| self.err(e))?;
-                let mut scored: Vec<(MemoryId, f32)> = Vec::with_capacity(rows.len());
-                for row in rows {
-                    let id = self.id_of(&row)?;
-                    let v: Vec<f32> = row.get(1);
-                    if v.len() != q.len() {
-                        return Err(MemoryError::Corrupt {
-                            location: self.location.clone(),
-                            detail: format!(
-                                "memory `{id}` has a vector of {} dimensions, the store {}",
-                                v.len(),
-                                q.len()
-                            ),
-                        });
-                    }
-                    let sim = dot(q, &v);
-                    if options.keeps_similarity(sim) {
-                        scored.push((id, sim));
-                    }
-                }
-                vector = top_by_similarity(scored, usize::try_from(n).unwrap_or(usize::MAX));
+                vector = self.rank_pool_pg(&mut tx, q, &keys, options, n)?;
             }
-            let fused = fuse(&lexical, &vector, options);
-            let ids: Vec<String> = fused.iter().map(|(id, ..)| id.to_string()).collect();
-            let rows = tx
-                .query(
-                    &format!("SELECT {RECORD_COLUMNS} FROM {s}.memories m WHERE m.id = ANY($1)"),
-                    &[&ids],
-                )
-                .map_err(|e| self.err(e))?;
-            let records = rows
-                .iter()
-                .map(|r| self.record(r))
-                .collect::<Result<Vec<_>>>()?;
+            let records = self.fused_records_pg(&mut tx, &lexical, &vector, options)?;
             tx.commit().map_err(|e| self.err(e))?;
             Ok((lexical, vector, records))
         })?;
@@ -1246,6 +1267,119 @@ impl LongTermMemory for PgStore {
                 })
             })
             .collect())
+    }
+}
+
+/// The BM25 ranking of `terms` from the handle's in-process index (ADR-0029): the best `n`
+/// memories among those `allowed` (all when `None`).
+fn lexical_ranking(
+    cache: &PgCache,
+    terms: &[String],
+    allowed: Option<&HashSet<i64>>,
+    n: usize,
+) -> Vec<MemoryId> {
+    let scored: Vec<(usize, f64)> = cache
+        .lexical
+        .best(terms, |k| allowed.is_none_or(|a| a.contains(&k)), n)
+        .into_iter()
+        .filter_map(|(k, sc)| cache.codes.position(k).map(|p| (p, sc)))
+        .collect();
+    top_positions(scored, n, &cache.codes.ids)
+        .into_iter()
+        .map(|p| cache.codes.ids[p].clone())
+        .collect()
+}
+
+impl PgStore {
+    /// The keys of the memories of `agent` that carry all `tags`; `None` when neither
+    /// restricts the search.
+    fn allowed_keys_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        agent: Option<&str>,
+        tags: &[Arc<str>],
+    ) -> Result<Option<HashSet<i64>>> {
+        if agent.is_none() && tags.is_empty() {
+            return Ok(None);
+        }
+        let s = self.s();
+        let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::new();
+        let filter = filter_sql(agent, tags, 1, &mut params);
+        let rows = tx
+            .query(
+                &format!("SELECT m.key FROM {s}.memories m WHERE TRUE{filter}"),
+                &refs(&params),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(Some(
+            rows.iter()
+                .map(|r| r.get::<_, i64>(0))
+                .collect::<HashSet<i64>>(),
+        ))
+    }
+
+    /// The vector ranking of the pool of memories `keys` by their exact vectors' similarity
+    /// to the query vector `q`: the best `n` of those `options` keeps.
+    fn rank_pool_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        q: &[f32],
+        keys: &[i64],
+        options: &SearchOptions,
+        n: i64,
+    ) -> Result<Vec<MemoryId>> {
+        let s = self.s();
+        let rows = tx
+            .query(
+                &format!("SELECT m.id, m.embedding FROM {s}.memories m WHERE m.key = ANY($1)"),
+                &[&keys],
+            )
+            .map_err(|e| self.err(e))?;
+        let mut scored: Vec<(MemoryId, f32)> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = self.id_of(&row)?;
+            let v: Vec<f32> = row.get(1);
+            if v.len() != q.len() {
+                return Err(MemoryError::Corrupt {
+                    location: self.location.clone(),
+                    detail: format!(
+                        "memory `{id}` has a vector of {} dimensions, the store {}",
+                        v.len(),
+                        q.len()
+                    ),
+                });
+            }
+            let sim = dot(q, &v);
+            if options.keeps_similarity(sim) {
+                scored.push((id, sim));
+            }
+        }
+        Ok(top_by_similarity(
+            scored,
+            usize::try_from(n).unwrap_or(usize::MAX),
+        ))
+    }
+
+    /// The records of the memories the fusion of the two rankings keeps.
+    fn fused_records_pg(
+        &self,
+        tx: &mut impl GenericClient,
+        lexical: &[MemoryId],
+        vector: &[MemoryId],
+        options: &SearchOptions,
+    ) -> Result<Vec<MemoryRecord>> {
+        let s = self.s();
+        let fused = fuse(lexical, vector, options);
+        let ids: Vec<String> = fused.iter().map(|(id, ..)| id.to_string()).collect();
+        let rows = tx
+            .query(
+                &format!("SELECT {RECORD_COLUMNS} FROM {s}.memories m WHERE m.id = ANY($1)"),
+                &[&ids],
+            )
+            .map_err(|e| self.err(e))?;
+        rows.iter()
+            .map(|r| self.record(r))
+            .collect::<Result<Vec<_>>>()
     }
 }
 

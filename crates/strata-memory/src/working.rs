@@ -479,7 +479,6 @@ pub(crate) fn select_recent_paged(
     let mut read: Vec<Entry> = Vec::new(); // oldest first
     let mut limit = first_page.max(1);
     let mut counted = 0usize; // tokens of the entries read that select_recent would keep
-    let mut earlier_calls: Vec<Arc<str>> = Vec::new();
     let mut checked: std::collections::HashMap<Arc<str>, bool> = std::collections::HashMap::new();
     // Each entry is counted once, here or by the selection (sequence numbers are unique).
     let mut counts: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
@@ -530,47 +529,65 @@ pub(crate) fn select_recent_paged(
             }
         }
         if counted > token_budget {
-            // Every start select_recent may choose lies in what was read. Calls older than it
-            // stand in as empty entries before it, so the pairs they open still split.
-            earlier_calls.clear();
-            for e in &read {
-                if let (Role::ToolResult, Some(c)) = (e.role, e.call_id.as_deref()) {
-                    if !calls_read.contains(c)
-                        && checked.get(c) == Some(&true)
-                        && !earlier_calls.iter().any(|k| &**k == c)
-                    {
-                        earlier_calls.push(Arc::from(c));
-                    }
-                }
-            }
-            let stand_ins = earlier_calls.len();
-            let mut list: Vec<Entry> = earlier_calls
-                .iter()
-                .map(|c| Entry {
-                    seq: 0,
-                    session: Arc::from(""),
-                    session_seq: 0,
-                    role: Role::ToolCall,
-                    call_id: Some(c.clone()),
-                    content: Content::from(""),
-                    at_ms: 0,
-                    meta: None,
-                })
-                .collect();
-            list.extend(read.iter().cloned());
-            // The stand-ins are empty and never counted.
-            let chosen = select_recent_counting(&list, token_budget, &mut |e| {
-                if e.seq == 0 && e.session.is_empty() {
-                    0
-                } else {
-                    count(e)
-                }
-            });
-            debug_assert!(chosen.len() <= list.len() - stand_ins);
-            return Ok(chosen);
+            return Ok(select_recent_read(
+                &read,
+                &calls_read,
+                &checked,
+                token_budget,
+                &mut count,
+            ));
         }
         limit = limit.saturating_mul(2);
     }
+}
+
+/// The end of [`select_recent_paged`] once the entries `read` (oldest first) hold more than
+/// the budget: every start `select_recent` may choose lies in them. Calls older than them
+/// (the results' calls not among `calls_read` that `checked` found in the session) stand in
+/// as empty entries before them, so the pairs they open still split.
+fn select_recent_read(
+    read: &[Entry],
+    calls_read: &std::collections::HashSet<&str>,
+    checked: &std::collections::HashMap<Arc<str>, bool>,
+    token_budget: usize,
+    count: &mut dyn FnMut(&Entry) -> usize,
+) -> Vec<Entry> {
+    let mut earlier_calls: Vec<Arc<str>> = Vec::new();
+    for e in read {
+        if let (Role::ToolResult, Some(c)) = (e.role, e.call_id.as_deref()) {
+            if !calls_read.contains(c)
+                && checked.get(c) == Some(&true)
+                && !earlier_calls.iter().any(|k| &**k == c)
+            {
+                earlier_calls.push(Arc::from(c));
+            }
+        }
+    }
+    let stand_ins = earlier_calls.len();
+    let mut list: Vec<Entry> = earlier_calls
+        .iter()
+        .map(|c| Entry {
+            seq: 0,
+            session: Arc::from(""),
+            session_seq: 0,
+            role: Role::ToolCall,
+            call_id: Some(c.clone()),
+            content: Content::from(""),
+            at_ms: 0,
+            meta: None,
+        })
+        .collect();
+    list.extend(read.iter().cloned());
+    // The stand-ins are empty and never counted.
+    let chosen = select_recent_counting(&list, token_budget, &mut |e| {
+        if e.seq == 0 && e.session.is_empty() {
+            0
+        } else {
+            count(e)
+        }
+    });
+    debug_assert!(chosen.len() <= list.len() - stand_ins);
+    chosen
 }
 
 /// The checks on an entry that need no store state: session id, call id presence, size.

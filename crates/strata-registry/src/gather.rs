@@ -185,6 +185,76 @@ fn validate(entry: &Registered, sections: Vec<Section>) -> (Vec<Section>, Vec<Om
     (kept, dropped)
 }
 
+/// Run `entry`'s contributor on a thread of its own, which reports its result on `tx` with
+/// `idx` and then marks the returned state done (or, when the run was abandoned meanwhile,
+/// counts itself off the contributor's abandoned runs).
+fn spawn_run(
+    idx: usize,
+    entry: &Registered,
+    ctx: &Arc<ContributionContext>,
+    tx: &mpsc::Sender<Report>,
+) -> std::io::Result<Arc<AtomicU8>> {
+    let state = Arc::new(AtomicU8::new(RUNNING));
+    let thread_state = state.clone();
+    let abandoned = entry.abandoned.clone();
+    let contributor = entry.contributor.clone();
+    let thread_ctx = ctx.clone();
+    let tx = tx.clone();
+    std::thread::Builder::new()
+        .name(format!("strata-contrib-{}", entry.id))
+        .spawn(move || {
+            let result = run_caught(&*contributor, &thread_ctx);
+            let _ = tx.send((idx, result));
+            if thread_state
+                .compare_exchange(RUNNING, DONE, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                abandoned.fetch_sub(1, Ordering::SeqCst);
+            }
+        })?;
+    Ok(state)
+}
+
+/// The result of a gathering from each contributor's output (`None` when it was omitted):
+/// a run for each, the sections by layer, contributor id and section id, the omissions by
+/// layer and contributor id.
+fn collect(
+    entries: &[Registered],
+    outputs: Vec<Option<(Vec<Section>, RunOutcome)>>,
+    mut omissions: Vec<Omission>,
+) -> Gathered {
+    let mut runs = Vec::with_capacity(entries.len());
+    let mut collected: Vec<(RuntimeLayer, Arc<str>, Section)> = Vec::new();
+    for (entry, output) in entries.iter().zip(outputs) {
+        match output {
+            Some((sections, outcome)) => {
+                runs.push(Run {
+                    contributor: entry.id.clone(),
+                    outcome,
+                    sections: sections.len(),
+                });
+                collected.extend(
+                    sections
+                        .into_iter()
+                        .map(|s| (entry.layer, entry.id.clone(), s)),
+                );
+            }
+            None => runs.push(Run {
+                contributor: entry.id.clone(),
+                outcome: RunOutcome::Omitted,
+                sections: 0,
+            }),
+        }
+    }
+    collected.sort_by(|a, b| (a.0, &a.1, a.2.id()).cmp(&(b.0, &b.1, b.2.id())));
+    omissions.sort_by(|a, b| (a.layer, &a.contributor).cmp(&(b.layer, &b.contributor)));
+    Gathered {
+        sections: collected.into_iter().map(|(_, _, s)| s).collect(),
+        omissions,
+        runs,
+    }
+}
+
 enum Plan {
     Ready(Arc<[Section]>, RunOutcome),
     Compute(Option<(CacheKey, Ticket)>),
@@ -195,6 +265,18 @@ struct Pending {
     idx: usize,
     deadline: Instant,
     state: Arc<AtomicU8>,
+}
+
+/// What a contributor's thread reports: its index in the gathering and its result.
+type Report = (usize, Result<Vec<Section>, ContributorError>);
+
+/// One gathering under way: for each contributor (by its index in the gathering) its output
+/// and its cache ticket, the omissions so far, and the runs still in flight.
+struct Gathering {
+    outputs: Vec<Option<(Vec<Section>, RunOutcome)>>,
+    tickets: Vec<Option<(CacheKey, Ticket)>>,
+    omissions: Vec<Omission>,
+    pending: Vec<Pending>,
 }
 
 impl Registry {
@@ -217,173 +299,152 @@ impl Registry {
             .collect();
         let shared_ctx = Arc::new(ctx.clone());
 
-        let mut outputs: Vec<Option<(Vec<Section>, RunOutcome)>> = vec![None; entries.len()];
-        let mut omissions: Vec<Omission> = Vec::new();
-        let (tx, rx) = mpsc::channel::<(usize, Result<Vec<Section>, ContributorError>)>();
-        let mut pending: Vec<Pending> = Vec::new();
-        let mut tickets: Vec<Option<(CacheKey, Ticket)>> = vec![None; entries.len()];
+        let mut g = Gathering {
+            outputs: vec![None; entries.len()],
+            tickets: vec![None; entries.len()],
+            omissions: Vec::new(),
+            pending: Vec::new(),
+        };
+        let (tx, rx) = mpsc::channel::<Report>();
         let started = Instant::now();
-
         for (idx, entry) in entries.iter().enumerate() {
-            let plan = self.plan(entry, &shared_ctx);
-            match plan {
-                Plan::Ready(sections, outcome) => {
-                    outputs[idx] = Some((sections.to_vec(), outcome));
-                }
-                Plan::Failed(reason) => {
-                    self.omit(entry, reason, &mut omissions)?;
-                }
-                Plan::Compute(ticket) => {
-                    if entry.abandoned.load(Ordering::SeqCst) > 0 {
-                        self.omit(entry, OmissionReason::StillRunning, &mut omissions)?;
-                        continue;
-                    }
-                    tickets[idx] = ticket;
-                    let state = Arc::new(AtomicU8::new(RUNNING));
-                    let thread_state = state.clone();
-                    let abandoned = entry.abandoned.clone();
-                    let contributor = entry.contributor.clone();
-                    let thread_ctx = shared_ctx.clone();
-                    let tx = tx.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name(format!("strata-contrib-{}", entry.id))
-                        .spawn(move || {
-                            let result = run_caught(&*contributor, &thread_ctx);
-                            let _ = tx.send((idx, result));
-                            if thread_state
-                                .compare_exchange(RUNNING, DONE, Ordering::SeqCst, Ordering::SeqCst)
-                                .is_err()
-                            {
-                                abandoned.fetch_sub(1, Ordering::SeqCst);
-                            }
-                        });
-                    match spawned {
-                        Ok(_) => pending.push(Pending {
-                            idx,
-                            deadline: started + entry.meta.timeout,
-                            state,
-                        }),
-                        Err(e) => {
-                            let reason = OmissionReason::Failed(ContributorError::Source(format!(
-                                "could not start a thread for it: {e}"
-                            )));
-                            self.omit(entry, reason, &mut omissions)?;
-                        }
-                    }
-                }
-            }
+            self.start(idx, entry, &shared_ctx, &tx, started, &mut g)?;
         }
         drop(tx);
 
-        while !pending.is_empty() {
+        while !g.pending.is_empty() {
             let now = Instant::now();
-            let next_deadline = pending.iter().map(|p| p.deadline).min().unwrap_or(now);
+            let next_deadline = g.pending.iter().map(|p| p.deadline).min().unwrap_or(now);
             let received = rx.recv_timeout(next_deadline.saturating_duration_since(now));
             match received {
-                Ok((idx, result)) => {
-                    let Some(pos) = pending.iter().position(|p| p.idx == idx) else {
-                        continue;
-                    };
-                    pending.swap_remove(pos);
-                    let entry = &entries[idx];
-                    match result {
-                        Ok(sections) => {
-                            let (kept, dropped) = validate(entry, sections);
-                            let clean = dropped.is_empty();
-                            for reason in dropped {
-                                self.omit(entry, reason, &mut omissions)?;
-                            }
-                            if clean {
-                                if let (Some(cache), Some((key, ticket))) =
-                                    (&self.cache, tickets[idx].take())
-                                {
-                                    cache.store(
-                                        ticket,
-                                        key,
-                                        Arc::from(kept.clone()),
-                                        entry.contributor.cache_policy(),
-                                        entry.meta.source.clone(),
-                                        Arc::from(entry.meta.tags.clone()),
-                                    );
-                                }
-                            }
-                            outputs[idx] = Some((kept, RunOutcome::Computed));
-                        }
-                        Err(e) => self.omit(entry, OmissionReason::Failed(e), &mut omissions)?,
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let now = Instant::now();
-                    let mut i = 0;
-                    while i < pending.len() {
-                        if pending[i].deadline > now {
-                            i += 1;
-                            continue;
-                        }
-                        let p = pending.swap_remove(i);
-                        let entry = &entries[p.idx];
-                        entry.abandoned.fetch_add(1, Ordering::SeqCst);
-                        if p.state
-                            .compare_exchange(
-                                RUNNING,
-                                ABANDONED,
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                            )
-                            .is_err()
-                        {
-                            // It finished just now; its thread will not count itself.
-                            entry.abandoned.fetch_sub(1, Ordering::SeqCst);
-                        }
-                        let reason =
-                            OmissionReason::Failed(ContributorError::Timeout(entry.meta.timeout));
-                        self.omit(entry, reason, &mut omissions)?;
-                    }
-                }
+                Ok((idx, result)) => self.take_report(&entries, idx, result, &mut g)?,
+                Err(mpsc::RecvTimeoutError::Timeout) => self.abandon_overdue(&entries, &mut g)?,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     // Every thread has ended; any left pending died without reporting.
-                    for p in pending.drain(..) {
+                    for p in g.pending.drain(..) {
                         let entry = &entries[p.idx];
                         self.omit(
                             entry,
                             OmissionReason::Failed(ContributorError::Panicked),
-                            &mut omissions,
+                            &mut g.omissions,
                         )?;
                     }
                 }
             }
         }
+        Ok(collect(&entries, g.outputs, g.omissions))
+    }
 
-        let mut runs = Vec::with_capacity(entries.len());
-        let mut collected: Vec<(RuntimeLayer, Arc<str>, Section)> = Vec::new();
-        for (entry, output) in entries.iter().zip(outputs) {
-            match output {
-                Some((sections, outcome)) => {
-                    runs.push(Run {
-                        contributor: entry.id.clone(),
-                        outcome,
-                        sections: sections.len(),
-                    });
-                    collected.extend(
-                        sections
-                            .into_iter()
-                            .map(|s| (entry.layer, entry.id.clone(), s)),
-                    );
+    /// Start the contributor `entry`, the `idx`th of the gathering: take its output from the
+    /// cache, or run it on its own thread that reports on `tx`, with a deadline of its timeout
+    /// after `started`; or omit it (a failed plan, a run still abandoned, no thread).
+    fn start(
+        &self,
+        idx: usize,
+        entry: &Registered,
+        ctx: &Arc<ContributionContext>,
+        tx: &mpsc::Sender<Report>,
+        started: Instant,
+        g: &mut Gathering,
+    ) -> Result<(), GatherError> {
+        match self.plan(entry, ctx) {
+            Plan::Ready(sections, outcome) => {
+                g.outputs[idx] = Some((sections.to_vec(), outcome));
+            }
+            Plan::Failed(reason) => {
+                self.omit(entry, reason, &mut g.omissions)?;
+            }
+            Plan::Compute(ticket) => {
+                if entry.abandoned.load(Ordering::SeqCst) > 0 {
+                    return self.omit(entry, OmissionReason::StillRunning, &mut g.omissions);
                 }
-                None => runs.push(Run {
-                    contributor: entry.id.clone(),
-                    outcome: RunOutcome::Omitted,
-                    sections: 0,
-                }),
+                g.tickets[idx] = ticket;
+                match spawn_run(idx, entry, ctx, tx) {
+                    Ok(state) => g.pending.push(Pending {
+                        idx,
+                        deadline: started + entry.meta.timeout,
+                        state,
+                    }),
+                    Err(e) => {
+                        let reason = OmissionReason::Failed(ContributorError::Source(format!(
+                            "could not start a thread for it: {e}"
+                        )));
+                        self.omit(entry, reason, &mut g.omissions)?;
+                    }
+                }
             }
         }
-        collected.sort_by(|a, b| (a.0, &a.1, a.2.id()).cmp(&(b.0, &b.1, b.2.id())));
-        omissions.sort_by(|a, b| (a.layer, &a.contributor).cmp(&(b.layer, &b.contributor)));
-        Ok(Gathered {
-            sections: collected.into_iter().map(|(_, _, s)| s).collect(),
-            omissions,
-            runs,
-        })
+        Ok(())
+    }
+
+    /// Take the report of the `idx`th contributor's thread, if its run is still pending: keep
+    /// its valid sections (and cache them when all were valid), or omit it.
+    fn take_report(
+        &self,
+        entries: &[Registered],
+        idx: usize,
+        result: Result<Vec<Section>, ContributorError>,
+        g: &mut Gathering,
+    ) -> Result<(), GatherError> {
+        let Some(pos) = g.pending.iter().position(|p| p.idx == idx) else {
+            return Ok(());
+        };
+        g.pending.swap_remove(pos);
+        let entry = &entries[idx];
+        match result {
+            Ok(sections) => {
+                let (kept, dropped) = validate(entry, sections);
+                let clean = dropped.is_empty();
+                for reason in dropped {
+                    self.omit(entry, reason, &mut g.omissions)?;
+                }
+                if clean {
+                    if let (Some(cache), Some((key, ticket))) = (&self.cache, g.tickets[idx].take())
+                    {
+                        cache.store(
+                            ticket,
+                            key,
+                            Arc::from(kept.clone()),
+                            entry.contributor.cache_policy(),
+                            entry.meta.source.clone(),
+                            Arc::from(entry.meta.tags.clone()),
+                        );
+                    }
+                }
+                g.outputs[idx] = Some((kept, RunOutcome::Computed));
+            }
+            Err(e) => self.omit(entry, OmissionReason::Failed(e), &mut g.omissions)?,
+        }
+        Ok(())
+    }
+
+    /// Abandon every pending run whose deadline has passed, and omit it as timed out.
+    fn abandon_overdue(
+        &self,
+        entries: &[Registered],
+        g: &mut Gathering,
+    ) -> Result<(), GatherError> {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < g.pending.len() {
+            if g.pending[i].deadline > now {
+                i += 1;
+                continue;
+            }
+            let p = g.pending.swap_remove(i);
+            let entry = &entries[p.idx];
+            entry.abandoned.fetch_add(1, Ordering::SeqCst);
+            if p.state
+                .compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                // It finished just now; its thread will not count itself.
+                entry.abandoned.fetch_sub(1, Ordering::SeqCst);
+            }
+            let reason = OmissionReason::Failed(ContributorError::Timeout(entry.meta.timeout));
+            self.omit(entry, reason, &mut g.omissions)?;
+        }
+        Ok(())
     }
 
     /// Record an omission, or fail the gathering when the contributor is sticky.

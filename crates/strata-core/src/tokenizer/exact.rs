@@ -597,48 +597,16 @@ impl Tokenizer for TiktokenTokenizer {
         let mut starts: Vec<usize> = vec![text.len()];
         let mut from_here: Vec<usize> = vec![0];
         let mut w0 = text.len();
-        let (starts, from_here) = loop {
+        loop {
             let mut w1 = text.len().saturating_sub(window);
             while !text.is_char_boundary(w1) {
                 w1 -= 1;
             }
-            // The new window is split from its start only up to where a piece ends on a
-            // boundary of the last window's split: from there on, both are the same text
-            // split from the same point, so they have the same pieces and the same counts.
-            // The end of the text is such a boundary, so the split stops there at the latest.
-            let region = &text[w1..];
-            let mut new_starts = Vec::new();
-            let mut pieces = Vec::new();
-            let mut joined = starts.len() - 1;
-            for piece in self.tok.split(region) {
-                let start = w1 + (piece.as_ptr() as usize - region.as_ptr() as usize);
-                new_starts.push(start);
-                pieces.push(piece);
-                let end = start + piece.len();
-                if end >= w0 {
-                    if let Ok(j) = starts.binary_search(&end) {
-                        joined = j;
-                        break;
-                    }
-                }
-            }
-            // Counted from the end, and only until the suffix is over the budget: every
-            // suffix from further back is over too (counts at piece boundaries only grow).
-            let mut counts = vec![over; pieces.len()];
-            let mut next = from_here[joined];
-            for (i, piece) in pieces.iter().enumerate().rev() {
-                if next >= over {
-                    break;
-                }
-                let n = self.piece_up_to(piece, max_tokens).unwrap_or(over);
-                next = (next + n).min(over);
-                counts[i] = next;
-            }
-            new_starts.extend_from_slice(&starts[joined..]);
-            counts.extend_from_slice(&from_here[joined..]);
-            (starts, from_here, w0) = (new_starts, counts, w1);
+            (starts, from_here) =
+                self.suffix_window_grown(text, w1, w0, &starts, &from_here, max_tokens);
+            w0 = w1;
             if from_here[0] > max_tokens {
-                break (starts, from_here);
+                return self.suffix_in_window(text, &starts, &from_here, max_tokens);
             }
             if w0 == 0 {
                 // The window is the whole text, split as the whole text is: its count is
@@ -649,12 +617,93 @@ impl Tokenizer for TiktokenTokenizer {
                 };
             }
             window = window.saturating_add(window / 2);
-        };
+        }
+    }
+
+    /// The exact longest prefix within `max_tokens` (ADR-0020).
+    ///
+    /// Walks the pre-tokenizer pieces of the whole text, counting each up to what is left of
+    /// the budget, to the first piece that does not fit. The answer ends inside a small region
+    /// around that piece: a prefix that ends after a piece which is not whitespace only is split
+    /// into the same pieces as the whole text up to there, so everything before the region fits
+    /// and every prefix past it is over. The region reaches back over whitespace-only pieces
+    /// (a cut can join them into one run) and, when the piece that does not fit is whitespace,
+    /// forward to the next piece that is not. Inside it, [`TiktokenTokenizer::prefix_in_region`]
+    /// finds the longest fitting cut, which need not be where a growing prefix first stops
+    /// fitting, since BPE counts are not monotone.
+    fn prefix(&self, text: &str, max_tokens: usize) -> Prefix {
+        self.walk_pieces(text, max_tokens, Prefix { len: 0, tokens: 0 })
+            .0
+    }
+}
+
+impl TiktokenTokenizer {
+    /// One growth of the window of [`Tokenizer::suffix`], to start at `w1`: the piece starts of
+    /// its split (then the end of the text) and, for each, the count of the suffix from there
+    /// up to one past `max_tokens`, given those of the last window, which started at `w0`.
+    fn suffix_window_grown(
+        &self,
+        text: &str,
+        w1: usize,
+        w0: usize,
+        starts: &[usize],
+        from_here: &[usize],
+        max_tokens: usize,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let over = max_tokens.saturating_add(1);
+        // The new window is split from its start only up to where a piece ends on a
+        // boundary of the last window's split: from there on, both are the same text
+        // split from the same point, so they have the same pieces and the same counts.
+        // The end of the text is such a boundary, so the split stops there at the latest.
+        let region = &text[w1..];
+        let mut new_starts = Vec::new();
+        let mut pieces = Vec::new();
+        let mut joined = starts.len() - 1;
+        for piece in self.tok.split(region) {
+            let start = w1 + (piece.as_ptr() as usize - region.as_ptr() as usize);
+            new_starts.push(start);
+            pieces.push(piece);
+            let end = start + piece.len();
+            if end >= w0 {
+                if let Ok(j) = starts.binary_search(&end) {
+                    joined = j;
+                    break;
+                }
+            }
+        }
+        // Counted from the end, and only until the suffix is over the budget: every
+        // suffix from further back is over too (counts at piece boundaries only grow).
+        let mut counts = vec![over; pieces.len()];
+        let mut next = from_here[joined];
+        for (i, piece) in pieces.iter().enumerate().rev() {
+            if next >= over {
+                break;
+            }
+            let n = self.piece_up_to(piece, max_tokens).unwrap_or(over);
+            next = (next + n).min(over);
+            counts[i] = next;
+        }
+        new_starts.extend_from_slice(&starts[joined..]);
+        counts.extend_from_slice(&from_here[joined..]);
+        (new_starts, counts)
+    }
+
+    /// The end of [`Tokenizer::suffix`] for a text whose suffix from the start of the last
+    /// window is over the budget, given that window's piece starts and the count from each:
+    /// a binary search over the starts in the piece in front of the first boundary that fits,
+    /// then the look back.
+    fn suffix_in_window(
+        &self,
+        text: &str,
+        starts: &[usize],
+        from_here: &[usize],
+        max_tokens: usize,
+    ) -> Prefix {
         // The whole text is over the budget, so the first boundary is, and the end is not.
         let i = (1..starts.len())
             .find(|&i| from_here[i] <= max_tokens)
             .unwrap_or(starts.len() - 1);
-        let count = |p: usize| self.count_from(text, p, &starts, &from_here, max_tokens);
+        let count = |p: usize| self.count_from(text, p, starts, from_here, max_tokens);
         // `lo` is a start that does not fit, `hi` one that does.
         let (mut lo, mut hi, mut hi_tokens) = (starts[i - 1], starts[i], from_here[i]);
         loop {
@@ -694,22 +743,6 @@ impl Tokenizer for TiktokenTokenizer {
             len: text.len() - hi,
             tokens: hi_tokens,
         }
-    }
-
-    /// The exact longest prefix within `max_tokens` (ADR-0020).
-    ///
-    /// Walks the pre-tokenizer pieces of the whole text, counting each up to what is left of
-    /// the budget, to the first piece that does not fit. The answer ends inside a small region
-    /// around that piece: a prefix that ends after a piece which is not whitespace only is split
-    /// into the same pieces as the whole text up to there, so everything before the region fits
-    /// and every prefix past it is over. The region reaches back over whitespace-only pieces
-    /// (a cut can join them into one run) and, when the piece that does not fit is whitespace,
-    /// forward to the next piece that is not. Inside it, [`TiktokenTokenizer::prefix_in_region`]
-    /// finds the longest fitting cut, which need not be where a growing prefix first stops
-    /// fitting, since BPE counts are not monotone.
-    fn prefix(&self, text: &str, max_tokens: usize) -> Prefix {
-        self.walk_pieces(text, max_tokens, Prefix { len: 0, tokens: 0 })
-            .0
     }
 }
 

@@ -9,7 +9,7 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Transact
 use strata_core::Content;
 
 use super::integrity::{memory_sum, raw, raw_opt, utf8, vector_sum, verify_sum};
-use super::SqliteStore;
+use super::{SqliteStore, VectorCache};
 use crate::embed::embed_checked;
 use crate::error::{MemoryError, Result};
 use crate::long_term::{
@@ -17,7 +17,7 @@ use crate::long_term::{
     NewMemory, SearchHit, SearchMode, SearchOptions,
 };
 use crate::options::check_label;
-use crate::quant::{pool_size, top_positions};
+use crate::quant::{pool_size, top_positions, CodeCache};
 use crate::text::{query_terms, MAX_QUERY_TERMS};
 use crate::working::MAX_LABEL_BYTES;
 
@@ -276,6 +276,70 @@ impl SqliteStore {
     }
 }
 
+/// The BM25 ranking of `terms` from the handle's in-process index (ADR-0029), equal to
+/// FTS5's `bm25()`: the positions in the codes of the best `n` memories among those
+/// `allowed` (all when `None`).
+fn lexical_positions(
+    cache: &VectorCache,
+    terms: &[String],
+    allowed: Option<&HashSet<i64>>,
+    n: usize,
+) -> Vec<usize> {
+    let scored = cache
+        .lexical
+        .best(terms, |k| allowed.is_none_or(|a| a.contains(&k)), n);
+    let scored: Vec<(usize, f64)> = scored
+        .into_iter()
+        .filter_map(|(k, s)| cache.codes.position(k).map(|p| (p, s)))
+        .collect();
+    top_positions(scored, n, &cache.codes.ids)
+}
+
+impl SqliteStore {
+    /// The similarity to the query vector `q` of the exact vector, read from the file and
+    /// checked against its checksum, of each memory of the pool (positions in `codes`),
+    /// for those `options` keeps. A vector missing from the file is damage unless the file
+    /// changed since `data_version`; then it is skipped.
+    fn exact_similarities(
+        &self,
+        conn: &Connection,
+        codes: &CodeCache,
+        data_version: i64,
+        q: &[f32],
+        pool: Vec<usize>,
+        options: &SearchOptions,
+    ) -> Result<Vec<(usize, f32)>> {
+        let dims = self.embedder.dims();
+        let mut stmt = conn
+            .prepare_cached("SELECT embedding, checksum FROM memory_vectors WHERE key = ?1")
+            .map_err(|e| self.err(e))?;
+        let mut exact: Vec<(usize, f32)> = Vec::with_capacity(pool.len());
+        for i in pool {
+            let key = codes.keys[i];
+            let mut rows = stmt.query([key]).map_err(|e| self.err(e))?;
+            let Some(row) = rows.next().map_err(|e| self.err(e))? else {
+                self.missing_row(conn, data_version, key)?;
+                continue;
+            };
+            let blob = raw(row, 0).map_err(|e| self.err(e))?;
+            let stored = raw_opt(row, 1).map_err(|e| self.err(e))?;
+            verify_sum(
+                &self.location,
+                "memory_vectors",
+                &|| format!("key {key} (id `{}`)", codes.ids[i]),
+                stored,
+                &vector_sum(key, blob),
+            )?;
+            let v = blob_to_vector(&self.location, dims, blob)?;
+            let sim = dot(q, &v);
+            if options.keeps_similarity(sim) {
+                exact.push((i, sim));
+            }
+        }
+        Ok(exact)
+    }
+}
+
 impl LongTermMemory for SqliteStore {
     fn store_name(&self) -> &str {
         &self.name
@@ -478,67 +542,30 @@ impl LongTermMemory for SqliteStore {
         let cache = self.cache_ref(inner)?;
         let data_version = cache.data_version;
         let mut keys: HashMap<MemoryId, i64> = HashMap::new();
+        let codes = &cache.codes;
+        // The ids of the memories at `positions` of the codes, each noted with its key.
+        let mut ids_at = |positions: Vec<usize>| -> Vec<MemoryId> {
+            positions
+                .into_iter()
+                .map(|p| {
+                    keys.insert(codes.ids[p].clone(), codes.keys[p]);
+                    codes.ids[p].clone()
+                })
+                .collect()
+        };
         let lexical: Vec<MemoryId> = if options.mode == SearchMode::Vector {
             Vec::new()
         } else {
-            // ADR-0029: BM25 from the handle's in-process index, equal to FTS5's `bm25()`.
-            let scored = cache.lexical.best(
-                &terms,
-                |k| allowed.as_ref().is_none_or(|a| a.contains(&k)),
-                n,
-            );
-            let scored: Vec<(usize, f64)> = scored
-                .into_iter()
-                .filter_map(|(k, s)| cache.codes.position(k).map(|p| (p, s)))
-                .collect();
-            top_positions(scored, n, &cache.codes.ids)
-                .into_iter()
-                .map(|p| {
-                    keys.insert(cache.codes.ids[p].clone(), cache.codes.keys[p]);
-                    cache.codes.ids[p].clone()
-                })
-                .collect()
+            ids_at(lexical_positions(cache, &terms, allowed.as_ref(), n))
         };
         let vector: Vec<MemoryId> = match &qv {
             None => Vec::new(),
             Some(q) => {
                 // ADR-0019: int8 codes choose a pool, exact vectors from the file rank it.
-                let cache = &cache.codes;
-                let pool = cache.candidates(dims, q, allowed.as_ref(), pool_size(n));
-                let mut stmt = inner
-                    .conn
-                    .prepare_cached("SELECT embedding, checksum FROM memory_vectors WHERE key = ?1")
-                    .map_err(|e| self.err(e))?;
-                let mut exact: Vec<(usize, f32)> = Vec::with_capacity(pool.len());
-                for i in pool {
-                    let key = cache.keys[i];
-                    let mut rows = stmt.query([key]).map_err(|e| self.err(e))?;
-                    let Some(row) = rows.next().map_err(|e| self.err(e))? else {
-                        self.missing_row(&inner.conn, data_version, key)?;
-                        continue;
-                    };
-                    let blob = raw(row, 0).map_err(|e| self.err(e))?;
-                    let stored = raw_opt(row, 1).map_err(|e| self.err(e))?;
-                    verify_sum(
-                        &self.location,
-                        "memory_vectors",
-                        &|| format!("key {key} (id `{}`)", cache.ids[i]),
-                        stored,
-                        &vector_sum(key, blob),
-                    )?;
-                    let v = blob_to_vector(&self.location, dims, blob)?;
-                    let sim = dot(q, &v);
-                    if options.keeps_similarity(sim) {
-                        exact.push((i, sim));
-                    }
-                }
-                top_positions(exact, n, &cache.ids)
-                    .into_iter()
-                    .map(|i| {
-                        keys.insert(cache.ids[i].clone(), cache.keys[i]);
-                        cache.ids[i].clone()
-                    })
-                    .collect()
+                let pool = codes.candidates(dims, q, allowed.as_ref(), pool_size(n));
+                let exact =
+                    self.exact_similarities(&inner.conn, codes, data_version, q, pool, options)?;
+                ids_at(top_positions(exact, n, &codes.ids))
             }
         };
         let mut hits = Vec::new();

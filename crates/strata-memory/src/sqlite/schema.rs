@@ -526,81 +526,105 @@ pub(super) fn migrate(
 
 /// Compute the checksums of rows written before schema version 2 (ADR-0019).
 fn fill_checksums(tx: &Transaction<'_>, location: &str) -> Result<()> {
-    let e = |err| db_err(location, err);
-    let mut sums: Vec<(i64, [u8; 16])> = Vec::new();
-    {
-        let mut stmt = tx
-            .prepare(
-                "SELECT key, id, agent_id, content, tags, created_ms, updated_ms FROM memories",
-            )
-            .map_err(e)?;
-        let mut rows = stmt.query([]).map_err(e)?;
-        while let Some(r) = rows.next().map_err(e)? {
-            let key: i64 = r.get(0).map_err(e)?;
-            let sum = memory_sum(
+    let sums = row_sums(
+        tx,
+        location,
+        "SELECT key, id, agent_id, content, tags, created_ms, updated_ms FROM memories",
+        |key, r| {
+            Ok(memory_sum(
                 key,
-                raw(r, 1).map_err(e)?,
-                raw(r, 2).map_err(e)?,
-                raw(r, 3).map_err(e)?,
-                raw(r, 4).map_err(e)?,
-                r.get(5).map_err(e)?,
-                r.get(6).map_err(e)?,
-            );
-            sums.push((key, sum));
-        }
-    }
-    for (key, sum) in sums.drain(..) {
-        tx.execute(
-            "UPDATE memories SET checksum = ?2 WHERE key = ?1",
-            params![key, &sum[..]],
-        )
-        .map_err(e)?;
-    }
-    {
-        let mut stmt = tx
-            .prepare("SELECT key, embedding FROM memory_vectors")
-            .map_err(e)?;
-        let mut rows = stmt.query([]).map_err(e)?;
-        while let Some(r) = rows.next().map_err(e)? {
-            let key: i64 = r.get(0).map_err(e)?;
-            sums.push((key, vector_sum(key, raw(r, 1).map_err(e)?)));
-        }
-    }
-    for (key, sum) in sums.drain(..) {
-        tx.execute(
-            "UPDATE memory_vectors SET checksum = ?2 WHERE key = ?1",
-            params![key, &sum[..]],
-        )
-        .map_err(e)?;
-    }
-    {
-        let mut stmt = tx
-            .prepare("SELECT seq, session, role, call_id, content, at_ms FROM wm_entries")
-            .map_err(e)?;
-        let mut rows = stmt.query([]).map_err(e)?;
-        while let Some(r) = rows.next().map_err(e)? {
-            let seq: i64 = r.get(0).map_err(e)?;
-            let sum = EntryRow {
+                raw(r, 1)?,
+                raw(r, 2)?,
+                raw(r, 3)?,
+                raw(r, 4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        },
+    )?;
+    write_sums(
+        tx,
+        location,
+        "UPDATE memories SET checksum = ?2 WHERE key = ?1",
+        sums,
+    )?;
+    let sums = row_sums(
+        tx,
+        location,
+        "SELECT key, embedding FROM memory_vectors",
+        |key, r| Ok(vector_sum(key, raw(r, 1)?)),
+    )?;
+    write_sums(
+        tx,
+        location,
+        "UPDATE memory_vectors SET checksum = ?2 WHERE key = ?1",
+        sums,
+    )?;
+    let sums = row_sums(
+        tx,
+        location,
+        "SELECT seq, session, role, call_id, content, at_ms FROM wm_entries",
+        |seq, r| {
+            Ok(EntryRow {
                 seq,
-                session: raw(r, 1).map_err(e)?,
-                role: raw(r, 2).map_err(e)?,
-                call_id: raw_opt(r, 3).map_err(e)?,
-                content: raw(r, 4).map_err(e)?,
-                at_ms: r.get(5).map_err(e)?,
+                session: raw(r, 1)?,
+                role: raw(r, 2)?,
+                call_id: raw_opt(r, 3)?,
+                content: raw(r, 4)?,
+                at_ms: r.get(5)?,
                 meta: None,
                 session_seq: None,
             }
-            .sum();
-            sums.push((seq, sum));
-        }
+            .sum())
+        },
+    )?;
+    write_sums(
+        tx,
+        location,
+        "UPDATE wm_entries SET checksum = ?2 WHERE seq = ?1",
+        sums,
+    )?;
+    fill_fact_checksums(tx, location)
+}
+
+/// The checksum of each row that `select` finds, computed by `sum` from the row's integer
+/// key (its first column) and the row.
+fn row_sums(
+    tx: &Transaction<'_>,
+    location: &str,
+    select: &str,
+    sum: impl Fn(i64, &rusqlite::Row<'_>) -> rusqlite::Result<[u8; 16]>,
+) -> Result<Vec<(i64, [u8; 16])>> {
+    let e = |err| db_err(location, err);
+    let mut sums = Vec::new();
+    let mut stmt = tx.prepare(select).map_err(e)?;
+    let mut rows = stmt.query([]).map_err(e)?;
+    while let Some(r) = rows.next().map_err(e)? {
+        let key: i64 = r.get(0).map_err(e)?;
+        sums.push((key, sum(key, r).map_err(e)?));
     }
-    for (seq, sum) in sums.drain(..) {
-        tx.execute(
-            "UPDATE wm_entries SET checksum = ?2 WHERE seq = ?1",
-            params![seq, &sum[..]],
-        )
-        .map_err(e)?;
+    Ok(sums)
+}
+
+/// Write each checksum of `sums` with `update`, whose `?1` is the row's key and `?2` its
+/// checksum.
+fn write_sums(
+    tx: &Transaction<'_>,
+    location: &str,
+    update: &str,
+    sums: Vec<(i64, [u8; 16])>,
+) -> Result<()> {
+    for (key, sum) in sums {
+        tx.execute(update, params![key, &sum[..]])
+            .map_err(|err| db_err(location, err))?;
     }
+    Ok(())
+}
+
+/// Compute the checksums of the shared facts written before schema version 2 (ADR-0019);
+/// a fact's key is its scope and its key.
+fn fill_fact_checksums(tx: &Transaction<'_>, location: &str) -> Result<()> {
+    let e = |err| db_err(location, err);
     let mut facts: Vec<(String, String, [u8; 16])> = Vec::new();
     {
         let mut stmt = tx

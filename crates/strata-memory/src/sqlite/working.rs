@@ -20,7 +20,7 @@ use crate::options::check_label;
 use crate::working::{
     check_batch, check_batch_links, check_exchange, check_operation_key, check_page, check_span,
     check_tail, confirm_no_call, inconsistent, operation_live, Applied, Batch, CallState, Entry,
-    Operation, SessionSpan, SpanPart, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
+    NewEntry, Operation, SessionSpan, SpanPart, WorkingMemory, MAX_LABEL_BYTES, OPERATION_TTL_MS,
 };
 
 /// The columns every read of entries selects, in the order `entries_on` reads them.
@@ -261,6 +261,187 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Check the tool calls and results of `batch` against those `session` holds (none, when
+    /// the batch clears it first).
+    fn check_links_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        batch: &Batch,
+    ) -> Result<()> {
+        check_batch_links(session, &batch.entries, |id| {
+            let mut state = CallState::default();
+            if batch.clear {
+                return Ok(state);
+            }
+            let mut stmt = conn
+                .prepare_cached("SELECT role FROM wm_entries WHERE session = ?1 AND call_id = ?2")
+                .map_err(|e| self.err(e))?;
+            let roles = stmt
+                .query_map([session, id], |r| r.get::<_, String>(0))
+                .map_err(|e| self.err(e))?;
+            for r in roles {
+                match r.map_err(|e| self.err(e))?.as_str() {
+                    "tool_call" => state.has_call = true,
+                    "tool_result" => state.has_result = true,
+                    _ => {}
+                }
+            }
+            Ok(state)
+        })
+    }
+
+    /// Delete every entry of `session`, which must be the `span.len()` entries its span says;
+    /// returns how many.
+    fn clear_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        span: SessionSpan,
+    ) -> Result<usize> {
+        let cleared = conn
+            .execute("DELETE FROM wm_entries WHERE session = ?1", [session])
+            .map_err(|e| self.err(e))?;
+        if cleared as u64 != span.len() {
+            return Err(inconsistent(
+                &self.location,
+                session,
+                &format!(
+                    "a clear found {} entries where the session holds {}",
+                    cleared,
+                    span.len()
+                ),
+            ));
+        }
+        Ok(cleared)
+    }
+
+    /// Insert `entries` into `session`, each with its checksum, numbered from `next` and
+    /// stamped `now`: the entries as stored, and the number the entry after them gets.
+    fn insert_entries_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        entries: Vec<NewEntry>,
+        mut next: u64,
+        now: i64,
+    ) -> Result<(Vec<Entry>, u64)> {
+        // Sequence numbers are chosen here (as AUTOINCREMENT would: above every number ever
+        // used) so that each row's checksum can cover its own.
+        let mut seq: i64 = conn
+            .query_row(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wm_entries'), 0), \
+                 coalesce((SELECT max(seq) FROM wm_entries), 0))",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        let key: Arc<str> = Arc::from(session);
+        let mut stored = Vec::with_capacity(entries.len());
+        for entry in entries {
+            seq += 1;
+            let number = i64::try_from(next).unwrap_or(i64::MAX);
+            let sum = EntryRow {
+                seq,
+                session: session.as_bytes(),
+                role: entry.role.name().as_bytes(),
+                call_id: entry.call_id.as_deref().map(str::as_bytes),
+                content: entry.content.as_bytes(),
+                at_ms: now,
+                meta: entry.meta.as_deref().map(str::as_bytes),
+                session_seq: Some(number),
+            }
+            .sum();
+            conn.prepare_cached(
+                "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum, meta, session_seq) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, now, &sum[..], entry.meta, number])
+            })
+            .map_err(|e| self.err(e))?;
+            stored.push(Entry {
+                seq: u64::try_from(seq).unwrap_or(0),
+                session: key.clone(),
+                session_seq: next,
+                role: entry.role,
+                call_id: entry.call_id.as_deref().map(Arc::from),
+                content: Content::from(entry.content),
+                at_ms: now,
+                meta: entry.meta.map(Arc::from),
+            });
+            next += 1;
+        }
+        Ok((stored, next))
+    }
+
+    /// Record, under its checksum, that `session` now spans the numbers `first..next`
+    /// (ADR-0036).
+    fn record_span_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        first: u64,
+        next: u64,
+    ) -> Result<()> {
+        let (f, n) = (
+            i64::try_from(first).unwrap_or(i64::MAX),
+            i64::try_from(next).unwrap_or(i64::MAX),
+        );
+        let sum = session_sum(session.as_bytes(), f, n);
+        conn.prepare_cached(
+            "INSERT INTO wm_sessions (session, first_seq, next_seq, checksum) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (session) DO UPDATE SET first_seq = excluded.first_seq, \
+             next_seq = excluded.next_seq, checksum = excluded.checksum",
+        )
+        .and_then(|mut st| st.execute(params![session, f, n, &sum[..]]))
+        .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Record the operation `op` of `session` at `now`, under its checksum, after deleting
+    /// the operations that are no longer live.
+    fn record_operation_in(
+        &self,
+        conn: &rusqlite::Connection,
+        session: &str,
+        op: &Operation,
+        now: i64,
+    ) -> Result<()> {
+        conn.prepare_cached("DELETE FROM wm_operations WHERE at_ms <= ?1")
+            .and_then(|mut st| st.execute([now.saturating_sub(OPERATION_TTL_MS)]))
+            .map_err(|e| self.err(e))?;
+        let sum = operation_sum(
+            session.as_bytes(),
+            op.key.as_bytes(),
+            op.fingerprint.as_bytes(),
+            op.answer.as_bytes(),
+            now,
+        );
+        // An upsert, not INSERT OR REPLACE: a replacement would bypass the delete trigger
+        // that keeps the row counts (ADR-0036).
+        conn.prepare_cached(
+            "INSERT INTO wm_operations (session, key, fingerprint, answer, at_ms, checksum) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session, key) DO UPDATE SET \
+             fingerprint = excluded.fingerprint, answer = excluded.answer, \
+             at_ms = excluded.at_ms, checksum = excluded.checksum",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                session,
+                op.key,
+                op.fingerprint,
+                op.answer,
+                now,
+                &sum[..]
+            ])
+        })
+        .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+}
+
 impl WorkingMemory for SqliteStore {
     fn store_name(&self) -> &str {
         &self.name
@@ -292,135 +473,21 @@ impl WorkingMemory for SqliteStore {
                 });
             }
         }
-        check_batch_links(session, &batch.entries, |id| {
-            let mut state = CallState::default();
-            if batch.clear {
-                return Ok(state);
-            }
-            let mut stmt = tx
-                .prepare_cached("SELECT role FROM wm_entries WHERE session = ?1 AND call_id = ?2")
-                .map_err(|e| self.err(e))?;
-            let roles = stmt
-                .query_map([session, id], |r| r.get::<_, String>(0))
-                .map_err(|e| self.err(e))?;
-            for r in roles {
-                match r.map_err(|e| self.err(e))?.as_str() {
-                    "tool_call" => state.has_call = true,
-                    "tool_result" => state.has_result = true,
-                    _ => {}
-                }
-            }
-            Ok(state)
-        })?;
+        self.check_links_in(&tx, session, &batch)?;
         let mut applied = Applied::default();
         let mut first = span.first;
         if batch.clear {
-            applied.cleared = tx
-                .execute("DELETE FROM wm_entries WHERE session = ?1", [session])
-                .map_err(|e| self.err(e))?;
-            if applied.cleared as u64 != span.len() {
-                return Err(inconsistent(
-                    &self.location,
-                    session,
-                    &format!(
-                        "a clear found {} entries where the session holds {}",
-                        applied.cleared,
-                        span.len()
-                    ),
-                ));
-            }
+            applied.cleared = self.clear_in(&tx, session, span)?;
             first = span.next;
         }
-        // Sequence numbers are chosen here (as AUTOINCREMENT would: above every number ever
-        // used) so that each row's checksum can cover its own.
-        let mut seq: i64 = tx
-            .query_row(
-                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wm_entries'), 0), \
-                 coalesce((SELECT max(seq) FROM wm_entries), 0))",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
-        let key: Arc<str> = Arc::from(session);
-        let mut next = span.next;
-        for entry in batch.entries {
-            seq += 1;
-            let number = i64::try_from(next).unwrap_or(i64::MAX);
-            let sum = EntryRow {
-                seq,
-                session: session.as_bytes(),
-                role: entry.role.name().as_bytes(),
-                call_id: entry.call_id.as_deref().map(str::as_bytes),
-                content: entry.content.as_bytes(),
-                at_ms: now,
-                meta: entry.meta.as_deref().map(str::as_bytes),
-                session_seq: Some(number),
-            }
-            .sum();
-            tx.prepare_cached(
-                "INSERT INTO wm_entries (seq, session, role, call_id, content, at_ms, checksum, meta, session_seq) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![seq, session, entry.role.name(), entry.call_id, entry.content, now, &sum[..], entry.meta, number])
-            })
-            .map_err(|e| self.err(e))?;
-            applied.entries.push(Entry {
-                seq: u64::try_from(seq).unwrap_or(0),
-                session: key.clone(),
-                session_seq: next,
-                role: entry.role,
-                call_id: entry.call_id.as_deref().map(Arc::from),
-                content: Content::from(entry.content),
-                at_ms: now,
-                meta: entry.meta.map(Arc::from),
-            });
-            next += 1;
-        }
+        let (entries, next) =
+            self.insert_entries_in(&tx, session, batch.entries, span.next, now)?;
+        applied.entries = entries;
         if (first, next) != (span.first, span.next) {
-            let (f, n) = (
-                i64::try_from(first).unwrap_or(i64::MAX),
-                i64::try_from(next).unwrap_or(i64::MAX),
-            );
-            let sum = session_sum(session.as_bytes(), f, n);
-            tx.prepare_cached(
-                "INSERT INTO wm_sessions (session, first_seq, next_seq, checksum) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (session) DO UPDATE SET first_seq = excluded.first_seq, \
-                 next_seq = excluded.next_seq, checksum = excluded.checksum",
-            )
-            .and_then(|mut st| st.execute(params![session, f, n, &sum[..]]))
-            .map_err(|e| self.err(e))?;
+            self.record_span_in(&tx, session, first, next)?;
         }
         if let Some(op) = &batch.operation {
-            tx.prepare_cached("DELETE FROM wm_operations WHERE at_ms <= ?1")
-                .and_then(|mut st| st.execute([now.saturating_sub(OPERATION_TTL_MS)]))
-                .map_err(|e| self.err(e))?;
-            let sum = operation_sum(
-                session.as_bytes(),
-                op.key.as_bytes(),
-                op.fingerprint.as_bytes(),
-                op.answer.as_bytes(),
-                now,
-            );
-            // An upsert, not INSERT OR REPLACE: a replacement would bypass the delete trigger
-            // that keeps the row counts (ADR-0036).
-            tx.prepare_cached(
-                "INSERT INTO wm_operations (session, key, fingerprint, answer, at_ms, checksum) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session, key) DO UPDATE SET \
-                 fingerprint = excluded.fingerprint, answer = excluded.answer, \
-                 at_ms = excluded.at_ms, checksum = excluded.checksum",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    session,
-                    op.key,
-                    op.fingerprint,
-                    op.answer,
-                    now,
-                    &sum[..]
-                ])
-            })
-            .map_err(|e| self.err(e))?;
+            self.record_operation_in(&tx, session, op, now)?;
         }
         if applied.cleared == 0 && applied.entries.is_empty() && batch.operation.is_none() {
             // Nothing written: end the transaction without touching the file.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::manager::GoalManager;
 use super::model::{
     add_artifact, add_checkpoint, add_decision, set_checkpoint, subject_of, ArtifactAction,
-    ArtifactKind, CheckpointStatus, GoalBook, GoalPriority, GoalStatus,
+    ArtifactKind, CheckpointStatus, Goal, GoalBook, GoalPriority, GoalStatus,
 };
 use super::{MAX_MARKERS_PER_OUTPUT, MAX_MARKER_TEXT};
 
@@ -137,20 +137,9 @@ pub fn parse_markers(output: &AssistantOutput) -> ParsedMarkers {
     let mut parsed = ParsedMarkers::default();
     for (i, raw) in output.as_str().lines().enumerate() {
         let line_no = i + 1;
-        let line = raw.trim_start();
-        let Some(after) = line.strip_prefix('[') else {
+        let Some((tag, rest)) = marker_tag(raw) else {
             continue;
         };
-        let Some((tag, rest)) = after.split_once(']') else {
-            continue;
-        };
-        let tag = tag.to_ascii_uppercase();
-        if !matches!(
-            tag.as_str(),
-            "GOAL" | "CHECKPOINT" | "DECISION" | "ARTIFACT" | "NEXT"
-        ) {
-            continue;
-        }
         if parsed.markers.len() >= MAX_MARKERS_PER_OUTPUT {
             parsed.malformed.push(Malformed {
                 line: line_no,
@@ -158,65 +147,81 @@ pub fn parse_markers(output: &AssistantOutput) -> ParsedMarkers {
             });
             continue;
         }
-        let rest = rest.trim();
-        if rest.is_empty() {
-            parsed.malformed.push(Malformed {
+        match parse_marker(&tag, rest) {
+            Ok(marker) => parsed.markers.push((line_no, marker)),
+            Err(reason) => parsed.malformed.push(Malformed {
                 line: line_no,
-                reason: format!("[{tag}] has no text"),
-            });
-            continue;
+                reason,
+            }),
         }
-        let marker = match tag.as_str() {
-            "GOAL" => Marker::Goal(clip(rest)),
-            "NEXT" => Marker::Next(clip(rest)),
-            "CHECKPOINT" => {
-                let (description, status) = split_suffix(rest, checkpoint_status);
-                Marker::Checkpoint {
-                    description,
-                    status: status.unwrap_or(CheckpointStatus::Pending),
-                }
-            }
-            "DECISION" => {
-                let (description, locked) =
-                    split_suffix(rest, |w| (normalise(w) == "LOCKED").then_some(()));
-                Marker::Decision {
-                    description,
-                    locked: locked.is_some(),
-                }
-            }
-            _ => {
-                let (verb, path) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-                let action = match verb.to_ascii_lowercase().trim_end_matches(':') {
-                    "created" => Some(ArtifactAction::Created),
-                    "modified" => Some(ArtifactAction::Modified),
-                    "deleted" => Some(ArtifactAction::Deleted),
-                    _ => None,
-                };
-                let path = clip(path);
-                match action {
-                    Some(action) if !path.is_empty() => Marker::Artifact { action, path },
-                    _ => {
-                        parsed.malformed.push(Malformed {
-                            line: line_no,
-                            reason: "[ARTIFACT] needs Created, Modified or Deleted, then a path"
-                                .into(),
-                        });
-                        continue;
-                    }
-                }
-            }
-        };
-        if matches!(&marker, Marker::Checkpoint { description, .. } | Marker::Decision { description, .. } if description.is_empty())
-        {
-            parsed.malformed.push(Malformed {
-                line: line_no,
-                reason: format!("[{tag}] has no description"),
-            });
-            continue;
-        }
-        parsed.markers.push((line_no, marker));
     }
     parsed
+}
+
+/// The tag (upper case) of a line that starts, after blanks, with the tag of a marker, and
+/// the text after the tag; `None` for any other line.
+fn marker_tag(raw: &str) -> Option<(String, &str)> {
+    let line = raw.trim_start();
+    let after = line.strip_prefix('[')?;
+    let (tag, rest) = after.split_once(']')?;
+    let tag = tag.to_ascii_uppercase();
+    if !matches!(
+        tag.as_str(),
+        "GOAL" | "CHECKPOINT" | "DECISION" | "ARTIFACT" | "NEXT"
+    ) {
+        return None;
+    }
+    Some((tag, rest))
+}
+
+/// The marker of tag `tag` (a marker tag, upper case) with the text `rest` after it; or why
+/// the line is malformed.
+fn parse_marker(tag: &str, rest: &str) -> Result<Marker, String> {
+    let rest = rest.trim();
+    if rest.is_empty() {
+        return Err(format!("[{tag}] has no text"));
+    }
+    let marker = match tag {
+        "GOAL" => Marker::Goal(clip(rest)),
+        "NEXT" => Marker::Next(clip(rest)),
+        "CHECKPOINT" => {
+            let (description, status) = split_suffix(rest, checkpoint_status);
+            Marker::Checkpoint {
+                description,
+                status: status.unwrap_or(CheckpointStatus::Pending),
+            }
+        }
+        "DECISION" => {
+            let (description, locked) =
+                split_suffix(rest, |w| (normalise(w) == "LOCKED").then_some(()));
+            Marker::Decision {
+                description,
+                locked: locked.is_some(),
+            }
+        }
+        _ => parse_artifact(rest)?,
+    };
+    if matches!(&marker, Marker::Checkpoint { description, .. } | Marker::Decision { description, .. } if description.is_empty())
+    {
+        return Err(format!("[{tag}] has no description"));
+    }
+    Ok(marker)
+}
+
+/// The artifact marker with the text `rest` (trimmed, not empty): an action word, then a path.
+fn parse_artifact(rest: &str) -> Result<Marker, String> {
+    let (verb, path) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let action = match verb.to_ascii_lowercase().trim_end_matches(':') {
+        "created" => Some(ArtifactAction::Created),
+        "modified" => Some(ArtifactAction::Modified),
+        "deleted" => Some(ArtifactAction::Deleted),
+        _ => None,
+    };
+    let path = clip(path);
+    match action {
+        Some(action) if !path.is_empty() => Ok(Marker::Artifact { action, path }),
+        _ => Err("[ARTIFACT] needs Created, Modified or Deleted, then a path".into()),
+    }
 }
 
 /// What applying one marker did.
@@ -286,67 +291,11 @@ pub(super) fn apply_marker(
         Marker::Checkpoint {
             description,
             status,
-        } => {
-            match g
-                .checkpoints
-                .iter()
-                .position(|c| c.description.eq_ignore_ascii_case(description))
-            {
-                None => {
-                    add_checkpoint(g, now, description, *status);
-                    MarkerOutcome::Applied
-                }
-                Some(i) if g.checkpoints[i].status == *status => MarkerOutcome::Unchanged,
-                Some(i) => {
-                    set_checkpoint(g, i, now, *status);
-                    MarkerOutcome::Applied
-                }
-            }
-        }
+        } => apply_checkpoint(g, now, description, *status),
         Marker::Decision {
             description,
             locked,
-        } => {
-            let subject = subject_of(description);
-            // ADR-0011: only the caller's authority locks; the model's marker proposes.
-            let lock_now = *locked && authority == Authority::Caller;
-            let propose = *locked && !lock_now;
-            match g.decisions.iter().position(|d| d.subject() == subject) {
-                None => {
-                    let d = add_decision(g, now, description, "", lock_now);
-                    if propose {
-                        if let Some(x) = g.decisions.iter_mut().find(|x| x.id == d.id) {
-                            x.lock_proposed = true;
-                        }
-                        g.log(now, format!("decision {} lock proposed by the model", d.id));
-                    }
-                    MarkerOutcome::Applied
-                }
-                Some(i) => {
-                    let d = &mut g.decisions[i];
-                    let same_text = d.description.eq_ignore_ascii_case(description);
-                    if d.locked {
-                        if same_text && *locked {
-                            MarkerOutcome::Unchanged
-                        } else {
-                            MarkerOutcome::Refused(format!(
-                                "decision {} (`{}`) is locked and cannot be changed",
-                                d.id, d.description
-                            ))
-                        }
-                    } else if same_text && d.lock_proposed == propose && !lock_now {
-                        MarkerOutcome::Unchanged
-                    } else {
-                        d.description = description.clone();
-                        d.locked = lock_now;
-                        d.lock_proposed = propose;
-                        let id = d.id;
-                        g.log(now, format!("decision {id} changed"));
-                        MarkerOutcome::Applied
-                    }
-                }
-            }
-        }
+        } => apply_decision(g, now, description, *locked, authority),
         Marker::Artifact { action, path } => {
             let before = g.artifacts.len();
             add_artifact(g, now, ArtifactKind::File, path, *action);
@@ -361,6 +310,82 @@ pub(super) fn apply_marker(
                 MarkerOutcome::Unchanged
             } else {
                 g.next = Some(next.clone());
+                MarkerOutcome::Applied
+            }
+        }
+    }
+}
+
+/// Record a checkpoint on the active goal `g`: add it, or set the status of the one with the
+/// same description (in any case).
+fn apply_checkpoint(
+    g: &mut Goal,
+    now: i64,
+    description: &str,
+    status: CheckpointStatus,
+) -> MarkerOutcome {
+    match g
+        .checkpoints
+        .iter()
+        .position(|c| c.description.eq_ignore_ascii_case(description))
+    {
+        None => {
+            add_checkpoint(g, now, description, status);
+            MarkerOutcome::Applied
+        }
+        Some(i) if g.checkpoints[i].status == status => MarkerOutcome::Unchanged,
+        Some(i) => {
+            set_checkpoint(g, i, now, status);
+            MarkerOutcome::Applied
+        }
+    }
+}
+
+/// Record a decision on the active goal `g`: add it, or change the one on the same subject
+/// unless that one is locked. A lock takes effect only under the caller's authority; the
+/// model's only proposes it.
+fn apply_decision(
+    g: &mut Goal,
+    now: i64,
+    description: &str,
+    locked: bool,
+    authority: Authority,
+) -> MarkerOutcome {
+    let subject = subject_of(description);
+    // ADR-0011: only the caller's authority locks; the model's marker proposes.
+    let lock_now = locked && authority == Authority::Caller;
+    let propose = locked && !lock_now;
+    match g.decisions.iter().position(|d| d.subject() == subject) {
+        None => {
+            let d = add_decision(g, now, description, "", lock_now);
+            if propose {
+                if let Some(x) = g.decisions.iter_mut().find(|x| x.id == d.id) {
+                    x.lock_proposed = true;
+                }
+                g.log(now, format!("decision {} lock proposed by the model", d.id));
+            }
+            MarkerOutcome::Applied
+        }
+        Some(i) => {
+            let d = &mut g.decisions[i];
+            let same_text = d.description.eq_ignore_ascii_case(description);
+            if d.locked {
+                if same_text && locked {
+                    MarkerOutcome::Unchanged
+                } else {
+                    MarkerOutcome::Refused(format!(
+                        "decision {} (`{}`) is locked and cannot be changed",
+                        d.id, d.description
+                    ))
+                }
+            } else if same_text && d.lock_proposed == propose && !lock_now {
+                MarkerOutcome::Unchanged
+            } else {
+                d.description = description.to_owned();
+                d.locked = lock_now;
+                d.lock_proposed = propose;
+                let id = d.id;
+                g.log(now, format!("decision {id} changed"));
                 MarkerOutcome::Applied
             }
         }
