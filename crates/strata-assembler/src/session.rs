@@ -2162,6 +2162,10 @@ impl Contributor for SessionGoals {
     fn meta(&self) -> ContributorMeta {
         GoalManager::in_memory().meta()
     }
+    /// Each session's goals: never cached (the cache's keys name no session).
+    fn cache_policy(&self) -> strata_registry::CachePolicy {
+        strata_registry::CachePolicy::Never
+    }
     fn contribute(
         &self,
         ctx: &ContributionContext,

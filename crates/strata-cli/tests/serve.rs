@@ -118,8 +118,12 @@ fn a_tool_using_session_runs_over_http_and_every_documented_operation_answers() 
     assert_eq!(req["tools"][0]["name"], "file_read");
     assert_eq!(req["tools"][0]["input_schema"]["required"], json!(["path"]));
     assert_eq!(
-        t1.body["report"]["tools"]["refused"][0][0],
+        t1.body["report"]["tools"]["refused"][0]["name"],
         "delete_everything"
+    );
+    assert_eq!(
+        t1.body["report"]["tools"]["refused"][0]["cause"],
+        "not_allowlisted"
     );
     let system = req["system"].to_string();
     assert!(system.contains("core.identity"), "{system}");

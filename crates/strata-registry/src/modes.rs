@@ -266,8 +266,7 @@ impl StandardSection {
             | S::WorkspaceHints
             | S::Memory
             | S::SessionContext
-            | S::ConversationHistory
-            | S::Goal => Stability::Dynamic,
+            | S::ConversationHistory => Stability::Dynamic,
             _ => Stability::Stable,
         }
     }

@@ -17,6 +17,7 @@ use super::model::{
 };
 use super::store::{parse_book, save_atomically, GoalStore, StoreLink, STORE_ATTEMPTS};
 use crate::cache::{Clock, SystemClock};
+use crate::contributor::CachePolicy;
 use crate::contributor::{ContributionContext, Contributor, ContributorError, ContributorMeta};
 use crate::modes::StandardSection;
 
@@ -604,6 +605,12 @@ impl Contributor for GoalManager {
             source: SourceKind::Caller,
             ..StandardSection::Goal.meta()
         }
+    }
+    /// A session's goals are never cached: the section cache's keys name no session. (The
+    /// goal is stable: it leads the context, before the skills and the conversation, and a
+    /// change of it is a change of the stable prefix.)
+    fn cache_policy(&self) -> CachePolicy {
+        CachePolicy::Never
     }
     fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
         if self.session.as_ref().is_some_and(|s| *s != ctx.session_id) {
