@@ -533,11 +533,9 @@ fn tool_schemas_are_pinned_and_descriptions_untrusted() {
     let ctx = assembler().assemble(agent(), &req).unwrap();
     let refused = &ctx.report().tools.refused;
     assert!(
-        refused
-            .iter()
-            .any(|t| t.name == "file_read"
-                && t.reason.contains("definition changed")
-                && t.cause == RefusalCause::DefinitionChanged),
+        refused.iter().any(|t| t.name == "file_read"
+            && t.reason.contains("definition changed")
+            && t.cause == RefusalCause::DefinitionChanged),
         "{refused:?}"
     );
     let body = ctx.request_body(Provider::OpenAiChat, &params()).unwrap();
@@ -672,7 +670,11 @@ fn a_tool_pinned_to_one_server_is_refused_from_another() {
             assert!(tools.refused.is_empty(), "{:?}", tools.refused);
             assert_eq!(body["tools"][0]["name"], "file_read");
         } else {
-            assert!(tools.effective.is_empty(), "{server:?}: {:?}", tools.effective);
+            assert!(
+                tools.effective.is_empty(),
+                "{server:?}: {:?}",
+                tools.effective
+            );
             assert_eq!(tools.refused.len(), 1, "{:?}", tools.refused);
             let r = &tools.refused[0];
             assert_eq!(r.cause, RefusalCause::DefinitionChanged, "{r:?}");

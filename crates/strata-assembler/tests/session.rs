@@ -842,12 +842,9 @@ fn refused_tools_are_reported() {
         .unwrap();
     let r = &t.report().tools;
     assert_eq!(r.effective, [ToolName::new("file_read").unwrap()]);
-    assert!(r
-        .refused
-        .iter()
-        .any(|t| t.name == "wire_money"
-            && t.reason.contains("allowlist")
-            && t.cause == RefusalCause::NotAllowlisted));
+    assert!(r.refused.iter().any(|t| t.name == "wire_money"
+        && t.reason.contains("allowlist")
+        && t.cause == RefusalCause::NotAllowlisted));
     assert!(!t.body.to_string().contains("Send money."));
 }
 

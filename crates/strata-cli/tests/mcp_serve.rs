@@ -256,9 +256,16 @@ fn a_live_server_is_pinned_served_dropped_restored_and_caught_changing() {
         Some(TOKEN),
     );
     assert_eq!(refused_run.status, 409, "{:?}", refused_run.body);
-    assert_eq!(refused_run.code(), "tool_not_offered", "{:?}", refused_run.body);
+    assert_eq!(
+        refused_run.code(),
+        "tool_not_offered",
+        "{:?}",
+        refused_run.body
+    );
     assert!(
-        refused_run.text.contains("last prepared turn did not offer"),
+        refused_run
+            .text
+            .contains("last prepared turn did not offer"),
         "{}",
         refused_run.text
     );
