@@ -4,6 +4,8 @@
 //! `cmd/`, and maps errors to exit codes (see `error.rs`). To add a command, add a module under
 //! `cmd/`, a variant to [`Command`] holding its clap arguments, and one arm in [`run`].
 #![forbid(unsafe_code)]
+// A function a reader takes in on one screen (threshold in clippy.toml).
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 mod cmd;
 mod error;

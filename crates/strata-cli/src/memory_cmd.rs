@@ -433,7 +433,31 @@ struct Progress<'a> {
     last: Instant,
 }
 
-impl Progress<'_> {
+impl<'a> Progress<'a> {
+    /// An indicatif bar over `total_bytes` when `terminal`, otherwise a line on `out` every
+    /// `every_secs` seconds.
+    fn new(out: &'a mut dyn Write, terminal: bool, every_secs: u64, total_bytes: u64) -> Self {
+        let bar = terminal.then(|| {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(total_bytes),
+                indicatif::ProgressDrawTarget::stderr_with_hz(4),
+            );
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} ({eta})")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        Progress {
+            bar,
+            out,
+            every: Duration::from_secs(every_secs),
+            total_bytes,
+            started: Instant::now(),
+            last: Instant::now(),
+        }
+    }
+
     fn update(&mut self, t: &Tally) {
         if let Some(bar) = &self.bar {
             bar.set_position(t.bytes);
@@ -523,6 +547,8 @@ fn is_about_the_memory(e: &MemoryError) -> bool {
     )
 }
 
+/// Run `strata memory import`: read the notes of a Markdown folder or the lines of a JSONL
+/// file into the store at `path` in batches, then print what was done.
 fn import(
     path: &Path,
     json: bool,
@@ -532,20 +558,17 @@ fn import(
     terminal: bool,
 ) -> Result<(), Box<dyn Error>> {
     let markdown = a.source.is_dir();
-    let mut note_paths: Vec<String> = Vec::new();
+    let mut places = Places {
+        source: &a.source,
+        markdown,
+        note_paths: Vec::new(),
+    };
     let notes = if markdown {
         let graph = NoteGraph::load(&a.source)?;
-        note_paths = graph.paths().into_iter().map(str::to_owned).collect();
+        places.note_paths = graph.paths().into_iter().map(str::to_owned).collect();
         Some(graph.to_memories(&a.agent))
     } else {
         None
-    };
-    // Where a refused memory came from: the note's file, or the JSONL line.
-    let place = |n: usize| -> String {
-        match note_paths.get(n.wrapping_sub(1)) {
-            Some(p) if markdown => format!("note {p} (file {})", a.source.join(p).display()),
-            _ => format!("line {n}"),
-        }
     };
     let file = if markdown {
         None
@@ -560,156 +583,34 @@ fn import(
         .and_then(|f| f.metadata().ok())
         .map_or(0, |m| m.len());
     let store = open_for_write(path)?;
-    let bar = terminal.then(|| {
-        let bar = indicatif::ProgressBar::with_draw_target(
-            Some(total_bytes),
-            indicatif::ProgressDrawTarget::stderr_with_hz(4),
-        );
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} ({eta})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
-    let mut prog = Progress {
-        bar,
-        out: progress,
-        every: Duration::from_secs(a.progress_every),
-        total_bytes,
-        started: Instant::now(),
-        last: Instant::now(),
+    let mut prog = Progress::new(progress, terminal, a.progress_every, total_bytes);
+    let mut b = Batcher {
+        store: &store,
+        size: a.batch.max(1),
+        batch: Vec::with_capacity(a.batch.max(1)),
+        t: Tally::default(),
     };
-    let batch_size = a.batch.max(1);
-    let mut t = Tally::default();
-    let mut batch: Vec<(usize, NewMemory)> = Vec::with_capacity(batch_size);
-    let mut stopped: Option<(usize, String)> = None;
-    let flush = |batch: &mut Vec<(usize, NewMemory)>, t: &mut Tally| -> Option<String> {
-        let first = batch.first().map_or(0, |(l, _)| *l);
-        match store_batch(&store, std::mem::take(batch), t) {
-            Ok(()) => None,
-            Err(e) => Some(format!("{e} (in the batch starting at line {first})")),
-        }
-    };
-    if let Some(notes) = notes {
-        for (i, mut m) in notes.into_iter().enumerate() {
-            m.tags.extend(a.tags.iter().cloned());
-            t.read += 1;
-            batch.push((i + 1, m));
-            if batch.len() >= batch_size {
-                if let Some(e) = flush(&mut batch, &mut t) {
-                    stopped = Some((i + 1, e));
-                    break;
-                }
-                prog.update(&t);
-            }
-        }
+    let mut stopped = if let Some(notes) = notes {
+        import_notes(notes, &a.tags, &mut b, &mut prog)
     } else if let Some(file) = file {
-        let mut reader = std::io::BufReader::new(file);
-        let mut line = String::new();
-        let mut number = 0usize;
-        loop {
-            line.clear();
-            let n = match reader.read_line(&mut line) {
-                Ok(n) => n,
-                Err(e) => {
-                    stopped = Some((number + 1, format!("cannot read the file: {e}")));
-                    break;
-                }
-            };
-            if n == 0 {
-                break;
-            }
-            number += 1;
-            t.bytes += n as u64;
-            if line.trim().is_empty() {
-                continue;
-            }
-            t.read += 1;
-            match parse_line(&line, &a.agent) {
-                Ok(mut m) => {
-                    m.tags.extend(a.tags.iter().cloned());
-                    batch.push((number, m));
-                }
-                Err(e) => t.rejected.push((number, e)),
-            }
-            if batch.len() >= batch_size {
-                if let Some(e) = flush(&mut batch, &mut t) {
-                    stopped = Some((number, e));
-                    break;
-                }
-                prog.update(&t);
-            }
-        }
-    }
-    if stopped.is_none() && !batch.is_empty() {
-        if let Some(e) = flush(&mut batch, &mut t) {
-            stopped = Some((t.read, e));
+        import_jsonl(file, a, &mut b, &mut prog)
+    } else {
+        None
+    };
+    if stopped.is_none() && !b.batch.is_empty() {
+        if let Err(e) = b.flush() {
+            stopped = Some((b.t.read, e));
         }
     }
     prog.finish();
+    let t = b.t;
     if t.imported > 0 {
-        // The import pays for indexing what it stored, and leaves the snapshot that lets the
-        // next search start in a fraction of the time (ADR-0029). The memories are stored
-        // whatever happens here: a failure only leaves that cost to the first search.
-        let started = Instant::now();
-        match store.prepare_search() {
-            Ok(()) => tracing::info!(
-                took_ms = started.elapsed().as_millis() as u64,
-                "indexed the store for search"
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not index the store for search; the first search will")
-            }
-        }
+        index_for_search(&store);
     }
-    let kind = if markdown { "markdown" } else { "jsonl" };
-    let what = if markdown { "note" } else { "line" };
-    if json {
-        serde_json::to_writer_pretty(
-            &mut *out,
-            &serde_json::json!({
-                "imported": t.imported,
-                "already_present": t.present,
-                "not_imported": t.rejected.iter().map(|(l, e)| serde_json::json!({what: l, "at": place(*l), "error": e})).collect::<Vec<_>>(),
-                "stopped": stopped.as_ref().map(|(l, e)| serde_json::json!({what: l, "at": place(*l), "error": e})),
-                "kind": kind,
-                "source": a.source,
-                "store": path,
-            }),
-        )?;
-        writeln!(out)?;
-    } else {
-        let mut line = format!(
-            "imported {} memories ({kind}) from {} into {}; {} already present; {} {what}s not imported",
-            t.imported,
-            a.source.display(),
-            path.display(),
-            t.present,
-            t.rejected.len()
-        );
-        if !t.rejected.is_empty() {
-            let shown: Vec<String> = t
-                .rejected
-                .iter()
-                .take(SHOWN_REJECTS)
-                .map(|(l, e)| format!("{}: {e}", place(*l)))
-                .collect();
-            line.push_str(&format!(" ({}", shown.join("; ")));
-            if t.rejected.len() > SHOWN_REJECTS {
-                line.push_str(&format!("; and {} more", t.rejected.len() - SHOWN_REJECTS));
-            }
-            line.push(')');
-        }
-        if let Some((l, e)) = &stopped {
-            line.push_str(&format!(
-                "; stopped at {}: {e}; everything before it is stored, run the same import again to continue",
-                place(*l)
-            ));
-        }
-        writeln!(out, "{line}")?;
-    }
+    write_import_summary(out, json, a, path, &t, stopped.as_ref(), &places)?;
+    let what = places.what();
     if let Some((l, e)) = stopped {
-        return Err(format!("the import stopped at {}: {e}", place(l)).into());
+        return Err(format!("the import stopped at {}: {e}", places.of(l)).into());
     }
     if !t.rejected.is_empty() {
         return Err(format!(
@@ -719,6 +620,207 @@ fn import(
         )
         .into());
     }
+    Ok(())
+}
+
+/// Names where a memory of an import came from: the note's file, or the JSONL line.
+struct Places<'a> {
+    /// The folder or file imported.
+    source: &'a Path,
+    /// Whether the source is a folder of Markdown notes.
+    markdown: bool,
+    /// The notes' paths, in the order they are imported (Markdown only).
+    note_paths: Vec<String>,
+}
+
+impl Places<'_> {
+    /// Where note or line `n` (from 1) is.
+    fn of(&self, n: usize) -> String {
+        match self.note_paths.get(n.wrapping_sub(1)) {
+            Some(p) if self.markdown => {
+                format!("note {p} (file {})", self.source.join(p).display())
+            }
+            _ => format!("line {n}"),
+        }
+    }
+
+    /// The kind of source, as the JSON summary names it.
+    fn kind(&self) -> &'static str {
+        if self.markdown {
+            "markdown"
+        } else {
+            "jsonl"
+        }
+    }
+
+    /// What one item of the source is called.
+    fn what(&self) -> &'static str {
+        if self.markdown {
+            "note"
+        } else {
+            "line"
+        }
+    }
+}
+
+/// Memories waiting to be stored in one batch, and what the import has done so far.
+struct Batcher<'s> {
+    store: &'s SqliteStore,
+    /// How many memories a batch holds.
+    size: usize,
+    batch: Vec<(usize, NewMemory)>,
+    t: Tally,
+}
+
+impl Batcher<'_> {
+    /// Add the memory of line or note `line`; when the batch is full, store it and report
+    /// progress. An error that stops the import comes back in words.
+    fn push(&mut self, line: usize, m: NewMemory, prog: &mut Progress<'_>) -> Result<(), String> {
+        self.batch.push((line, m));
+        if self.batch.len() >= self.size {
+            self.flush()?;
+            prog.update(&self.t);
+        }
+        Ok(())
+    }
+
+    /// Store the batch now (see [`store_batch`]).
+    fn flush(&mut self) -> Result<(), String> {
+        let first = self.batch.first().map_or(0, |(l, _)| *l);
+        store_batch(self.store, std::mem::take(&mut self.batch), &mut self.t)
+            .map_err(|e| format!("{e} (in the batch starting at line {first})"))
+    }
+}
+
+/// Feed the memories of a Markdown folder's notes, with the import's tags, to the batcher;
+/// the note and the error that stopped the import, if one did.
+fn import_notes(
+    notes: Vec<NewMemory>,
+    tags: &[String],
+    b: &mut Batcher<'_>,
+    prog: &mut Progress<'_>,
+) -> Option<(usize, String)> {
+    for (i, mut m) in notes.into_iter().enumerate() {
+        m.tags.extend(tags.iter().cloned());
+        b.t.read += 1;
+        if let Err(e) = b.push(i + 1, m, prog) {
+            return Some((i + 1, e));
+        }
+    }
+    None
+}
+
+/// Feed a JSONL file to the batcher line by line: blank lines are skipped, a line that is not
+/// a memory is rejected; the line and the error that stopped the import, if one did.
+fn import_jsonl(
+    file: std::fs::File,
+    a: &ImportArgs,
+    b: &mut Batcher<'_>,
+    prog: &mut Progress<'_>,
+) -> Option<(usize, String)> {
+    let mut reader = std::io::BufReader::new(file);
+    let mut line = String::new();
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        let n = match reader.read_line(&mut line) {
+            Ok(n) => n,
+            Err(e) => return Some((number + 1, format!("cannot read the file: {e}"))),
+        };
+        if n == 0 {
+            return None;
+        }
+        number += 1;
+        b.t.bytes += n as u64;
+        if line.trim().is_empty() {
+            continue;
+        }
+        b.t.read += 1;
+        match parse_line(&line, &a.agent) {
+            Ok(mut m) => {
+                m.tags.extend(a.tags.iter().cloned());
+                if let Err(e) = b.push(number, m, prog) {
+                    return Some((number, e));
+                }
+            }
+            Err(e) => b.t.rejected.push((number, e)),
+        }
+    }
+}
+
+/// Index what the import stored for search, leaving the snapshot that lets the next search
+/// start in a fraction of the time (ADR-0029). The memories are stored whatever happens here:
+/// a failure only leaves that cost to the first search.
+fn index_for_search(store: &SqliteStore) {
+    let started = Instant::now();
+    match store.prepare_search() {
+        Ok(()) => tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "indexed the store for search"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not index the store for search; the first search will")
+        }
+    }
+}
+
+/// Print what the import did: as JSON, or as one line naming the first memories not imported
+/// and where the import stopped.
+fn write_import_summary(
+    out: &mut dyn Write,
+    json: bool,
+    a: &ImportArgs,
+    path: &Path,
+    t: &Tally,
+    stopped: Option<&(usize, String)>,
+    places: &Places<'_>,
+) -> Result<(), Box<dyn Error>> {
+    let what = places.what();
+    if json {
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &serde_json::json!({
+                "imported": t.imported,
+                "already_present": t.present,
+                "not_imported": t.rejected.iter().map(|(l, e)| serde_json::json!({what: l, "at": places.of(*l), "error": e})).collect::<Vec<_>>(),
+                "stopped": stopped.map(|(l, e)| serde_json::json!({what: l, "at": places.of(*l), "error": e})),
+                "kind": places.kind(),
+                "source": a.source,
+                "store": path,
+            }),
+        )?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let mut line = format!(
+        "imported {} memories ({}) from {} into {}; {} already present; {} {what}s not imported",
+        t.imported,
+        places.kind(),
+        a.source.display(),
+        path.display(),
+        t.present,
+        t.rejected.len()
+    );
+    if !t.rejected.is_empty() {
+        let shown: Vec<String> = t
+            .rejected
+            .iter()
+            .take(SHOWN_REJECTS)
+            .map(|(l, e)| format!("{}: {e}", places.of(*l)))
+            .collect();
+        line.push_str(&format!(" ({}", shown.join("; ")));
+        if t.rejected.len() > SHOWN_REJECTS {
+            line.push_str(&format!("; and {} more", t.rejected.len() - SHOWN_REJECTS));
+        }
+        line.push(')');
+    }
+    if let Some((l, e)) = stopped {
+        line.push_str(&format!(
+            "; stopped at {}: {e}; everything before it is stored, run the same import again to continue",
+            places.of(*l)
+        ));
+    }
+    writeln!(out, "{line}")?;
     Ok(())
 }
 

@@ -200,9 +200,6 @@ fn layers_above(l: Layer) -> String {
 /// Why a section has its outcome, in a sentence; `inputs` are the described sections of the
 /// report (for the size of what was dropped and of the fences kept).
 pub fn reason(s: &SectionReport, r: &Report, inputs: &[SectionInput]) -> String {
-    let input = input_of(inputs, s);
-    let n = s.layer.number();
-    let idle = idle_tokens(r);
     match &s.status {
         SectionStatus::Kept => {
             if s.sticky {
@@ -232,85 +229,8 @@ pub fn reason(s: &SectionReport, r: &Report, inputs: &[SectionInput]) -> String 
             num(s.tokens),
             num(s.bytes.saturating_sub(head_bytes + tail_bytes))
         ),
-        SectionStatus::Dropped { reason } => {
-            let need = input.map(|i| i.tokens);
-            match reason.as_ref() {
-                "budget" => {
-                    let mut t = format!(
-                        "layer {n} yields to {} when the prompt budget ({}) runs out",
-                        layers_above(s.layer),
-                        tokens(r.prompt_budget)
-                    );
-                    if let Some(need) = need {
-                        let fence = fence_bound(s, observed_fence(r, inputs));
-                        if need > idle {
-                            t.push_str(&format!(
-                                "; its text alone needs about {}, {} more than the {} left unused",
-                                tokens(need),
-                                tokens(need - idle),
-                                tokens(idle)
-                            ));
-                        } else {
-                            t.push_str(&format!(
-                                "; its text needs about {} and its fence up to about {} more, \
-                                 with {} left unused: it {}",
-                                tokens(need),
-                                tokens(fence),
-                                tokens(idle),
-                                if need + fence <= idle {
-                                    "may have fit"
-                                } else {
-                                    "would not have fit"
-                                }
-                            ));
-                        }
-                    }
-                    t
-                }
-                "layer_budget" => {
-                    let soft = r
-                        .layers
-                        .iter()
-                        .find(|l| l.layer == s.layer)
-                        .and_then(|l| l.budget);
-                    match soft {
-                        Some(b) => format!(
-                            "layer {n}'s soft budget of {} is full{}",
-                            tokens(b),
-                            need.map_or(String::new(), |t| format!(
-                                "; its text needs about {}",
-                                tokens(t)
-                            ))
-                        ),
-                        None => format!("layer {n}'s soft budget is full"),
-                    }
-                }
-                "max_total_chars" => format!(
-                    "the character cap of the whole prompt ({}) was reached",
-                    r.max_total_chars.map_or("set".to_owned(), num)
-                ),
-                "section_cap" => "it is larger than the per-section token cap and could not be \
-                                  shortened to fit it"
-                    .into(),
-                other => format!("dropped ({other})"),
-            }
-        }
-        SectionStatus::Filtered { reason } => match reason.as_ref() {
-            "mode" | "path" => format!(
-                "left out by design: this section does not take part in the current {reason}; \
-                 not a loss"
-            ),
-            "reserved" => format!(
-                "left out by design: its id or key is reserved for the tool catalog the \
-                 assembler writes (id `{TOOL_CATALOG_ID}`, key `{TOOL_CATALOG_KEY}`); rename it \
-                 to send it"
-            ),
-            "empty" => "left out: an empty user or assistant turn is not sent".into(),
-            "unpaired" => "left out: a tool call without its result, or a result without its \
-                           call, is not sent under --drop-unpaired"
-                .into(),
-            other => format!("left out by design ({other}); not a loss"),
-        },
+        SectionStatus::Dropped { reason } => dropped_reason(s, reason, r, inputs),
+        SectionStatus::Filtered { reason } => filtered_reason(reason),
         SectionStatus::Overridden { by_layer, by_id, on } => format!(
             "left out by design: layer {} `{by_id}` claims the same {} and the higher layer wins",
             by_layer.number(),
@@ -325,6 +245,103 @@ pub fn reason(s: &SectionReport, r: &Report, inputs: &[SectionInput]) -> String 
             reason = "the report may gain outcomes; show them by name"
         )]
         other => format!("{other:?}"),
+    }
+}
+
+/// Why a section was dropped, by the assembler's `reason`: which budget or cap left it out.
+fn dropped_reason(s: &SectionReport, reason: &str, r: &Report, inputs: &[SectionInput]) -> String {
+    let n = s.layer.number();
+    let need = input_of(inputs, s).map(|i| i.tokens);
+    match reason {
+        "budget" => budget_reason(s, need, r, inputs),
+        "layer_budget" => {
+            let soft = r
+                .layers
+                .iter()
+                .find(|l| l.layer == s.layer)
+                .and_then(|l| l.budget);
+            match soft {
+                Some(b) => format!(
+                    "layer {n}'s soft budget of {} is full{}",
+                    tokens(b),
+                    need.map_or(String::new(), |t| format!(
+                        "; its text needs about {}",
+                        tokens(t)
+                    ))
+                ),
+                None => format!("layer {n}'s soft budget is full"),
+            }
+        }
+        "max_total_chars" => format!(
+            "the character cap of the whole prompt ({}) was reached",
+            r.max_total_chars.map_or("set".to_owned(), num)
+        ),
+        "section_cap" => "it is larger than the per-section token cap and could not be \
+                          shortened to fit it"
+            .into(),
+        other => format!("dropped ({other})"),
+    }
+}
+
+/// Why a section was dropped when the prompt budget ran out: the layers it yields to and,
+/// when its size is known (`need`), whether it may have fit in the budget left unused.
+fn budget_reason(
+    s: &SectionReport,
+    need: Option<u64>,
+    r: &Report,
+    inputs: &[SectionInput],
+) -> String {
+    let idle = idle_tokens(r);
+    let mut t = format!(
+        "layer {} yields to {} when the prompt budget ({}) runs out",
+        s.layer.number(),
+        layers_above(s.layer),
+        tokens(r.prompt_budget)
+    );
+    if let Some(need) = need {
+        let fence = fence_bound(s, observed_fence(r, inputs));
+        if need > idle {
+            t.push_str(&format!(
+                "; its text alone needs about {}, {} more than the {} left unused",
+                tokens(need),
+                tokens(need - idle),
+                tokens(idle)
+            ));
+        } else {
+            t.push_str(&format!(
+                "; its text needs about {} and its fence up to about {} more, \
+                 with {} left unused: it {}",
+                tokens(need),
+                tokens(fence),
+                tokens(idle),
+                if need + fence <= idle {
+                    "may have fit"
+                } else {
+                    "would not have fit"
+                }
+            ));
+        }
+    }
+    t
+}
+
+/// Why a section was left out by design (not a loss), by the assembler's `reason`.
+fn filtered_reason(reason: &str) -> String {
+    match reason {
+        "mode" | "path" => format!(
+            "left out by design: this section does not take part in the current {reason}; \
+             not a loss"
+        ),
+        "reserved" => format!(
+            "left out by design: its id or key is reserved for the tool catalog the \
+             assembler writes (id `{TOOL_CATALOG_ID}`, key `{TOOL_CATALOG_KEY}`); rename it \
+             to send it"
+        ),
+        "empty" => "left out: an empty user or assistant turn is not sent".into(),
+        "unpaired" => "left out: a tool call without its result, or a result without its \
+                       call, is not sent under --drop-unpaired"
+            .into(),
+        other => format!("left out by design ({other}); not a loss"),
     }
 }
 

@@ -258,15 +258,44 @@ pub fn build_request(
         ..Default::default()
     };
     if let Some(path) = &args.config {
-        let cfg =
-            strata_registry::Config::load(path).map_err(|e| CliError::Other(format!("{e}")))?;
-        req.mode = cfg.prompt.default_mode;
-        req.protected_priorities = cfg.prompt.protected_priorities.iter().copied().collect();
-        req.budget = Some(BudgetSpec::Explicit(cfg.to_budget()));
+        apply_config(&mut req, path)?;
     }
     if let Some(m) = args.mode {
         req.mode = m;
     }
+    apply_budget_flags(&mut req, args, agent)?;
+    apply_runtime_input(&mut req, args)?;
+    check_unique_section_ids(&req)?;
+    // An unpaired tool call is refused whatever the output format, as a provider request
+    // refuses it, so that `--format` does not decide whether an input is accepted.
+    if !args.drop_unpaired {
+        req.check_tool_pairs()
+            .map_err(|e| CliError::Other(e.to_string()))?;
+    }
+    req.provider = args.format.provider().or(args.provider);
+    // The reports people read (`--report`, and `--format json`, which `strata explain` draws)
+    // say how many tokens a cut section had in full; that costs counting it whole.
+    req.count_cut_sections = args.report || matches!(args.format, Format::Json);
+    req.provider_options = provider_options(args);
+    Ok(req)
+}
+
+/// Take the prompt mode, protected priorities and budget of the strata.toml at `path`.
+fn apply_config(req: &mut AssemblyRequest, path: &Path) -> Result<(), CliError> {
+    let cfg = strata_registry::Config::load(path).map_err(|e| CliError::Other(format!("{e}")))?;
+    req.mode = cfg.prompt.default_mode;
+    req.protected_priorities = cfg.prompt.protected_priorities.iter().copied().collect();
+    req.budget = Some(BudgetSpec::Explicit(cfg.to_budget()));
+    Ok(())
+}
+
+/// Apply `--budget` and `--context-window`, refusing one that leaves no room for the prompt
+/// after the response reserve.
+fn apply_budget_flags(
+    req: &mut AssemblyRequest,
+    args: &AssembleArgs,
+    agent: &VerifiedAgent,
+) -> Result<(), CliError> {
     if let Some(b) = args.budget {
         let mut budget = match &req.budget {
             Some(BudgetSpec::Explicit(b)) => b.clone(),
@@ -300,6 +329,11 @@ pub fn build_request(
         }
         req.budget = Some(BudgetSpec::ContextWindow(w));
     }
+    Ok(())
+}
+
+/// Apply the `--input` files in order, then the `--section` flags.
+fn apply_runtime_input(req: &mut AssemblyRequest, args: &AssembleArgs) -> Result<(), CliError> {
     for path in &args.input {
         let text = read_input(path)?;
         let input = RuntimeInput::from_json(&text).map_err(|e| {
@@ -309,14 +343,18 @@ pub fn build_request(
             ))
         })?;
         input
-            .apply(&mut req)
+            .apply(req)
             .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
     }
     for flag in &args.section {
         req.sections.push(parse_section_flag(flag)?);
     }
-    // Two sections with one id in one layer are a mistake in the input (only one could be
-    // shown); ids shared across layers are conflicts the higher layer wins, and are reported.
+    Ok(())
+}
+
+/// Refuse two sections with one id in one layer: a mistake in the input (only one could be
+/// shown). Ids shared across layers are conflicts the higher layer wins, and are reported.
+fn check_unique_section_ids(req: &AssemblyRequest) -> Result<(), CliError> {
     let mut seen = std::collections::BTreeSet::new();
     for s in &req.sections {
         if !seen.insert((s.layer(), s.id().to_string())) {
@@ -329,17 +367,12 @@ pub fn build_request(
             )));
         }
     }
-    // An unpaired tool call is refused whatever the output format, as a provider request
-    // refuses it, so that `--format` does not decide whether an input is accepted.
-    if !args.drop_unpaired {
-        req.check_tool_pairs()
-            .map_err(|e| CliError::Other(e.to_string()))?;
-    }
-    req.provider = args.format.provider().or(args.provider);
-    // The reports people read (`--report`, and `--format json`, which `strata explain` draws)
-    // say how many tokens a cut section had in full; that costs counting it whole.
-    req.count_cut_sections = args.report || matches!(args.format, Format::Json);
-    req.provider_options = ProviderOptions {
+    Ok(())
+}
+
+/// The provider options the flags ask for: system role, tool descriptions, pair policy, model.
+fn provider_options(args: &AssembleArgs) -> ProviderOptions {
+    ProviderOptions {
         system_role: match args.system_role {
             SystemRoleArg::System => SystemRole::System,
             SystemRoleArg::Developer => SystemRole::Developer,
@@ -361,8 +394,7 @@ pub fn build_request(
         },
         model: args.model.clone(),
         ..ProviderOptions::default()
-    };
-    Ok(req)
+    }
 }
 
 fn read_input(path: &Path) -> Result<String, CliError> {

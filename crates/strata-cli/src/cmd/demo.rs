@@ -19,7 +19,7 @@ use strata_assembler::{
     session::GoalPriority,
     AnnouncedTool, PreparedTurn, Provider, Reply, Runtime, ToolName, TurnOptions,
 };
-use strata_core::format::Trust;
+use strata_core::{format::Trust, ContentHash};
 use strata_memory::{LongTermMemory, NewMemory, Scope, SharedContextWriter, SqliteStore};
 
 use crate::cmd::explain::{bar_width, columns, html, terminal, wrap, Explained};
@@ -180,21 +180,68 @@ fn context_messages(turn: &PreparedTurn) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Prints the demo's narration on standard output, unless `--quiet` asked for the summary only.
+struct Narrator<'a> {
+    out: &'a Output,
+}
+
+impl Narrator<'_> {
+    /// Print one line of narration (nothing with `--quiet`).
+    fn say(&self, line: &str) -> Result<(), CliError> {
+        if self.out.quiet() {
+            Ok(())
+        } else {
+            self.out.line(line)
+        }
+    }
+}
+
 /// Run `strata demo`.
 pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
     let dir = &args.dir;
-    // With --quiet, only the summary at the end is printed.
-    let say = |line: &str| -> Result<(), CliError> {
-        if out.quiet() {
-            Ok(())
-        } else {
-            out.line(line)
-        }
-    };
+    let n = Narrator { out };
+    let agent = set_up(dir, &n)?;
+    let (turn, digests) = run_turns(dir, &agent, args.full_context, &n)?;
+
+    if !args.full_context {
+        n.say(
+            "\n4. the request body of the last turn (OpenAI Chat Completions; nothing is sent):\n",
+        )?;
+        n.say(&pretty(&turn.body)?)?;
+    }
+    n.say("5. report of the last turn:")?;
+    let cols = columns();
+    n.say(&wrap(&terminal(turn.report(), bar_width(30, cols)), cols))?;
+
+    let checks = run_checks(&agent, &turn, &digests, &n)?;
+    write_last_turn(dir, &turn, &n)?;
+    if out.quiet() {
+        out.line(&format!(
+            "strata demo: {} turns of agent {} v{}, {} of {} checks passed; wrote {}",
+            TURNS.len(),
+            agent.agent_id(),
+            agent.version(),
+            checks.passed,
+            checks.passed + checks.failures.len(),
+            dir.join("explain.html").display()
+        ))?;
+    }
+    if checks.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Other(format!(
+            "demo checks failed: {}",
+            checks.failures.join("; ")
+        )))
+    }
+}
+
+/// Steps 1 and 2: write the demo's files into `dir`, verify the agent and seed its memory.
+fn set_up(dir: &Path, n: &Narrator<'_>) -> Result<VerifiedAgent, CliError> {
     prepare(dir)?;
-    say("strata demo: the example agent \"Ada\", signed with the PUBLIC demo key (never trust it elsewhere).")?;
+    n.say("strata demo: the example agent \"Ada\", signed with the PUBLIC demo key (never trust it elsewhere).")?;
     let agent = load(dir)?;
-    say(&format!(
+    n.say(&format!(
         "1. verified {} v{} with key {}; identity digest {}",
         agent.agent_id(),
         agent.version(),
@@ -206,14 +253,18 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         agent.identity_digest()
     ))?;
     seed(dir, &agent)?;
-    say(&format!(
+    n.say(&format!(
         "2. created {} with 2 shared facts and {} memories; memory `m-inject` carries a prompt-injection attempt",
         dir.join("memory.db").display(),
         MEMORIES.len()
     ))?;
+    Ok(agent)
+}
 
-    // The paved path: one runtime on the store, one session, three turns.
-    let rt = Runtime::builder(agent.clone())
+/// The paved path: one runtime on the demo's store, announcing two signed tools and one
+/// untrusted MCP tool that the allowlist must refuse.
+fn demo_runtime(dir: &Path, agent: &VerifiedAgent) -> Result<Runtime, CliError> {
+    Runtime::builder(agent.clone())
         .sqlite(dir.join("memory.db"))
         .provider(Provider::OpenAiChat, DEMO_MODEL)
         .max_tokens(512)
@@ -231,7 +282,18 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         .history_tokens(1_000)
         .memories_per_turn(4)
         .build()
-        .map_err(|e| CliError::Other(format!("building the runtime: {e}")))?;
+        .map_err(|e| CliError::Other(format!("building the runtime: {e}")))
+}
+
+/// Step 3: one session with a goal, three turns on the fixed clock, each reply recorded.
+/// Returns the last prepared turn and the identity digest of every turn.
+fn run_turns(
+    dir: &Path,
+    agent: &VerifiedAgent,
+    full_context: bool,
+    n: &Narrator<'_>,
+) -> Result<(PreparedTurn, Vec<ContentHash>), CliError> {
+    let rt = demo_runtime(dir, agent)?;
     let session = rt.session("demo-session");
     let fail = |e: strata_assembler::SessionError| CliError::Other(e.to_string());
     session
@@ -244,33 +306,16 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         .map_err(|e| CliError::Other(e.to_string()))?;
     let mut last = None;
     let mut digests = Vec::new();
-    say("3. three turns of a session (budget from the signed definition; the clock is fixed at 2026-11-21 00:00 UTC, one minute per turn, so every run prints the same prompts):")?;
+    n.say("3. three turns of a session (budget from the signed definition; the clock is fixed at 2026-11-21 00:00 UTC, one minute per turn, so every run prints the same prompts):")?;
     for (i, user) in TURNS.iter().enumerate() {
         let opts = TurnOptions {
             now_ms: Some(DEMO_CLOCK_MS + i as i64 * 60_000),
             ..TurnOptions::default()
         };
         let turn = session.prepare(user, &opts).map_err(fail)?;
-        let r = turn.report();
-        let per_layer: Vec<String> = r
-            .layers
-            .iter()
-            .map(|l| format!("L{} {}", l.layer.number(), l.tokens))
-            .collect();
-        say(&format!(
-            "   turn {}: \"{}\"\n           {} of {} prompt tokens (identity {}; {}); {} sections kept, {} dropped; digest {}",
-            i + 1,
-            user,
-            r.used_tokens,
-            r.prompt_budget,
-            r.identity_tokens,
-            per_layer.join(", "),
-            r.layers.iter().map(|l| l.kept + l.cut).sum::<usize>(),
-            r.layers.iter().map(|l| l.dropped).sum::<usize>(),
-            &turn.identity_digest().to_string()[..23]
-        ))?;
-        if args.full_context {
-            say(&pretty(&turn.body)?)?;
+        n.say(&turn_line(i, user, &turn))?;
+        if full_context {
+            n.say(&pretty(&turn.body)?)?;
         }
         digests.push(turn.identity_digest());
         let reply = match i {
@@ -284,30 +329,61 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
     let Some(turn) = last else {
         return Err(CliError::Other("no turn ran".into()));
     };
+    Ok((turn, digests))
+}
 
-    if !args.full_context {
-        say(
-            "\n4. the request body of the last turn (OpenAI Chat Completions; nothing is sent):\n",
-        )?;
-        say(&pretty(&turn.body)?)?;
-    }
-    say("5. report of the last turn:")?;
-    let cols = columns();
-    say(&wrap(&terminal(turn.report(), bar_width(30, cols)), cols))?;
+/// The narration of turn `i`: its user message, tokens per layer, sections kept and dropped.
+fn turn_line(i: usize, user: &str, turn: &PreparedTurn) -> String {
+    let r = turn.report();
+    let per_layer: Vec<String> = r
+        .layers
+        .iter()
+        .map(|l| format!("L{} {}", l.layer.number(), l.tokens))
+        .collect();
+    format!(
+        "   turn {}: \"{}\"\n           {} of {} prompt tokens (identity {}; {}); {} sections kept, {} dropped; digest {}",
+        i + 1,
+        user,
+        r.used_tokens,
+        r.prompt_budget,
+        r.identity_tokens,
+        per_layer.join(", "),
+        r.layers.iter().map(|l| l.kept + l.cut).sum::<usize>(),
+        r.layers.iter().map(|l| l.dropped).sum::<usize>(),
+        &turn.identity_digest().to_string()[..23]
+    )
+}
 
-    // Check, out loud, what the demo claims.
-    say("6. checks:")?;
-    let mut failures = Vec::new();
-    let mut passed = 0;
-    let mut check = |ok: bool, what: String| -> Result<(), CliError> {
+/// The tally of the demo's checks, each printed as it is made.
+#[derive(Default)]
+struct Checks {
+    passed: usize,
+    failures: Vec<String>,
+}
+
+impl Checks {
+    /// Count one check and print it as `ok` or `FAIL`.
+    fn check(&mut self, n: &Narrator<'_>, ok: bool, what: String) -> Result<(), CliError> {
         if ok {
-            passed += 1;
+            self.passed += 1;
         } else {
-            failures.push(what.clone());
+            self.failures.push(what.clone());
         }
-        say(&format!("   {} {what}", if ok { "ok  " } else { "FAIL" }))
-    };
-    check(
+        n.say(&format!("   {} {what}", if ok { "ok  " } else { "FAIL" }))
+    }
+}
+
+/// Step 6: check, out loud, what the demo claims about the last turn.
+fn run_checks(
+    agent: &VerifiedAgent,
+    turn: &PreparedTurn,
+    digests: &[ContentHash],
+    n: &Narrator<'_>,
+) -> Result<Checks, CliError> {
+    n.say("6. checks:")?;
+    let mut checks = Checks::default();
+    checks.check(
+        n,
         digests.iter().all(|d| *d == agent.identity_digest()),
         format!(
             "identity digest unchanged across {} turns ({})",
@@ -315,12 +391,44 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
             agent.identity_digest()
         ),
     )?;
-    check(
+    checks.check(
+        n,
         turn.body["messages"][0]["content"].as_str() == Some(agent.identity_text()),
         "the system message is the signed layers 1-2, byte for byte, and nothing else".into(),
     )?;
+    check_context(turn, &mut checks, n)?;
+    checks.check(
+        n,
+        !turn
+            .report()
+            .tools
+            .effective
+            .iter()
+            .any(|t| t.as_str() == "delete_database")
+            && !turn.body.to_string().contains("delete_database\""),
+        "the MCP tool `delete_database` was refused: it is not on the signed allowlist".into(),
+    )?;
+    checks.check(
+        n,
+        turn.report().used_tokens <= turn.report().prompt_budget,
+        format!(
+            "{} tokens used of a {} token prompt budget (exact, o200k_base)",
+            turn.report().used_tokens,
+            turn.report().prompt_budget
+        ),
+    )?;
+    Ok(checks)
+}
+
+/// The checks on the fenced context: no forged signed section, and the injected memory sits
+/// in layer 6 as untrusted data with its forged tags escaped.
+fn check_context(
+    turn: &PreparedTurn,
+    checks: &mut Checks,
+    n: &Narrator<'_>,
+) -> Result<(), CliError> {
     let mut parsed = Vec::new();
-    for text in context_messages(&turn) {
+    for text in context_messages(turn) {
         parsed.extend(
             parse(&text)
                 .map_err(|e| CliError::Other(format!("a context message does not parse: {e}")))?,
@@ -338,7 +446,8 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
             )
         })
         .count();
-    check(
+    checks.check(
+        n,
         forged == 0,
         "no signed section outside the system message; none forged".into(),
     )?;
@@ -352,16 +461,17 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         } if text.contains("SYSTEM OVERRIDE") => Some((id.clone(), *layer, *trust, text.clone())),
         _ => None,
     });
-    let context = context_messages(&turn).join("\n");
+    let context = context_messages(turn).join("\n");
     match injected {
         Some((id, layer, trust, text)) => {
-            check(
+            checks.check(
+                n,
                 trust == Trust::Untrusted && layer.number() == 6 && text == INJECTION,
                 format!(
                     "memory `{id}` sits in layer 6 as untrusted data, carried exactly as stored"
                 ),
             )?;
-            say("        its forged tags were escaped; the model sees them as text:")?;
+            n.say("        its forged tags were escaped; the model sees them as text:")?;
             for l in context
                 .lines()
                 .filter(|l| {
@@ -369,33 +479,20 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
                 })
                 .take(3)
             {
-                say(&format!("          {l}"))?;
+                n.say(&format!("          {l}"))?;
             }
         }
-        None => check(
+        None => checks.check(
+            n,
             false,
             "the injected memory was retrieved for the last turn".into(),
         )?,
     }
-    check(
-        !turn
-            .report()
-            .tools
-            .effective
-            .iter()
-            .any(|t| t.as_str() == "delete_database")
-            && !turn.body.to_string().contains("delete_database\""),
-        "the MCP tool `delete_database` was refused: it is not on the signed allowlist".into(),
-    )?;
-    check(
-        turn.report().used_tokens <= turn.report().prompt_budget,
-        format!(
-            "{} tokens used of a {} token prompt budget (exact, o200k_base)",
-            turn.report().used_tokens,
-            turn.report().prompt_budget
-        ),
-    )?;
+    Ok(())
+}
 
+/// Step 7: write the last turn's explanation (JSON and HTML) and its request body into `dir`.
+fn write_last_turn(dir: &Path, turn: &PreparedTurn, n: &Narrator<'_>) -> Result<(), CliError> {
     let explained = Explained {
         text: turn.context.text().to_owned(),
         tools: turn.context.tools().iter().map(|t| t.to_string()).collect(),
@@ -411,31 +508,13 @@ pub fn run(args: &DemoArgs, out: &Output) -> Result<(), CliError> {
         &dir.join("last-request.json"),
         pretty(&turn.body)?.as_bytes(),
     )?;
-    say(&format!(
+    n.say(&format!(
         "\n7. wrote {}, {} and {} (open the HTML offline in a browser; or run `strata explain {}`)",
         dir.join("last-request.json").display(),
         dir.join("last-turn.json").display(),
         dir.join("explain.html").display(),
         dir.join("last-turn.json").display()
-    ))?;
-    if out.quiet() {
-        out.line(&format!(
-            "strata demo: {} turns of agent {} v{}, {passed} of {} checks passed; wrote {}",
-            TURNS.len(),
-            agent.agent_id(),
-            agent.version(),
-            passed + failures.len(),
-            dir.join("explain.html").display()
-        ))?;
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Other(format!(
-            "demo checks failed: {}",
-            failures.join("; ")
-        )))
-    }
+    ))
 }
 
 fn pretty(v: &serde_json::Value) -> Result<String, CliError> {

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use strata_assembler::assemble::{Block, Conversation, Layer, MessageKind, MessageRole};
-use strata_assembler::assemble::{Report, SectionStatus};
+use strata_assembler::assemble::{Report, SectionReport, SectionStatus};
 
 use crate::error::CliError;
 use crate::output::Output;
@@ -275,6 +275,16 @@ pub fn terminal(r: &Report, width: usize) -> String {
 /// per section with the reason in words.
 pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> String {
     let mut s = String::new();
+    write_budget_lines(&mut s, r, inputs);
+    write_layer_bars(&mut s, r, inputs, width);
+    write_stable_prefix(&mut s, r);
+    write_section_lines(&mut s, r, inputs);
+    write_conflicts_tools_omissions(&mut s, r);
+    s
+}
+
+/// The head of the table: agent and tier, the budget and its use, and the idle-budget warning.
+fn write_budget_lines(s: &mut String, r: &Report, inputs: &[SectionInput]) {
     let _ = writeln!(
         s,
         "agent {}  identity {}  tokenizer {}  tier {}",
@@ -295,6 +305,11 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
     if let Some(idle) = report_view::idle_budget(r, inputs) {
         let _ = writeln!(s, "WARNING: idle budget: {}", idle.text(r));
     }
+}
+
+/// One bar per layer against the prompt budget (the signed identity first), each followed by
+/// what the layer left out.
+fn write_layer_bars(s: &mut String, r: &Report, inputs: &[SectionInput], width: usize) {
     let _ = writeln!(s, "{:<24} {:>7}  of the prompt budget", "layer", "tokens");
     let _ = writeln!(
         s,
@@ -338,6 +353,10 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
             bar(l.tokens, r.prompt_budget, width)
         );
     }
+}
+
+/// The stable prefix and the cache breakpoints.
+fn write_stable_prefix(s: &mut String, r: &Report) {
     let _ = writeln!(
         s,
         "stable prefix: {} ({} bytes); cache breakpoints: {}",
@@ -358,6 +377,10 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
             .collect::<Vec<_>>()
             .join("; ")
     );
+}
+
+/// One line per section with its outcome, and the reason in words for one not kept whole.
+fn write_section_lines(s: &mut String, r: &Report, inputs: &[SectionInput]) {
     let _ = writeln!(s, "sections:");
     for sec in &r.sections {
         let input = report_view::input_of(inputs, sec);
@@ -379,6 +402,10 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
             let _ = writeln!(s, "      why: {}", report_view::reason(sec, r, inputs));
         }
     }
+}
+
+/// The tail of the table: conflicts, tools offered and refused, and omitted contributors.
+fn write_conflicts_tools_omissions(s: &mut String, r: &Report) {
     for c in &r.conflicts {
         let _ = writeln!(
             s,
@@ -422,7 +449,6 @@ pub fn terminal_with(r: &Report, inputs: &[SectionInput], width: usize) -> Strin
             o.reason
         );
     }
-    s
 }
 
 fn tier_number(r: &Report) -> u8 {
@@ -546,223 +572,52 @@ fn element_id(chunk: &str) -> Option<&str> {
     Some(&first[start..start + len])
 }
 
+/// The scale both bars of the page are drawn to: the prompt budget, or what was asked for if
+/// that is more.
+struct Scale {
+    /// The prompt budget, at least 1.
+    budget: u64,
+    /// The whole scale, in tokens.
+    scale: f64,
+    /// The prompt budget's share of the scale, in percent: the width of the upper bar.
+    budget_share: f64,
+}
+
+impl Scale {
+    /// The scale of a report: its prompt budget, or the tokens used plus those left out if
+    /// that is more.
+    fn of(r: &Report, inputs: &[SectionInput]) -> Scale {
+        let budget = r.prompt_budget.max(1);
+        let left_total: u64 = r
+            .layers
+            .iter()
+            .map(|l| report_view::left_out_tokens(r, inputs, l.layer))
+            .sum();
+        let scale = budget.max(r.used_tokens + left_total) as f64;
+        Scale {
+            budget,
+            scale,
+            budget_share: budget as f64 * 100.0 / scale,
+        }
+    }
+
+    /// A band of the upper bar: `t` tokens as a share of the prompt budget, in percent.
+    fn share(&self, t: u64) -> f64 {
+        t as f64 * 100.0 / self.budget as f64
+    }
+
+    /// A band of the lower bar: `t` tokens as a share of the whole scale, in percent.
+    fn lost_share(&self, t: u64) -> f64 {
+        t as f64 * 100.0 / self.scale
+    }
+}
+
 /// The self-contained HTML page.
 pub fn html(e: &Explained) -> Result<String, CliError> {
     let r = &e.report;
     let inputs = &e.inputs;
-    let budget = r.prompt_budget.max(1);
-    // Both bars share one scale: the prompt budget, or what was asked for if that is more.
-    let left_total: u64 = r
-        .layers
-        .iter()
-        .map(|l| report_view::left_out_tokens(r, inputs, l.layer))
-        .sum();
-    let scale = budget.max(r.used_tokens + left_total) as f64;
-    // The upper bar is the prompt budget, drawn to the shared scale; its bands are shares of it.
-    let budget_share = budget as f64 * 100.0 / scale;
-    let budget_pct = format!("{budget_share:.2}");
-    let share = |t: u64| t as f64 * 100.0 / budget as f64;
-    let lost_share = |t: u64| t as f64 * 100.0 / scale;
-
-    let mut bands = vec![Band::new(
-        format!("1-2 identity: {}", num(r.identity_tokens)),
-        format!(
-            "layers 1-2, signed: {}",
-            report_view::tokens(r.identity_tokens)
-        ),
-        share(r.identity_tokens),
-        budget_share,
-        "",
-        layer_colour(Layer::Core),
-    )];
-    let mut lost_bands = Vec::new();
-    let mut layers = Vec::new();
-    for l in &r.layers {
-        let name = format!("{} {}", l.layer.number(), l.layer.name());
-        let marker = report_view::only_omission_marker(l);
-        if l.tokens > 0 {
-            bands.push(Band::new(
-                format!("{name}: {}", num(l.tokens)),
-                format!(
-                    "{name}: {}{}",
-                    report_view::tokens(l.tokens),
-                    if marker { ", its omission marker" } else { "" }
-                ),
-                share(l.tokens),
-                budget_share,
-                "",
-                layer_colour(l.layer),
-            ));
-        }
-        let lost = report_view::dropped_tokens(r, inputs, l.layer);
-        let cut = report_view::cut_tokens(r, inputs, l.layer);
-        if cut > 0 {
-            lost_bands.push(Band::new(
-                format!("{name}: {} cut off", num(cut)),
-                format!(
-                    "{name}: {} cut off shortened sections",
-                    report_view::tokens(cut)
-                ),
-                lost_share(cut),
-                100.0,
-                "lostcut",
-                "",
-            ));
-        }
-        if lost > 0 {
-            lost_bands.push(Band::new(
-                format!("{name}: {} dropped", num(lost)),
-                format!(
-                    "{name}: {}, about {} of text, dropped",
-                    report_view::sections(l.dropped),
-                    report_view::tokens(lost)
-                ),
-                lost_share(lost),
-                100.0,
-                "lost",
-                "",
-            ));
-        }
-        let left = lost + cut;
-        layers.push(serde_json::json!({
-            "name": name,
-            "tokens": num(l.tokens),
-            "marker": marker,
-            "budget": l.budget.map_or("-".to_owned(), num),
-            "kept": l.kept,
-            "cut": l.cut,
-            "dropped": l.dropped,
-            "left_out": if left > 0 {
-                format!("{}{}", if l.dropped > 0 { "about " } else { "" }, num(left))
-            } else if l.dropped > 0 {
-                "?".to_owned()
-            } else {
-                "0".to_owned()
-            },
-        }));
-    }
-    let free = r.prompt_budget.saturating_sub(r.used_tokens);
-    bands.push(Band::new(
-        format!("free: {}", num(free)),
-        format!("free: {} unused", report_view::tokens(free)),
-        share(free),
-        budget_share,
-        "free",
-        "",
-    ));
-    let mut sections = Vec::new();
-    for s in &r.sections {
-        let input = report_view::input_of(inputs, s);
-        let (kind, word) = report_view::outcome(s);
-        let flags = [(s.sticky, "sticky"), (s.stable, "stable")]
-            .iter()
-            .filter(|(b, _)| *b)
-            .map(|(_, n)| *n)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let source = match (s.provenance.source.label(), &*s.provenance.name) {
-            (kind, name) if kind == name => kind,
-            (kind, name) => format!("{kind}: {name}"),
-        };
-        let turn = match input.and_then(|i| i.role.clone().zip(i.seq)) {
-            Some((role, seq)) => format!("{role} #{seq}"),
-            None => String::new(),
-        };
-        let (preview, preview_title) = match (kind, input) {
-            (report_view::Kind::Kept, _) | (_, None) => (String::new(), String::new()),
-            (_, Some(i)) => {
-                let more = i.chars > i.preview.chars().count() as u64;
-                // A cut section's size is the one its outcome gives: its tokens whole, fence
-                // included, when the report counted them.
-                let size = match s.status {
-                    SectionStatus::Cut {
-                        full_tokens: Some(full),
-                        ..
-                    } => format!("{} whole", report_view::tokens(full)),
-                    _ => format!("about {} of text", report_view::tokens(i.tokens)),
-                };
-                (
-                    i.preview.clone() + if more { " [...]" } else { "" },
-                    format!(
-                        "what it held: {} characters, {size}{}",
-                        num(i.chars),
-                        if more { " (beginning shown)" } else { "" }
-                    ),
-                )
-            }
-        };
-        sections.push(serde_json::json!({
-            "layer": s.layer.number(),
-            "id": s.id,
-            "turn": turn,
-            "tokens": num(s.tokens),
-            "class": kind.class(),
-            "outcome": word,
-            "why": report_view::reason(s, r, inputs),
-            "flags": flags,
-            "source": source,
-            "preview": preview,
-            "preview_title": preview_title,
-        }));
-    }
-
-    // The text, element by element, with a visible mark where a cut section was shortened.
-    let mut chunks = Vec::new();
-    let mut cut_count = 0;
-    for chunk in split_elements(&e.text) {
-        let class = if chunk.starts_with("<strata:section")
-            && chunk
-                .lines()
-                .next()
-                .unwrap_or("")
-                .contains("authority=\"signed\"")
-        {
-            "signed"
-        } else if chunk.starts_with("<strata:section") {
-            "fence"
-        } else {
-            "mark"
-        };
-        let first = chunk.lines().next().unwrap_or("");
-        let close = chunk.rfind("</strata:section>");
-        match close {
-            Some(at) if first.contains(" cut=\"true\"") => {
-                cut_count += 1;
-                let id = element_id(chunk).unwrap_or("");
-                let label = r
-                    .sections
-                    .iter()
-                    .find(|s| s.id == id)
-                    .and_then(|s| match s.status {
-                        SectionStatus::Cut {
-                            full_tokens: Some(full),
-                            ..
-                        } => Some(format!(
-                            " [cut here: {} of {} tokens kept] ",
-                            num(s.tokens),
-                            num(full)
-                        )),
-                        SectionStatus::Cut {
-                            head_bytes,
-                            tail_bytes,
-                            ..
-                        } => Some(format!(
-                            " [cut here: {} tokens kept, {} of {} bytes] ",
-                            num(s.tokens),
-                            num(head_bytes + tail_bytes),
-                            num(s.bytes)
-                        )),
-                        _ => None,
-                    })
-                    .unwrap_or_else(|| " [cut here] ".to_owned());
-                chunks
-                    .push(serde_json::json!({"class": class, "text": &chunk[..at], "cut": label}));
-                chunks.push(serde_json::json!({"class": class, "text": &chunk[at..], "cut": ""}));
-            }
-            _ => chunks.push(serde_json::json!({"class": class, "text": chunk, "cut": ""})),
-        }
-    }
-
+    let scale = Scale::of(r, inputs);
+    let (chunks, cut_count) = text_chunks(&e.text, r);
     let idle = report_view::idle_budget(r, inputs).map(|i| serde_json::json!({"text": i.text(r)}));
     let channels = e
         .conversation
@@ -791,11 +646,11 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         "used_pct": percent(r.used_tokens, r.prompt_budget),
         "idle": idle,
         "channels": channels,
-        "bands": bands,
-        "budget_pct": budget_pct,
-        "lost_bands": lost_bands,
-        "layers": layers,
-        "sections": sections,
+        "bands": budget_bands(r, &scale),
+        "budget_pct": format!("{:.2}", scale.budget_share),
+        "lost_bands": lost_bands(r, inputs, &scale),
+        "layers": layer_rows(r, inputs),
+        "sections": section_rows(r, inputs),
         "conflicts": r.conflicts.iter().map(|c| serde_json::json!({
             "on": c.on, "winner_layer": c.winner.0.number(), "winner": c.winner.1,
             "loser_layer": c.loser.0.number(), "loser": c.loser.1,
@@ -815,6 +670,248 @@ pub fn html(e: &Explained) -> Result<String, CliError> {
         .map_err(|e| CliError::Other(format!("the explain page template is missing: {e}")))?;
     tmpl.render(minijinja::Value::from_serialize(&ctx))
         .map_err(|e| CliError::Other(format!("cannot render the explain page: {e}")))
+}
+
+/// The bands of the upper bar: the signed identity, each layer that holds tokens, and what is
+/// free of the prompt budget.
+fn budget_bands(r: &Report, scale: &Scale) -> Vec<Band> {
+    let mut bands = vec![Band::new(
+        format!("1-2 identity: {}", num(r.identity_tokens)),
+        format!(
+            "layers 1-2, signed: {}",
+            report_view::tokens(r.identity_tokens)
+        ),
+        scale.share(r.identity_tokens),
+        scale.budget_share,
+        "",
+        layer_colour(Layer::Core),
+    )];
+    for l in &r.layers {
+        let name = format!("{} {}", l.layer.number(), l.layer.name());
+        let marker = report_view::only_omission_marker(l);
+        if l.tokens > 0 {
+            bands.push(Band::new(
+                format!("{name}: {}", num(l.tokens)),
+                format!(
+                    "{name}: {}{}",
+                    report_view::tokens(l.tokens),
+                    if marker { ", its omission marker" } else { "" }
+                ),
+                scale.share(l.tokens),
+                scale.budget_share,
+                "",
+                layer_colour(l.layer),
+            ));
+        }
+    }
+    let free = r.prompt_budget.saturating_sub(r.used_tokens);
+    bands.push(Band::new(
+        format!("free: {}", num(free)),
+        format!("free: {} unused", report_view::tokens(free)),
+        scale.share(free),
+        scale.budget_share,
+        "free",
+        "",
+    ));
+    bands
+}
+
+/// The bands of the lower bar: per layer, the tokens cut off shortened sections, then those of
+/// the dropped sections.
+fn lost_bands(r: &Report, inputs: &[SectionInput], scale: &Scale) -> Vec<Band> {
+    let mut lost_bands = Vec::new();
+    for l in &r.layers {
+        let name = format!("{} {}", l.layer.number(), l.layer.name());
+        let lost = report_view::dropped_tokens(r, inputs, l.layer);
+        let cut = report_view::cut_tokens(r, inputs, l.layer);
+        if cut > 0 {
+            lost_bands.push(Band::new(
+                format!("{name}: {} cut off", num(cut)),
+                format!(
+                    "{name}: {} cut off shortened sections",
+                    report_view::tokens(cut)
+                ),
+                scale.lost_share(cut),
+                100.0,
+                "lostcut",
+                "",
+            ));
+        }
+        if lost > 0 {
+            lost_bands.push(Band::new(
+                format!("{name}: {} dropped", num(lost)),
+                format!(
+                    "{name}: {}, about {} of text, dropped",
+                    report_view::sections(l.dropped),
+                    report_view::tokens(lost)
+                ),
+                scale.lost_share(lost),
+                100.0,
+                "lost",
+                "",
+            ));
+        }
+    }
+    lost_bands
+}
+
+/// One row of the layer table per layer: tokens, budget, sections kept, cut and dropped, and
+/// the tokens left out.
+fn layer_rows(r: &Report, inputs: &[SectionInput]) -> Vec<serde_json::Value> {
+    let mut layers = Vec::new();
+    for l in &r.layers {
+        let name = format!("{} {}", l.layer.number(), l.layer.name());
+        let marker = report_view::only_omission_marker(l);
+        let lost = report_view::dropped_tokens(r, inputs, l.layer);
+        let cut = report_view::cut_tokens(r, inputs, l.layer);
+        let left = lost + cut;
+        layers.push(serde_json::json!({
+            "name": name,
+            "tokens": num(l.tokens),
+            "marker": marker,
+            "budget": l.budget.map_or("-".to_owned(), num),
+            "kept": l.kept,
+            "cut": l.cut,
+            "dropped": l.dropped,
+            "left_out": if left > 0 {
+                format!("{}{}", if l.dropped > 0 { "about " } else { "" }, num(left))
+            } else if l.dropped > 0 {
+                "?".to_owned()
+            } else {
+                "0".to_owned()
+            },
+        }));
+    }
+    layers
+}
+
+/// One row of the section table per section: its outcome, the reason in words, its source,
+/// and a preview of what a section not kept whole held.
+fn section_rows(r: &Report, inputs: &[SectionInput]) -> Vec<serde_json::Value> {
+    let mut sections = Vec::new();
+    for s in &r.sections {
+        let input = report_view::input_of(inputs, s);
+        let (kind, word) = report_view::outcome(s);
+        let flags = [(s.sticky, "sticky"), (s.stable, "stable")]
+            .iter()
+            .filter(|(b, _)| *b)
+            .map(|(_, n)| *n)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let source = match (s.provenance.source.label(), &*s.provenance.name) {
+            (kind, name) if kind == name => kind,
+            (kind, name) => format!("{kind}: {name}"),
+        };
+        let turn = match input.and_then(|i| i.role.clone().zip(i.seq)) {
+            Some((role, seq)) => format!("{role} #{seq}"),
+            None => String::new(),
+        };
+        let (preview, preview_title) = match (kind, input) {
+            (report_view::Kind::Kept, _) | (_, None) => (String::new(), String::new()),
+            (_, Some(i)) => preview(s, i),
+        };
+        sections.push(serde_json::json!({
+            "layer": s.layer.number(),
+            "id": s.id,
+            "turn": turn,
+            "tokens": num(s.tokens),
+            "class": kind.class(),
+            "outcome": word,
+            "why": report_view::reason(s, r, inputs),
+            "flags": flags,
+            "source": source,
+            "preview": preview,
+            "preview_title": preview_title,
+        }));
+    }
+    sections
+}
+
+/// The preview of a section that was not kept whole, and its title: how many characters and
+/// tokens it held, and whether only its beginning is shown.
+fn preview(s: &SectionReport, i: &SectionInput) -> (String, String) {
+    let more = i.chars > i.preview.chars().count() as u64;
+    // A cut section's size is the one its outcome gives: its tokens whole, fence
+    // included, when the report counted them.
+    let size = match s.status {
+        SectionStatus::Cut {
+            full_tokens: Some(full),
+            ..
+        } => format!("{} whole", report_view::tokens(full)),
+        _ => format!("about {} of text", report_view::tokens(i.tokens)),
+    };
+    (
+        i.preview.clone() + if more { " [...]" } else { "" },
+        format!(
+            "what it held: {} characters, {size}{}",
+            num(i.chars),
+            if more { " (beginning shown)" } else { "" }
+        ),
+    )
+}
+
+/// The text, element by element, with a visible mark where a cut section was shortened; and
+/// how many sections were cut.
+fn text_chunks(text: &str, r: &Report) -> (Vec<serde_json::Value>, usize) {
+    let mut chunks = Vec::new();
+    let mut cut_count = 0;
+    for chunk in split_elements(text) {
+        let class = if chunk.starts_with("<strata:section")
+            && chunk
+                .lines()
+                .next()
+                .unwrap_or("")
+                .contains("authority=\"signed\"")
+        {
+            "signed"
+        } else if chunk.starts_with("<strata:section") {
+            "fence"
+        } else {
+            "mark"
+        };
+        let first = chunk.lines().next().unwrap_or("");
+        let close = chunk.rfind("</strata:section>");
+        match close {
+            Some(at) if first.contains(" cut=\"true\"") => {
+                cut_count += 1;
+                let label = cut_label(r, element_id(chunk).unwrap_or(""));
+                chunks
+                    .push(serde_json::json!({"class": class, "text": &chunk[..at], "cut": label}));
+                chunks.push(serde_json::json!({"class": class, "text": &chunk[at..], "cut": ""}));
+            }
+            _ => chunks.push(serde_json::json!({"class": class, "text": chunk, "cut": ""})),
+        }
+    }
+    (chunks, cut_count)
+}
+
+/// The mark shown where the cut section `id` was shortened: how much of it was kept.
+fn cut_label(r: &Report, id: &str) -> String {
+    r.sections
+        .iter()
+        .find(|s| s.id == id)
+        .and_then(|s| match s.status {
+            SectionStatus::Cut {
+                full_tokens: Some(full),
+                ..
+            } => Some(format!(
+                " [cut here: {} of {} tokens kept] ",
+                num(s.tokens),
+                num(full)
+            )),
+            SectionStatus::Cut {
+                head_bytes,
+                tail_bytes,
+                ..
+            } => Some(format!(
+                " [cut here: {} tokens kept, {} of {} bytes] ",
+                num(s.tokens),
+                num(head_bytes + tail_bytes),
+                num(s.bytes)
+            )),
+            _ => None,
+        })
+        .unwrap_or_else(|| " [cut here] ".to_owned())
 }
 
 /// Split the text into its elements (each ends with a blank line).

@@ -552,74 +552,98 @@ fn render_text(r: &Report) -> String {
         let _ = writeln!(o, "definition       {err}");
     }
     if let Some(d) = &r.definition {
+        write_definition_head(&mut o, d);
+        write_layers(&mut o, d, r.trust);
+        write_tools_and_templates(&mut o, d);
+    }
+    write_signatures(&mut o, r);
+    if r.trust == Trust::Unverified {
+        let _ = writeln!(o, "\nUNVERIFIED: nothing above is authenticated.");
+    }
+    o
+}
+
+/// The definition's agent, validity, defaults, budget and identity digest.
+fn write_definition_head(o: &mut String, d: &DefinitionInfo) {
+    let _ = writeln!(
+        o,
+        "agent            {} ({}), version {}",
+        d.id, d.name, d.version
+    );
+    let _ = writeln!(
+        o,
+        "validity         {} to {}",
+        fmt_opt(d.not_before.as_ref(), "any time"),
+        fmt_opt(d.not_after.as_ref(), "no end")
+    );
+    let _ = writeln!(
+        o,
+        "defaults         mode {}, prompt mode {}",
+        d.default_mode, d.default_prompt_mode
+    );
+    let _ = writeln!(o, "budget           {}", render_budget(&d.budget));
+    if let Some(dig) = &d.identity_digest {
+        let _ = writeln!(o, "identity digest  {dig}");
+    }
+}
+
+/// The definition's layers, one line per section with its size (and file, if any).
+fn write_layers(o: &mut String, d: &DefinitionInfo, trust: Trust) {
+    for l in &d.layers {
+        let what = match trust {
+            Trust::Verified => "section(s) as sealed",
+            Trust::Unverified => "field(s) as written",
+        };
         let _ = writeln!(
             o,
-            "agent            {} ({}), version {}",
-            d.id, d.name, d.version
+            "\nlayer {} ({}): {} {what}",
+            l.layer,
+            l.name,
+            l.sections.len()
         );
-        let _ = writeln!(
-            o,
-            "validity         {} to {}",
-            fmt_opt(d.not_before.as_ref(), "any time"),
-            fmt_opt(d.not_after.as_ref(), "no end")
-        );
-        let _ = writeln!(
-            o,
-            "defaults         mode {}, prompt mode {}",
-            d.default_mode, d.default_prompt_mode
-        );
-        let _ = writeln!(o, "budget           {}", render_budget(&d.budget));
-        if let Some(dig) = &d.identity_digest {
-            let _ = writeln!(o, "identity digest  {dig}");
-        }
-        for l in &d.layers {
-            let what = match r.trust {
-                Trust::Verified => "section(s) as sealed",
-                Trust::Unverified => "field(s) as written",
+        for s in &l.sections {
+            let size = match (s.bytes, s.tokens) {
+                (Some(b), Some(t)) => format!("{b:>6} bytes {t:>6} tokens"),
+                _ => String::new(),
             };
-            let _ = writeln!(
-                o,
-                "\nlayer {} ({}): {} {what}",
-                l.layer,
-                l.name,
-                l.sections.len()
-            );
-            for s in &l.sections {
-                let size = match (s.bytes, s.tokens) {
-                    (Some(b), Some(t)) => format!("{b:>6} bytes {t:>6} tokens"),
-                    _ => String::new(),
-                };
-                let _ = write!(o, "  {:<32} {size}", s.id);
-                if let Some(f) = &s.file {
-                    let _ = write!(o, "file {f}");
-                }
-                let _ = writeln!(o);
+            let _ = write!(o, "  {:<32} {size}", s.id);
+            if let Some(f) = &s.file {
+                let _ = write!(o, "file {f}");
             }
-        }
-        let _ = writeln!(o, "\ntools ({})", d.tools.len());
-        for t in &d.tools {
-            let _ = writeln!(o, "  {:<20} {}", t.name, t.description);
-            if !t.prefer_for.is_empty() {
-                let _ = writeln!(o, "      prefer for: {}", t.prefer_for.join("; "));
-            }
-            if !t.prefer_over.is_empty() {
-                let _ = writeln!(o, "      prefer over: {}", t.prefer_over.join(", "));
-            }
-        }
-        let _ = writeln!(o, "\ntemplates (operational mode: tiers)");
-        for (mode, tiers) in &d.templates {
-            let list = if tiers.is_empty() {
-                "none".to_owned()
-            } else {
-                tiers
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let _ = writeln!(o, "  {mode:<10} {list}");
+            let _ = writeln!(o);
         }
     }
+}
+
+/// The definition's tools with their preferences, and its templates per operational mode.
+fn write_tools_and_templates(o: &mut String, d: &DefinitionInfo) {
+    let _ = writeln!(o, "\ntools ({})", d.tools.len());
+    for t in &d.tools {
+        let _ = writeln!(o, "  {:<20} {}", t.name, t.description);
+        if !t.prefer_for.is_empty() {
+            let _ = writeln!(o, "      prefer for: {}", t.prefer_for.join("; "));
+        }
+        if !t.prefer_over.is_empty() {
+            let _ = writeln!(o, "      prefer over: {}", t.prefer_over.join(", "));
+        }
+    }
+    let _ = writeln!(o, "\ntemplates (operational mode: tiers)");
+    for (mode, tiers) in &d.templates {
+        let list = if tiers.is_empty() {
+            "none".to_owned()
+        } else {
+            tiers
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(o, "  {mode:<10} {list}");
+    }
+}
+
+/// The signatures, with the threshold the trust store requires.
+fn write_signatures(o: &mut String, r: &Report) {
     let _ = write!(o, "\nsignatures ({})", r.signatures.len());
     if let Some(t) = r.threshold {
         let _ = write!(o, ", {t} required by the trust store");
@@ -629,10 +653,6 @@ fn render_text(r: &Report) -> String {
         let name = s.key_name.as_deref().unwrap_or("-");
         let _ = writeln!(o, "  {}  {name}  {}", s.key_id, s.status.describe());
     }
-    if r.trust == Trust::Unverified {
-        let _ = writeln!(o, "\nUNVERIFIED: nothing above is authenticated.");
-    }
-    o
 }
 
 /// Run `strata inspect`.

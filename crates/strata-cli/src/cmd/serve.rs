@@ -188,7 +188,40 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
     // Bind first: an address in use fails the start before the token file, the store or any
     // other state is created.
     let listener = Listener::bind(&listen).map_err(|e| CliError::Other(e.to_string()))?;
-    let rollback = match (&args.rollback_state, &args.postgres) {
+    let rollback = rollback_spec(args)?;
+    let refused = |e| match e {
+        strata_serve::LoadError::Refused(e) => CliError::Refused(e),
+        other => CliError::Other(other.to_string()),
+    };
+    let mut source = AgentSource::new(agent, trust, &rollback).map_err(refused)?;
+    if let Some(pin) = &args.trust_sha256 {
+        source = source.trust_pin(pin).map_err(refused)?;
+    }
+    let tokens = bearer_tokens(args)?;
+    let mut opts = serve_options(args, source, model, listen, tokens);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Other(format!("starting the async runtime: {e}")))?;
+    opts.runtime.live = start_mcp_servers(args, &rt)?;
+    rt.block_on(strata_serve::serve_on(listener, opts, |bound| {
+        // The one line on standard output: tests and supervisors read the address from it.
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "listening {bound}");
+        let _ = stdout.flush();
+    }))
+    .map_err(|e| match e {
+        strata_serve::ServeError::Agent(strata_serve::LoadError::Refused(e)) => {
+            CliError::Refused(e)
+        }
+        other => CliError::Other(other.to_string()),
+    })
+}
+
+/// Where the rollback state lives: `--rollback-state`'s file, else the PostgreSQL store
+/// (created first with `--init-rollback-state` if it is missing there), else memory only.
+fn rollback_spec(args: &ServeArgs) -> Result<RollbackSpec, CliError> {
+    Ok(match (&args.rollback_state, &args.postgres) {
         (Some(file), _) => RollbackSpec::File(file.clone()),
         (None, Some(url)) => {
             let schema = strata_memory::pg::DEFAULT_PG_SCHEMA.to_owned();
@@ -214,20 +247,17 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             }
         }
         (None, None) => RollbackSpec::InMemory,
-    };
-    let refused = |e| match e {
-        strata_serve::LoadError::Refused(e) => CliError::Refused(e),
-        other => CliError::Other(other.to_string()),
-    };
-    let mut source = AgentSource::new(agent, trust, &rollback).map_err(refused)?;
-    if let Some(pin) = &args.trust_sha256 {
-        source = source.trust_pin(pin).map_err(refused)?;
-    }
+    })
+}
+
+/// The bearer tokens: read from `--token-file`, or from `.strata/serve.token`, which is
+/// created with a new token on first start.
+fn bearer_tokens(args: &ServeArgs) -> Result<TokenSet, CliError> {
     let token_path = args
         .token_file
         .clone()
         .unwrap_or_else(|| PathBuf::from(".strata/serve.token"));
-    let tokens = if args.token_file.is_some() {
+    if args.token_file.is_some() {
         TokenSet::read(&token_path)
     } else {
         TokenSet::read_or_create(&token_path).map(|(set, created)| {
@@ -237,12 +267,23 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             set
         })
     }
-    .map_err(|e| CliError::Other(e.to_string()))?;
+    .map_err(|e| CliError::Other(e.to_string()))
+}
+
+/// The service's options from the flags: store, provider and model, TLS, limits, the
+/// definition watcher and the receipt log (MCP servers are started later, on the runtime).
+fn serve_options(
+    args: &ServeArgs,
+    source: AgentSource,
+    model: &str,
+    listen: Listen,
+    tokens: TokenSet,
+) -> ServeOptions {
     let store = match &args.postgres {
         Some(url) => StoreSpec::Postgres(url.clone()),
         None => StoreSpec::Sqlite(args.store.clone()),
     };
-    let mut opts = ServeOptions {
+    ServeOptions {
         source,
         runtime: RuntimeSettings {
             store,
@@ -283,41 +324,36 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             }
             _ => None,
         },
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Other(format!("starting the async runtime: {e}")))?;
-    let specs = mcp_servers(args)?;
-    if !specs.is_empty() {
-        let live = strata_mcp::LiveServers::start(
-            specs,
-            strata_mcp::Limits {
-                relist_every: std::time::Duration::from_secs(args.mcp_relist_secs.max(1)),
-                ..strata_mcp::Limits::default()
-            },
-            rt.handle().clone(),
-        )
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-        // A server still connecting is retried in the background; its tools join the turns
-        // from its first listing on.
-        if !live.wait_connected(std::time::Duration::from_secs(20)) {
-            tracing::warn!("not every MCP server is connected yet; turns report them as omitted until they are");
-        }
-        opts.runtime.live = Some(std::sync::Arc::new(live));
     }
-    rt.block_on(strata_serve::serve_on(listener, opts, |bound| {
-        // The one line on standard output: tests and supervisors read the address from it.
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "listening {bound}");
-        let _ = stdout.flush();
-    }))
-    .map_err(|e| match e {
-        strata_serve::ServeError::Agent(strata_serve::LoadError::Refused(e)) => {
-            CliError::Refused(e)
-        }
-        other => CliError::Other(other.to_string()),
-    })
+}
+
+/// Start the configured MCP servers on the runtime and wait up to 20 seconds for them to
+/// connect; `None` when no server is configured.
+fn start_mcp_servers(
+    args: &ServeArgs,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Option<std::sync::Arc<dyn strata_registry::LiveSource>>, CliError> {
+    let specs = mcp_servers(args)?;
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    let live = strata_mcp::LiveServers::start(
+        specs,
+        strata_mcp::Limits {
+            relist_every: std::time::Duration::from_secs(args.mcp_relist_secs.max(1)),
+            ..strata_mcp::Limits::default()
+        },
+        rt.handle().clone(),
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))?;
+    // A server still connecting is retried in the background; its tools join the turns
+    // from its first listing on.
+    if !live.wait_connected(std::time::Duration::from_secs(20)) {
+        tracing::warn!(
+            "not every MCP server is connected yet; turns report them as omitted until they are"
+        );
+    }
+    Ok(Some(std::sync::Arc::new(live)))
 }
 
 /// The MCP servers of `[[mcp]]` in `--config`'s strata.toml, then of `--mcp` and `--mcp-url`.

@@ -10,7 +10,8 @@ use strata_assembler::{
     assemble::{AssemblyPath, OperationalMode, PromptMode, RuntimeInput, Section},
     memory::FileAction,
     session::{ActiveSkill, Inbound, ThinkingLevel, TimeZone},
-    AnnouncedTool, Provider, Reply, Runtime, ToolCall, ToolName, ToolOutput, TurnOptions,
+    AnnouncedTool, Provider, Reply, Runtime, RuntimeBuilder, ToolCall, ToolName, ToolOutput,
+    TurnOptions,
 };
 use strata_core::{CoreError, Keep};
 use strata_registry::{ArtifactAction, ArtifactKind, CheckpointStatus, GoalChange, GoalPriority};
@@ -76,49 +77,7 @@ pub struct SessionArgs {
 #[derive(Debug, Subcommand)]
 pub enum Step {
     /// Record the user's message and print the request body for it.
-    Prepare {
-        /// The user's message (`-` reads standard input).
-        message: Option<String>,
-        /// Prepare without a new user message (after tool results).
-        #[arg(long = "continue", conflicts_with = "message")]
-        continue_turn: bool,
-        /// Provider: openai-chat, openai-responses or anthropic.
-        #[arg(long, default_value = "anthropic")]
-        format: Provider,
-        /// Model name written into the body.
-        #[arg(long)]
-        model: String,
-        /// Maximum output tokens (required by Anthropic).
-        #[arg(long, default_value_t = 1024)]
-        max_tokens: u32,
-        /// The model's context window (sets budget and tier).
-        #[arg(long)]
-        context_window: Option<u32>,
-        /// Runtime input JSON with tools and extra sections for this turn (see `strata assemble
-        /// --help`); its turns are not used, the session has its own.
-        #[arg(long, value_name = "FILE")]
-        input: Option<PathBuf>,
-        /// Prompt mode: full, compact, minimal or scheduled (default: strata.toml's, else the
-        /// signed definition's).
-        #[arg(long, value_parser = named::<PromptMode>)]
-        mode: Option<PromptMode>,
-        /// Assembly path: soul, hydration, context, basic or cached.
-        #[arg(long, value_parser = named::<AssemblyPath>)]
-        path: Option<AssemblyPath>,
-        /// Operational mode: assistant, developer, planning, debugger or user.
-        #[arg(long, value_parser = named::<OperationalMode>)]
-        operational_mode: Option<OperationalMode>,
-        /// Runtime input JSON whose sections are the resolved context the `context` path
-        /// assembles (required on that path, used on no other).
-        #[arg(long, value_name = "FILE")]
-        resolved_context: Option<PathBuf>,
-        /// Runtime input JSON whose tools are the ones retrieved for this turn on the
-        /// `hydration` path (used on no other).
-        #[arg(long, value_name = "FILE")]
-        retrieved_tools: Option<PathBuf>,
-        #[command(flatten)]
-        inputs: Box<TurnInputArgs>,
-    },
+    Prepare(PrepareArgs),
     /// Record the model's reply: its text and its tool calls.
     Reply {
         /// The reply's text.
@@ -163,6 +122,53 @@ pub enum Step {
         #[arg(long, value_parser = named_value::<FileAction>("action"))]
         action: FileAction,
     },
+}
+
+/// Arguments of `strata session prepare`.
+#[derive(Debug, Args)]
+pub struct PrepareArgs {
+    /// The user's message (`-` reads standard input).
+    pub message: Option<String>,
+    /// Prepare without a new user message (after tool results).
+    #[arg(long = "continue", conflicts_with = "message")]
+    pub continue_turn: bool,
+    /// Provider: openai-chat, openai-responses or anthropic.
+    #[arg(long, default_value = "anthropic")]
+    pub format: Provider,
+    /// Model name written into the body.
+    #[arg(long)]
+    pub model: String,
+    /// Maximum output tokens (required by Anthropic).
+    #[arg(long, default_value_t = 1024)]
+    pub max_tokens: u32,
+    /// The model's context window (sets budget and tier).
+    #[arg(long)]
+    pub context_window: Option<u32>,
+    /// Runtime input JSON with tools and extra sections for this turn (see `strata assemble
+    /// --help`); its turns are not used, the session has its own.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Prompt mode: full, compact, minimal or scheduled (default: strata.toml's, else the
+    /// signed definition's).
+    #[arg(long, value_parser = named::<PromptMode>)]
+    pub mode: Option<PromptMode>,
+    /// Assembly path: soul, hydration, context, basic or cached.
+    #[arg(long, value_parser = named::<AssemblyPath>)]
+    pub path: Option<AssemblyPath>,
+    /// Operational mode: assistant, developer, planning, debugger or user.
+    #[arg(long, value_parser = named::<OperationalMode>)]
+    pub operational_mode: Option<OperationalMode>,
+    /// Runtime input JSON whose sections are the resolved context the `context` path
+    /// assembles (required on that path, used on no other).
+    #[arg(long, value_name = "FILE")]
+    pub resolved_context: Option<PathBuf>,
+    /// Runtime input JSON whose tools are the ones retrieved for this turn on the
+    /// `hydration` path (used on no other).
+    #[arg(long, value_name = "FILE")]
+    pub retrieved_tools: Option<PathBuf>,
+    /// Skills, time zone, thinking level and the other per-turn inputs.
+    #[command(flatten)]
+    pub inputs: Box<TurnInputArgs>,
 }
 
 /// One change of a session's goals, or their reading.
@@ -448,6 +454,66 @@ fn parse_call(spec: &str) -> Result<ToolCall, CliError> {
 
 /// Run `strata session`.
 pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
+    let builder = runtime_builder(args)?;
+    let id = args.id.as_str();
+    match &args.step {
+        Step::Prepare(p) => prepare(builder, id, p, out),
+        Step::Reply {
+            text,
+            tool_call,
+            reasoning,
+        } => reply(
+            builder,
+            id,
+            text.as_deref(),
+            tool_call,
+            reasoning.as_deref(),
+            out,
+        ),
+        Step::ToolResult {
+            call_id,
+            output,
+            error,
+            keep,
+        } => {
+            let rt = builder.build().map_err(session_error)?;
+            let mut recorded = ToolOutput::new(call_id, stdin_or(output)?).keeping(*keep);
+            recorded.is_error = *error;
+            rt.session(id)
+                .record_output(&recorded)
+                .map_err(session_error)?;
+            out.status(&format!("recorded the result of {call_id} in session {id}"));
+            Ok(())
+        }
+        Step::Goals { step } => goals(builder, id, step, out),
+        Step::File { path, action } => {
+            let rt = builder.build().map_err(session_error)?;
+            rt.session(id)
+                .record_file(path, *action)
+                .map_err(session_error)?;
+            out.status(&format!(
+                "recorded {} {path} in session {id}",
+                action.label()
+            ));
+            Ok(())
+        }
+        Step::Reset => {
+            let rt = builder.build().map_err(session_error)?;
+            let n = rt.session(id).reset().map_err(session_error)?;
+            out.status(&format!("session {id}: {n} entries forgotten"));
+            Ok(())
+        }
+    }
+}
+
+/// A session's refusal as the command's error.
+fn session_error(e: strata_assembler::SessionError) -> CliError {
+    CliError::Other(e.to_string())
+}
+
+/// Verify the agent and set up its runtime on the store: the flags win over strata.toml's
+/// `[store]`, which wins over the default file.
+fn runtime_builder(args: &SessionArgs) -> Result<RuntimeBuilder, CliError> {
     let agent = load_agent(
         &args.agent,
         &args.trust,
@@ -461,172 +527,131 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
             .config_file(c)
             .map_err(|e| CliError::Other(e.to_string()))?;
     }
-    // Flags win over strata.toml's `[store]`, which wins over the default file.
     if let Some(url) = &args.postgres {
         builder = builder.postgres(url);
     } else if let Some(path) = &args.store {
         builder = builder.sqlite(path);
     }
-    let fail = |e: strata_assembler::SessionError| CliError::Other(e.to_string());
-    match &args.step {
-        Step::Prepare {
-            message,
-            continue_turn,
-            format,
-            model,
-            max_tokens,
-            context_window,
-            input,
-            mode,
-            path,
-            operational_mode,
-            resolved_context,
-            retrieved_tools,
-            inputs,
-        } => {
-            let mut opts = TurnOptions {
-                context_window: *context_window,
-                mode: *mode,
-                path: *path,
-                operational_mode: *operational_mode,
-                ..TurnOptions::default()
-            };
-            inputs.apply(&mut opts)?;
-            if let Some(file) = input {
-                let (tools, sections) = runtime_input(file)?;
-                // Tools in the input are this turn's and, from now on, the session's.
-                if !tools.is_empty() {
-                    opts.tools = Some(tools);
-                }
-                opts.sections = sections;
-            }
-            if let Some(file) = resolved_context {
-                opts.resolved_context = runtime_input(file)?.1;
-            }
-            if let Some(file) = retrieved_tools {
-                opts.retrieved_tools = Some(runtime_input(file)?.0);
-            }
-            let rt = builder
-                .provider(*format, model.clone())
-                .max_tokens(*max_tokens)
-                .build()
-                .map_err(fail)?;
-            let session = rt.session(args.id.as_str());
-            let turn = match (message, continue_turn) {
-                (Some(m), false) => session.prepare(&stdin_or(m)?, &opts),
-                (None, true) => session.continue_turn(&opts),
-                _ => {
-                    return Err(CliError::Usage(
-                        "prepare: give the user's message, or --continue after tool results".into(),
-                    ))
-                }
-            }
-            .map_err(fail)?;
-            for t in turn.refused_tools() {
-                out.status(&format!(
-                    "warning: tool `{}` is not offered: {}",
-                    t.name, t.reason
-                ));
-            }
-            let body = serde_json::to_string_pretty(&turn.body)
-                .map_err(|e| CliError::Other(e.to_string()))?;
-            out.result(&(body + "\n"))
-        }
-        Step::Reply {
-            text,
-            tool_call,
-            reasoning,
-        } => {
-            let rt = builder.build().map_err(fail)?;
-            let reply = Reply {
-                text: text
-                    .as_deref()
-                    .map(stdin_or)
-                    .transpose()?
-                    .unwrap_or_default(),
-                tool_calls: tool_call
-                    .iter()
-                    .map(|c| parse_call(c))
-                    .collect::<Result<_, _>>()?,
-                reasoning: match reasoning {
-                    Some(file) => read_reasoning(file)?,
-                    None => Vec::new(),
-                },
-            };
-            if reply.text.trim().is_empty() && reply.tool_calls.is_empty() {
-                return Err(CliError::Usage(
-                    "reply: give the reply's text, or at least one --tool-call".into(),
-                ));
-            }
-            rt.session(args.id.as_str())
-                .record_reply(&reply)
-                .map_err(fail)?;
-            out.status(&format!(
-                "recorded the reply in session {} ({} tool call(s))",
-                args.id,
-                reply.tool_calls.len()
-            ));
-            Ok(())
-        }
-        Step::ToolResult {
-            call_id,
-            output,
-            error,
-            keep,
-        } => {
-            let rt = builder.build().map_err(fail)?;
-            let mut recorded = ToolOutput::new(call_id, stdin_or(output)?).keeping(*keep);
-            recorded.is_error = *error;
-            rt.session(args.id.as_str())
-                .record_output(&recorded)
-                .map_err(fail)?;
-            out.status(&format!(
-                "recorded the result of {call_id} in session {}",
-                args.id
-            ));
-            Ok(())
-        }
-        Step::Goals { step } => {
-            let rt = builder.build().map_err(fail)?;
-            let session = rt.session(args.id.as_str());
-            let json = match step.change() {
-                Some(change) => {
-                    serde_json::to_value(session.change_goals(&change).map_err(fail)?)
-                }
-                None => {
-                    let goals = session.goals().map_err(fail)?;
-                    let pending: Vec<serde_json::Value> = goals
-                        .pending_locks()
-                        .into_iter()
-                        .map(|(goal, d)| {
-                            serde_json::json!({"goal": goal, "decision": d.id, "description": d.description})
-                        })
-                        .collect();
-                    Ok(serde_json::json!({"goals": goals.history(), "pending_locks": pending}))
-                }
-            }
-            .map_err(|e| CliError::Other(e.to_string()))?;
-            let text =
-                serde_json::to_string_pretty(&json).map_err(|e| CliError::Other(e.to_string()))?;
-            out.result(&(text + "\n"))
-        }
-        Step::File { path, action } => {
-            let rt = builder.build().map_err(fail)?;
-            rt.session(args.id.as_str())
-                .record_file(path, *action)
-                .map_err(fail)?;
-            out.status(&format!(
-                "recorded {} {path} in session {}",
-                action.label(),
-                args.id
-            ));
-            Ok(())
-        }
-        Step::Reset => {
-            let rt = builder.build().map_err(fail)?;
-            let n = rt.session(args.id.as_str()).reset().map_err(fail)?;
-            out.status(&format!("session {}: {n} entries forgotten", args.id));
-            Ok(())
+    Ok(builder)
+}
+
+/// `prepare`: record the user's message (or continue after tool results) and print the
+/// request body, warning on standard error about each tool not offered.
+fn prepare(
+    builder: RuntimeBuilder,
+    id: &str,
+    p: &PrepareArgs,
+    out: &Output,
+) -> Result<(), CliError> {
+    let opts = turn_options(p)?;
+    let rt = builder
+        .provider(p.format, p.model.clone())
+        .max_tokens(p.max_tokens)
+        .build()
+        .map_err(session_error)?;
+    let session = rt.session(id);
+    let turn = match (&p.message, p.continue_turn) {
+        (Some(m), false) => session.prepare(&stdin_or(m)?, &opts),
+        (None, true) => session.continue_turn(&opts),
+        _ => {
+            return Err(CliError::Usage(
+                "prepare: give the user's message, or --continue after tool results".into(),
+            ))
         }
     }
+    .map_err(session_error)?;
+    for t in turn.refused_tools() {
+        out.status(&format!(
+            "warning: tool `{}` is not offered: {}",
+            t.name, t.reason
+        ));
+    }
+    let body =
+        serde_json::to_string_pretty(&turn.body).map_err(|e| CliError::Other(e.to_string()))?;
+    out.result(&(body + "\n"))
+}
+
+/// The options of a turn from `prepare`'s flags and the runtime input files they name.
+fn turn_options(p: &PrepareArgs) -> Result<TurnOptions, CliError> {
+    let mut opts = TurnOptions {
+        context_window: p.context_window,
+        mode: p.mode,
+        path: p.path,
+        operational_mode: p.operational_mode,
+        ..TurnOptions::default()
+    };
+    p.inputs.apply(&mut opts)?;
+    if let Some(file) = &p.input {
+        let (tools, sections) = runtime_input(file)?;
+        // Tools in the input are this turn's and, from now on, the session's.
+        if !tools.is_empty() {
+            opts.tools = Some(tools);
+        }
+        opts.sections = sections;
+    }
+    if let Some(file) = &p.resolved_context {
+        opts.resolved_context = runtime_input(file)?.1;
+    }
+    if let Some(file) = &p.retrieved_tools {
+        opts.retrieved_tools = Some(runtime_input(file)?.0);
+    }
+    Ok(opts)
+}
+
+/// `reply`: record the model's reply (its text, tool calls and reasoning blocks).
+fn reply(
+    builder: RuntimeBuilder,
+    id: &str,
+    text: Option<&str>,
+    tool_call: &[String],
+    reasoning: Option<&Path>,
+    out: &Output,
+) -> Result<(), CliError> {
+    let rt = builder.build().map_err(session_error)?;
+    let reply = Reply {
+        text: text.map(stdin_or).transpose()?.unwrap_or_default(),
+        tool_calls: tool_call
+            .iter()
+            .map(|c| parse_call(c))
+            .collect::<Result<_, _>>()?,
+        reasoning: match reasoning {
+            Some(file) => read_reasoning(file)?,
+            None => Vec::new(),
+        },
+    };
+    if reply.text.trim().is_empty() && reply.tool_calls.is_empty() {
+        return Err(CliError::Usage(
+            "reply: give the reply's text, or at least one --tool-call".into(),
+        ));
+    }
+    rt.session(id).record_reply(&reply).map_err(session_error)?;
+    out.status(&format!(
+        "recorded the reply in session {id} ({} tool call(s))",
+        reply.tool_calls.len()
+    ));
+    Ok(())
+}
+
+/// `goals`: apply a change to the session's goals and print the result, or print the goals
+/// and the locks waiting for an answer, as JSON.
+fn goals(builder: RuntimeBuilder, id: &str, step: &GoalStep, out: &Output) -> Result<(), CliError> {
+    let rt = builder.build().map_err(session_error)?;
+    let session = rt.session(id);
+    let json = match step.change() {
+        Some(change) => serde_json::to_value(session.change_goals(&change).map_err(session_error)?),
+        None => {
+            let goals = session.goals().map_err(session_error)?;
+            let pending: Vec<serde_json::Value> = goals
+                .pending_locks()
+                .into_iter()
+                .map(|(goal, d)| {
+                    serde_json::json!({"goal": goal, "decision": d.id, "description": d.description})
+                })
+                .collect();
+            Ok(serde_json::json!({"goals": goals.history(), "pending_locks": pending}))
+        }
+    }
+    .map_err(|e| CliError::Other(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&json).map_err(|e| CliError::Other(e.to_string()))?;
+    out.result(&(text + "\n"))
 }

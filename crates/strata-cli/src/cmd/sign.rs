@@ -207,63 +207,15 @@ fn lint(def: &AgentDefinition) -> Result<(), String> {
 
 /// Run `strata sign`.
 pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
-    let bytes = read_limited(&args.definition, MAX_PAYLOAD_BYTES, "definition")?;
-    let text = String::from_utf8(bytes).map_err(|_| {
-        CliError::Other(format!(
-            "definition {} is not UTF-8 text; agent definitions are TOML",
-            args.definition.display()
-        ))
-    })?;
     let base = dir_of(&args.definition);
-    // The payload embeds every referenced file: the envelope and a trust store are all a
-    // runtime needs (ADR-0035).
-    let text = strata_agentdef::embed_files(&text, &base).map_err(|e| {
-        CliError::agentdef(
-            format!(
-                "embedding the files {} references",
-                args.definition.display()
-            ),
-            e,
-        )
-    })?;
-
-    let mut keys = Vec::with_capacity(args.keys.len());
-    let mut ids = BTreeSet::new();
-    for path in &args.keys {
-        let key = super::read_key(path)?;
-        if !ids.insert(key.key_id()) {
-            return Err(CliError::Usage(format!(
-                "key {} is given twice (key id {}); each --key must be a different key",
-                path.display(),
-                key.key_id()
-            )));
-        }
-        keys.push(key);
-    }
+    let text = read_definition(&args.definition, &base)?;
+    let keys = read_keys(&args.keys)?;
 
     let checking = || format!("checking definition {}", args.definition.display());
     let def =
         check_definition(&text, Some(&base)).map_err(|e| CliError::agentdef(checking(), e))?;
     lint(&def).map_err(|e| CliError::Other(format!("{}: {e}", checking())))?;
-    if let Some(end) = def.not_after.as_deref() {
-        let end = strata_agentdef::time::parse_rfc3339(end)
-            .map_err(|e| CliError::Other(format!("{}: not_after: {e}", checking())))?;
-        let now = strata_agentdef::now_unix();
-        if end < now && !args.allow_expired {
-            return Err(CliError::Usage(format!(
-                "{}: its validity ended at {} (not_after), before now; move not_after forward and sign again (--allow-expired signs it anyway, for tests of expiry)",
-                args.definition.display(),
-                def.not_after.as_deref().unwrap_or_default()
-            )));
-        }
-        if (now..now + 86_400).contains(&end) {
-            out.status(&format!(
-                "warning: {} stops being valid in less than a day ({}); runtimes refuse it from then on",
-                args.definition.display(),
-                def.not_after.as_deref().unwrap_or_default()
-            ));
-        }
-    }
+    check_validity(&def, args, out)?;
     let env = match &args.append {
         Some(path) => append_to(path, &text, &keys)?,
         None => {
@@ -294,6 +246,74 @@ pub fn run(args: &SignArgs, out: &Output) -> Result<(), CliError> {
         target.display(),
         env.signatures.len()
     ));
+    Ok(())
+}
+
+/// Read the definition at `path` (UTF-8 TOML, within the payload limit) and embed the files
+/// it references, resolved in `base`.
+fn read_definition(path: &Path, base: &Path) -> Result<String, CliError> {
+    let bytes = read_limited(path, MAX_PAYLOAD_BYTES, "definition")?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        CliError::Other(format!(
+            "definition {} is not UTF-8 text; agent definitions are TOML",
+            path.display()
+        ))
+    })?;
+    // The payload embeds every referenced file: the envelope and a trust store are all a
+    // runtime needs (ADR-0035).
+    strata_agentdef::embed_files(&text, base).map_err(|e| {
+        CliError::agentdef(
+            format!("embedding the files {} references", path.display()),
+            e,
+        )
+    })
+}
+
+/// Read the signing keys, refusing one key given twice.
+fn read_keys(paths: &[PathBuf]) -> Result<Vec<KeyPair>, CliError> {
+    let mut keys = Vec::with_capacity(paths.len());
+    let mut ids = BTreeSet::new();
+    for path in paths {
+        let key = super::read_key(path)?;
+        if !ids.insert(key.key_id()) {
+            return Err(CliError::Usage(format!(
+                "key {} is given twice (key id {}); each --key must be a different key",
+                path.display(),
+                key.key_id()
+            )));
+        }
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// Refuse a definition whose validity has ended (unless `--allow-expired`), and warn about one
+/// that ends within a day.
+fn check_validity(def: &AgentDefinition, args: &SignArgs, out: &Output) -> Result<(), CliError> {
+    let Some(end) = def.not_after.as_deref() else {
+        return Ok(());
+    };
+    let end = strata_agentdef::time::parse_rfc3339(end).map_err(|e| {
+        CliError::Other(format!(
+            "checking definition {}: not_after: {e}",
+            args.definition.display()
+        ))
+    })?;
+    let now = strata_agentdef::now_unix();
+    if end < now && !args.allow_expired {
+        return Err(CliError::Usage(format!(
+            "{}: its validity ended at {} (not_after), before now; move not_after forward and sign again (--allow-expired signs it anyway, for tests of expiry)",
+            args.definition.display(),
+            def.not_after.as_deref().unwrap_or_default()
+        )));
+    }
+    if (now..now + 86_400).contains(&end) {
+        out.status(&format!(
+            "warning: {} stops being valid in less than a day ({}); runtimes refuse it from then on",
+            args.definition.display(),
+            def.not_after.as_deref().unwrap_or_default()
+        ));
+    }
     Ok(())
 }
 
