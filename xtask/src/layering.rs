@@ -152,3 +152,58 @@ mod tests {
         assert!(got[4].starts_with("strata-new is not in the layering"));
     }
 }
+
+/// The crates under `crates/` whose root (`src/lib.rs`, else `src/main.rs`) does not turn
+/// clippy's `too_many_lines` on for its code.
+#[cfg(test)]
+fn crates_without_the_line_limit(roots: &[(String, String)]) -> Vec<String> {
+    const LIMIT: &str = "#![cfg_attr(not(test), warn(clippy::too_many_lines))]";
+    roots
+        .iter()
+        .filter(|(_, text)| !text.lines().any(|l| l.trim() == LIMIT))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod line_limit {
+    use super::crates_without_the_line_limit;
+
+    /// Every crate under `crates/` holds its functions to one screen (ARCHITECTURE.md,
+    /// "Function size").
+    #[test]
+    fn every_crate_turns_the_line_limit_on() {
+        let root = crate::workspace_root().join("crates");
+        let mut roots = Vec::new();
+        for entry in std::fs::read_dir(&root).unwrap() {
+            let dir = entry.unwrap().path();
+            if !dir.join("Cargo.toml").is_file() {
+                continue;
+            }
+            let lib = dir.join("src/lib.rs");
+            let file = if lib.is_file() {
+                lib
+            } else {
+                dir.join("src/main.rs")
+            };
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            roots.push((name, std::fs::read_to_string(file).unwrap()));
+        }
+        assert!(roots.len() >= 8, "{} crates found", roots.len());
+        let missing = crates_without_the_line_limit(&roots);
+        assert!(missing.is_empty(), "without the line limit: {missing:?}");
+    }
+
+    /// A crate root without the attribute, or with it only in a comment, is named.
+    #[test]
+    fn a_crate_without_the_limit_is_named() {
+        let on = "#![forbid(unsafe_code)]\n#![cfg_attr(not(test), warn(clippy::too_many_lines))]\n";
+        let commented = "// #![cfg_attr(not(test), warn(clippy::too_many_lines))]\n";
+        let got = crates_without_the_line_limit(&[
+            ("a".into(), on.into()),
+            ("b".into(), commented.into()),
+            ("c".into(), "#![forbid(unsafe_code)]\n".into()),
+        ]);
+        assert_eq!(got, ["b", "c"]);
+    }
+}

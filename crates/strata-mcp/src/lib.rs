@@ -16,6 +16,8 @@
 //! - [`live`]: [`LiveServers`], the reconnecting supervisor a runtime reads through the
 //!   registry's `LiveSource` trait.
 #![forbid(unsafe_code)]
+// Every function fits on a screen (the threshold is in clippy.toml).
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 pub mod client;
 pub mod error;
