@@ -202,3 +202,109 @@ fn the_reference_server_pins_and_then_matches() {
     );
     assert_eq!(o.status.code(), Some(5), "{}", text(&o));
 }
+
+/// Verifies ADR-0041: `strata session` connects to the `[[mcp]]` servers of its `--config`:
+/// `prepare` offers their pinned tools and their prompts (as layer-3 data), `run-call` runs a
+/// recorded call through the server and records its result once; a call of a tool the last
+/// prepared turn did not offer is refused and nothing is recorded.
+#[test]
+fn a_session_offers_and_runs_the_tools_of_its_configured_servers() {
+    let Some(python) = server("STRATA_MCP_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    example(d);
+    let script = glossary_script();
+    let o = strata(
+        d,
+        &[
+            "mcp", "pin", "--server", "glossary", "--out", "ada.toml", "--except", "add_tool",
+            "--", &python, &script,
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = strata(d, &["sign", "ada.toml", "--key", "k.key"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let command = serde_json::to_string(&[python.as_str(), script.as_str()]).expect("json");
+    std::fs::write(
+        d.join("strata.toml"),
+        format!("[[mcp]]\nname = \"glossary\"\ncommand = {command}\n"),
+    )
+    .expect("config");
+    let session = |step: &[&str]| {
+        let mut args = vec![
+            "session",
+            "--agent",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--store",
+            "m.db",
+            "--config",
+            "strata.toml",
+            "--id",
+            "s1",
+        ];
+        args.extend_from_slice(step);
+        strata(d, &args)
+    };
+    let o = session(&["prepare", "Shout hello.", "--model", "claude-sonnet-4-5"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let body: serde_json::Value = serde_json::from_slice(&o.stdout).expect("body");
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        tools.contains(&"shout") && tools.contains(&"lookup"),
+        "{tools:?}"
+    );
+    assert!(
+        body.to_string()
+            .contains("Glossary answers quote the glossary entry verbatim."),
+        "{body}"
+    );
+
+    let o = session(&["reply", "--tool-call", "c1:shout:{\"text\":\"hello\"}"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = session(&["run-call", "c1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let run: serde_json::Value = serde_json::from_slice(&o.stdout).expect("run");
+    assert_eq!(run["output"], "HELLO", "{run}");
+    assert_eq!(run["is_error"], false, "{run}");
+    // Run once: the call has a result now.
+    let o = session(&["run-call", "c1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already has a result"),
+        "{}",
+        text(&o)
+    );
+
+    // A call recorded after a turn that offered no tools (the hydration path with none
+    // retrieved) is not run.
+    std::fs::write(d.join("none.json"), "{\"tools\": []}").expect("input");
+    let o = session(&[
+        "prepare",
+        "Nothing to shout.",
+        "--model",
+        "claude-sonnet-4-5",
+        "--path",
+        "hydration",
+        "--retrieved-tools",
+        "none.json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = session(&["reply", "--tool-call", "c2:lookup:{\"term\":\"wg\"}"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = session(&["run-call", "c2"]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("did not offer"),
+        "{}",
+        text(&o)
+    );
+}

@@ -240,3 +240,55 @@ fn diff(a: &DiffArgs, out: &Output) -> Result<(), CliError> {
         drift.changes.len()
     )))
 }
+
+/// The MCP servers of `[[mcp]]` in the strata.toml at `path`, each a command (stdio) or a URL
+/// (Streamable HTTP).
+pub(crate) fn config_servers(path: &Path) -> Result<Vec<ServerSpec>, CliError> {
+    let config = strata_registry::Config::load(path)
+        .map_err(|e| CliError::Other(format!("reading {}: {e}", path.display())))?;
+    let mut specs = Vec::new();
+    for m in &config.mcp {
+        let spec = match (&m.url, m.command.is_empty()) {
+            (Some(url), true) => ServerSpec::new(&m.name, Transport::Http { url: url.clone() }),
+            (None, false) => ServerSpec::stdio(&m.name, &m.command),
+            _ => {
+                return Err(CliError::Other(format!(
+                    "{}: [[mcp]] `{}` needs exactly one of `command` and `url`",
+                    path.display(),
+                    m.name
+                )))
+            }
+        };
+        specs.push(spec.map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?);
+    }
+    Ok(specs)
+}
+
+/// Start `specs` as live servers on `rt`, listed again every `relist` (none without any), and
+/// wait up to 20 s for them to connect. A server still connecting is retried in the
+/// background; its tools join the turns from its first listing on, and until then turns
+/// report it as omitted.
+pub(crate) fn start_live(
+    specs: Vec<ServerSpec>,
+    relist: Duration,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Option<std::sync::Arc<dyn strata_registry::LiveSource>>, CliError> {
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    let live = strata_mcp::LiveServers::start(
+        specs,
+        Limits {
+            relist_every: relist,
+            ..Limits::default()
+        },
+        rt.handle().clone(),
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))?;
+    if !live.wait_connected(Duration::from_secs(20)) {
+        tracing::warn!(
+            "not every MCP server is connected yet; turns report them as omitted until they are"
+        );
+    }
+    Ok(Some(std::sync::Arc::new(live)))
+}

@@ -328,58 +328,16 @@ fn serve_options(
 }
 
 /// Start the configured MCP servers on the runtime and wait up to 20 seconds for them to
-/// connect; `None` when no server is configured.
+/// The live MCP servers of `[[mcp]]` in `--config`'s strata.toml, then of `--mcp` and
+/// `--mcp-url`, started on `rt` (none without any).
 fn start_mcp_servers(
     args: &ServeArgs,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Option<std::sync::Arc<dyn strata_registry::LiveSource>>, CliError> {
-    let specs = mcp_servers(args)?;
-    if specs.is_empty() {
-        return Ok(None);
-    }
-    let live = strata_mcp::LiveServers::start(
-        specs,
-        strata_mcp::Limits {
-            relist_every: std::time::Duration::from_secs(args.mcp_relist_secs.max(1)),
-            ..strata_mcp::Limits::default()
-        },
-        rt.handle().clone(),
-    )
-    .map_err(|e| CliError::Usage(e.to_string()))?;
-    // A server still connecting is retried in the background; its tools join the turns
-    // from its first listing on.
-    if !live.wait_connected(std::time::Duration::from_secs(20)) {
-        tracing::warn!(
-            "not every MCP server is connected yet; turns report them as omitted until they are"
-        );
-    }
-    Ok(Some(std::sync::Arc::new(live)))
-}
-
-/// The MCP servers of `[[mcp]]` in `--config`'s strata.toml, then of `--mcp` and `--mcp-url`.
-fn mcp_servers(args: &ServeArgs) -> Result<Vec<strata_mcp::ServerSpec>, CliError> {
-    let mut specs = Vec::new();
-    if let Some(path) = &args.config {
-        let config = strata_registry::Config::load(path)
-            .map_err(|e| CliError::Other(format!("reading {}: {e}", path.display())))?;
-        for m in &config.mcp {
-            let spec = match (&m.url, m.command.is_empty()) {
-                (Some(url), true) => strata_mcp::ServerSpec::new(
-                    &m.name,
-                    strata_mcp::Transport::Http { url: url.clone() },
-                ),
-                (None, false) => strata_mcp::ServerSpec::stdio(&m.name, &m.command),
-                _ => {
-                    return Err(CliError::Other(format!(
-                        "{}: [[mcp]] `{}` needs exactly one of `command` and `url`",
-                        path.display(),
-                        m.name
-                    )))
-                }
-            };
-            specs.push(spec.map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?);
-        }
-    }
+    let mut specs = match &args.config {
+        Some(path) => super::mcp::config_servers(path)?,
+        None => Vec::new(),
+    };
     for (values, url) in [(&args.mcp, false), (&args.mcp_url, true)] {
         for v in values {
             specs.push(
@@ -388,5 +346,9 @@ fn mcp_servers(args: &ServeArgs) -> Result<Vec<strata_mcp::ServerSpec>, CliError
             );
         }
     }
-    Ok(specs)
+    super::mcp::start_live(
+        specs,
+        std::time::Duration::from_secs(args.mcp_relist_secs.max(1)),
+        rt,
+    )
 }

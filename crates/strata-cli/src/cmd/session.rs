@@ -104,6 +104,13 @@ pub enum Step {
         #[arg(long, value_name = "END", default_value = "head", value_parser = parse_keep)]
         keep: Keep,
     },
+    /// Run a recorded tool call through the live MCP server that offers its tool (`[[mcp]]`
+    /// in `--config`) and record its result; prints the run as JSON. Only a tool the last
+    /// prepared turn offered, and that its server still offers as signed, is run.
+    RunCall {
+        /// The call id, as the model's reply named it.
+        call_id: String,
+    },
     /// Forget the conversation.
     Reset,
     /// Read or change the session's goals with the caller's authority (a model's marker only
@@ -454,9 +461,22 @@ fn parse_call(spec: &str) -> Result<ToolCall, CliError> {
 
 /// Run `strata session`.
 pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
-    let builder = runtime_builder(args)?;
+    let mut builder = runtime_builder(args)?;
     let id = args.id.as_str();
+    // The steps that offer or run MCP tools connect to the live servers of `[[mcp]]`; the
+    // async runtime they run on is kept until the step is done.
+    let _live = match &args.step {
+        Step::Prepare(_) | Step::RunCall { .. } => {
+            let live = live_servers(args)?;
+            if let Some((_, source)) = &live {
+                builder = builder.live(source.clone());
+            }
+            live
+        }
+        _ => None,
+    };
     match &args.step {
+        Step::RunCall { call_id } => run_call(builder, id, call_id, out),
         Step::Prepare(p) => prepare(builder, id, p, out),
         Step::Reply {
             text,
@@ -513,6 +533,56 @@ fn session_error(e: strata_assembler::SessionError) -> CliError {
 
 /// Verify the agent and set up its runtime on the store: the flags win over strata.toml's
 /// `[store]`, which wins over the default file.
+/// The live MCP servers of `--config`'s `[[mcp]]` with the async runtime they run on, if it
+/// names any.
+type Live = (
+    tokio::runtime::Runtime,
+    std::sync::Arc<dyn strata_registry::LiveSource>,
+);
+
+fn live_servers(args: &SessionArgs) -> Result<Option<Live>, CliError> {
+    let Some(path) = &args.config else {
+        return Ok(None);
+    };
+    let specs = crate::cmd::mcp::config_servers(path)?;
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Other(format!("starting the async runtime: {e}")))?;
+    let source = crate::cmd::mcp::start_live(specs, std::time::Duration::from_secs(30), &rt)?;
+    Ok(source.map(|s| (rt, s)))
+}
+
+/// `run-call`: run the recorded call `call_id` through its live MCP server, record the result
+/// and print the run.
+fn run_call(
+    builder: RuntimeBuilder,
+    id: &str,
+    call_id: &str,
+    out: &Output,
+) -> Result<(), CliError> {
+    let rt = builder.build().map_err(session_error)?;
+    let run = match rt
+        .session(id)
+        .run_tool_call_once(call_id, None)
+        .map_err(session_error)?
+    {
+        strata_assembler::session::Outcome::Done(run) => run,
+        strata_assembler::session::Outcome::Repeated(_) => {
+            return Err(CliError::Other(
+                "a run without an operation key was reported as a repeat".into(),
+            ))
+        }
+    };
+    let text = serde_json::to_string_pretty(&run)
+        .map_err(|e| CliError::Other(format!("tool run: {e}")))?;
+    out.result(&(text + "\n"))
+}
+
 fn runtime_builder(args: &SessionArgs) -> Result<RuntimeBuilder, CliError> {
     let agent = load_agent(
         &args.agent,
