@@ -212,6 +212,14 @@ impl Client {
         self.changes.count.load(Ordering::SeqCst)
     }
 
+    /// Ask for the server to be listed again now, as a list-changed notification does: after
+    /// a failed call, so that a server that went away (a Streamable HTTP server has no
+    /// connection to lose) is found out at once rather than at the next periodic listing.
+    pub fn recheck(&self) {
+        self.changes.count.fetch_add(1, Ordering::SeqCst);
+        self.changes.notify.notify_waiters();
+    }
+
     /// Wait until the server sends a list-changed notification.
     pub async fn changed(&self) {
         self.changes.notify.notified().await;

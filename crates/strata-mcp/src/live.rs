@@ -196,12 +196,19 @@ impl LiveSource for LiveServers {
         let (tx, rx) = std::sync::mpsc::channel();
         let name = tool.as_str().to_owned();
         let args = arguments.clone();
+        let caller = client.clone();
         self.runtime.spawn(async move {
-            let _ = tx.send(client.call_tool(&name, &args).await);
+            let _ = tx.send(caller.call_tool(&name, &args).await);
         });
         // The client's own timeout answers first; this one only guards a lost task.
         let wait = self.shared.limits.request_timeout + Duration::from_secs(5);
-        match rx.recv_timeout(wait) {
+        let answer = rx.recv_timeout(wait);
+        if !matches!(answer, Ok(Ok(_))) {
+            // A failed call may mean a lost server: list it again now (a tool's own error is
+            // a result, not a failure).
+            client.recheck();
+        }
+        match answer {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(e)) => Err(LiveCallError::Failed {
                 server: server.to_string(),

@@ -298,3 +298,50 @@ fn streamable_http_reconnects_after_the_server_restarts() {
     child.kill().expect("kill");
     let _ = child.wait();
 }
+
+/// A lost Streamable HTTP server is found out by the first call that fails, not only at the
+/// next periodic listing (here a minute away): its tools leave the offer at once.
+#[test]
+fn a_failed_call_lists_a_lost_http_server_again_at_once() {
+    let Some(python) = server("STRATA_MCP_PYTHON") else {
+        return;
+    };
+    let port = free_port();
+    let mut child = http_glossary(&python, port);
+    let rt = runtime();
+    let spec = ServerSpec::new(
+        "glossary",
+        Transport::Http {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        },
+    )
+    .expect("spec");
+    let limits = Limits {
+        relist_every: Duration::from_secs(60),
+        request_timeout: Duration::from_secs(5),
+        ..quick()
+    };
+    let live = LiveServers::start(vec![spec], limits, rt.handle().clone()).expect("starts");
+    assert!(
+        live.wait_connected(Duration::from_secs(30)),
+        "{:?}",
+        live.servers()
+    );
+    let shout = ToolName::new("shout").expect("name");
+    let ok = live
+        .call(&shout, &json!({"text": "hi"}))
+        .expect("the call answers");
+    assert_eq!(ok.text, "HI");
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    let failed = live.call(&shout, &json!({"text": "hi"}));
+    assert!(failed.is_err(), "{failed:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while matches!(live.servers()[0].state, LiveState::Connected { .. }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the loss was not noticed after the failed call"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
