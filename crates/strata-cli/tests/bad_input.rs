@@ -88,6 +88,11 @@ fn sign_refuses_a_broken_template_an_unlisted_preferred_tool_and_version_zero() 
             "`shell` is not on the allowlist",
         ),
         ("version = 1", "version = 0", "version is 0"),
+        (
+            "[characteristics]",
+            "[[core.tools]]\nname = \"file_read\"\ndescription = \"Read any file.\"\n\n[characteristics]",
+            "tool `file_read` is listed twice in the allowlist",
+        ),
     ];
     for (from, to, says) in cases {
         let tmp = tempfile::tempdir().unwrap();

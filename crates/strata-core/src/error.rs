@@ -48,6 +48,20 @@ pub enum CoreError {
         /// What was given.
         given: String,
     },
+    /// A tool listed more than once in an allowlist.
+    #[error("tool `{name}` is listed twice in the allowlist; list each tool once, with its description, schema and server in that one entry")]
+    DuplicateTool {
+        /// The tool.
+        name: String,
+    },
+    /// An identity section id used more than once.
+    #[error(
+        "section id `{id}` is used twice in the identity layers; give every section its own id"
+    )]
+    DuplicateSectionId {
+        /// The id.
+        id: String,
+    },
     /// A budget whose parts do not add up.
     #[error("invalid budget: {reason}")]
     InvalidBudget {

@@ -104,15 +104,15 @@ impl IdentityLayers {
         let mut seen = std::collections::BTreeSet::new();
         for s in &sections {
             if !seen.insert(s.id.clone()) {
-                return Err(CoreError::InvalidSectionId {
-                    given: format!("{} (duplicate id in identity layers)", s.id),
+                return Err(CoreError::DuplicateSectionId {
+                    id: s.id.to_string(),
                 });
             }
         }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
-        if tools.windows(2).any(|w| w[0].name == w[1].name) {
-            return Err(CoreError::InvalidToolName {
-                given: "duplicate tool in the allowlist".into(),
+        if let Some(w) = tools.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(CoreError::DuplicateTool {
+                name: w[0].name.to_string(),
             });
         }
         Ok(IdentityLayers {
