@@ -389,7 +389,12 @@ impl RuntimeBuilder {
             WorkingMemoryContributor::new(store.working(), tokenizer.clone(), self.history_tokens);
         let history_meta = seeded(history.meta(), StandardSection::ConversationHistory);
         let history = Arc::new(history.with_meta(history_meta));
-        reg(registry.register(history.clone()))?;
+        // The history with each stored summary standing in for its range (ADR-0047).
+        reg(registry.register(Arc::new(compact::CompactedHistory {
+            inner: history.clone(),
+            state: store.state(),
+            store: store.name(),
+        })))?;
         let memories =
             LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
         let memories_meta = seeded(memories.meta(), StandardSection::Memory);
@@ -940,6 +945,30 @@ impl PreparedTurn {
     /// The identity digest the request was built from.
     pub fn identity_digest(&self) -> ContentHash {
         self.context.inner.identity_digest
+    }
+
+    /// The sequence numbers of the conversation's entries this turn's request left out for
+    /// lack of room (the whole budget or the history layer's): what a runtime may summarise
+    /// with [`Session::compact`] (ADR-0047).
+    pub fn dropped_turns(&self) -> Vec<u64> {
+        let mut seqs: Vec<u64> = self
+            .report()
+            .sections
+            .iter()
+            .filter(|s| s.role.is_some() && s.layer == strata_core::Layer::WorkingMemory)
+            .filter(|s| {
+                matches!(
+                    s.status,
+                    crate::report::SectionStatus::Dropped {
+                        reason: crate::report::DropReason::Budget
+                            | crate::report::DropReason::LayerBudget
+                    }
+                )
+            })
+            .filter_map(|s| s.provenance.record.as_deref()?.parse().ok())
+            .collect();
+        seqs.sort_unstable();
+        seqs
     }
 
     /// The tools announced for this turn that the request does not offer, with the reason of
@@ -1548,6 +1577,7 @@ impl Session<'_> {
         let state = self.rt.store.state();
         state.remove_state(&self.id, strata_memory::state::FILES_DOC)?;
         state.remove_state(&self.id, TOOLS_DOC)?;
+        state.remove_state(&self.id, compact::COMPACTIONS_DOC)?;
         self.rt.registry.session_reset(&self.id);
         self.rt
             .prompts
@@ -1567,6 +1597,9 @@ impl Session<'_> {
         }
         // Goal changes and file recordings keep their records with what they changed; one key
         // names one request whichever of them it was used for.
+        if let Some(done) = self.compaction_answer(op)? {
+            return Ok(Some(done));
+        }
         match self.goals()?.repeated(&op.key, &op.fingerprint) {
             Ok(Some(done)) => return Ok(Some(done)),
             Ok(None) => {}
@@ -1833,6 +1866,10 @@ impl Session<'_> {
         })
     }
 }
+
+#[path = "session_compact.rs"]
+mod compact;
+pub use compact::{Compaction, CompactionRecord, MAX_SUMMARY_BYTES};
 
 #[path = "session_live.rs"]
 mod live;
