@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use strata_core::{Role, RuntimeLayer, Section, SourceKind};
+use strata_core::{Role, RuntimeLayer, Section, SourceKind, Stability};
 use strata_memory::{Entry, SessionState, WorkingMemoryContributor};
 use strata_registry::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
@@ -376,7 +376,8 @@ impl Contributor for CompactedHistory {
 
 impl CompactedHistory {
     /// The section of one summary: data of layer 5, named by its range, its provenance the
-    /// range and the model that wrote it.
+    /// range and the model that wrote it. Stable: it leads the conversation it summarises
+    /// (before the turns that followed the range), and a new summary is a new stable prefix.
     fn summary_section(&self, r: &CompactionRecord) -> Result<Section, ContributorError> {
         let by = r
             .model
@@ -397,6 +398,7 @@ impl CompactedHistory {
                 text,
             )
             .map_err(|e| ContributorError::Source(e.to_string()))?
+            .stability(Stability::Stable)
             .source(SourceKind::Store, &self.store)
             .record(Some(&record), Some(r.at_ms), None)
             .build())

@@ -83,6 +83,8 @@ fn a_summary_stands_in_for_its_range_and_the_log_keeps_it() {
     ] {
         assert!(body.contains(kept), "`{kept}` is missing: {body}");
     }
+    // It leads the turns that followed its range.
+    assert!(body.find("Fridays are frozen.") < body.find("Question number 3?"));
     // Fenced data of layer 5, not a turn: it cannot speak for the user or the identity.
     let fence = body
         .find("id=\\\"summary/1-4\\\"")
