@@ -174,6 +174,9 @@ pub struct TurnResponse {
     /// The tools announced for this turn that the request does not offer, with the reason of
     /// each (not in the signed allowlist, definition changed, restricted by the caller...).
     pub refused_tools: Vec<RefusedToolView>,
+    /// The `seq` of each of the session's entries this request left out for lack of room:
+    /// what a runtime may summarise (`POST .../compactions`).
+    pub dropped_turns: Vec<u64>,
     /// What this turn changed for the session: `{"type": "prompt_updated", "digest": ...}` when
     /// its standing prompt (system channel, tool definitions, stable context, goal, operational
     /// template) differs from the previous turn's, so a provider's prompt cache misses;
@@ -533,4 +536,47 @@ pub struct FileRequest {
     pub path: String,
     /// `read`, `modified` or `deleted`.
     pub action: String,
+}
+
+/// `POST /v1/sessions/{session_id}/compactions`: a summary of a range of the session's entries,
+/// to stand in for them on later turns (ADR-0047).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionRequest {
+    /// The first entry of the range (its `seq`).
+    pub first_seq: u64,
+    /// The last entry of the range; it ends before the newest user message.
+    pub last_seq: u64,
+    /// The summary (at most 64 KiB).
+    pub summary: String,
+    /// The model that wrote it (1-128 printable characters), if a model did.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// A stored summary and where it came from.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CompactionView {
+    /// The first entry it stands in for.
+    pub first_seq: u64,
+    /// The last entry it stands in for.
+    pub last_seq: u64,
+    /// How many entries of the log the range holds.
+    pub entries: usize,
+    /// The summary.
+    pub summary: String,
+    /// The model that wrote it, if a model did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// When it was stored, Unix milliseconds.
+    pub at_ms: i64,
+}
+
+/// A session's summaries, oldest range first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CompactionsView {
+    /// The session.
+    pub session_id: String,
+    /// Its summaries.
+    pub compactions: Vec<CompactionView>,
 }

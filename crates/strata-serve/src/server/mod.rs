@@ -3,11 +3,13 @@
 //! The rest is split by job: `state` (the shared state: the loaded runtime, its reload and
 //! the receipt log), `extract` (request bodies and session ids), `layers` (limits, timeout,
 //! metrics and the token check around the routes), and the handlers in `probes` (health,
-//! readiness, metrics, this document, the agent), `sessions` and `memories`.
+//! readiness, metrics, this document, the agent), `sessions`, `goals`, `compactions` and
+//! `memories`.
 
 mod extract;
 mod layers;
 // The handlers' annotations are read by the OpenAPI document (`crate::openapi`).
+pub(crate) mod compactions;
 pub(crate) mod goals;
 pub(crate) mod memories;
 pub(crate) mod probes;
@@ -196,6 +198,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/sessions/{session_id}/goals/locks", post(answer_lock))
         .route("/v1/sessions/{session_id}/files", post(record_file))
+        .route(
+            "/v1/sessions/{session_id}/compactions",
+            post(compactions::compact_session).get(compactions::list_compactions),
+        )
         .route("/v1/memories", post(add_memory))
         .route("/v1/memories/search", post(search_memories))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));

@@ -280,6 +280,7 @@ fn turn_response(
                 cause: t.cause.as_str().to_owned(),
             })
             .collect(),
+        dropped_turns: prepared.dropped_turns(),
         events: prepared
             .events
             .iter()
