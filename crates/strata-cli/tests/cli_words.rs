@@ -340,3 +340,72 @@ fn happy_paths_print_no_warning() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("WARN"), "{}", r.stderr);
 }
+
+/// Verifies ADR-0047: `strata session compact` stores a summary that the next prepared request
+/// carries in place of its range; a range reaching the newest user message is refused, with
+/// the reason, and nothing is stored.
+#[test]
+fn session_compact_stores_a_summary_that_stands_in_for_its_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    signed_example(dir);
+    let session = |step: &[&str]| {
+        let mut args = vec![
+            "session",
+            "--agent",
+            "ada.signed.json",
+            "--trust",
+            "trust.toml",
+            "--store",
+            "m.db",
+            "--id",
+            "c1",
+        ];
+        args.extend_from_slice(step);
+        strata(dir, &args)
+    };
+    for (q, a) in [
+        ("Which team owns billing?", "The payments team."),
+        ("Who is on call?", "Noor, this week."),
+    ] {
+        let r = session(&["prepare", q, "--model", "claude-sonnet-4-5"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let r = session(&["reply", a]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let r = session(&["prepare", "And tomorrow?", "--model", "claude-sonnet-4-5"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let refused = session(&["compact", "--first", "1", "--last", "5", "--summary", "x"]);
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused.stderr.contains("exchange in progress"),
+        "{}",
+        refused.stderr
+    );
+    let r = session(&[
+        "compact",
+        "--first",
+        "1",
+        "--last",
+        "2",
+        "--summary",
+        "Billing belongs to the payments team.",
+        "--model",
+        "claude-haiku-4-5",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("entries 1-2"), "{}", r.stderr);
+    let r = session(&["prepare", "--continue", "--model", "claude-sonnet-4-5"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("Billing belongs to the payments team."),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        !r.stdout.contains("Which team owns billing?"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("Who is on call?"), "{}", r.stdout);
+}

@@ -111,6 +111,24 @@ pub enum Step {
         /// The call id, as the model's reply named it.
         call_id: String,
     },
+    /// Store a summary of the entries FIRST..=LAST (their `seq`): later turns carry it, as
+    /// data, in place of those entries, which stay in the session. The range must end before
+    /// the newest user message, keep each tool call with its result and overlap no stored
+    /// summary.
+    Compact {
+        /// The first entry of the range.
+        #[arg(long, value_name = "SEQ")]
+        first: u64,
+        /// The last entry of the range.
+        #[arg(long, value_name = "SEQ")]
+        last: u64,
+        /// The summary (`-` reads standard input).
+        #[arg(long, value_name = "TEXT")]
+        summary: String,
+        /// The model that wrote the summary.
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
+    },
     /// Forget the conversation.
     Reset,
     /// Read or change the session's goals with the caller's authority (a model's marker only
@@ -477,6 +495,20 @@ pub fn run(args: &SessionArgs, out: &Output) -> Result<(), CliError> {
     };
     match &args.step {
         Step::RunCall { call_id } => run_call(builder, id, call_id, out),
+        Step::Compact {
+            first,
+            last,
+            summary,
+            model,
+        } => {
+            let c = strata_assembler::session::Compaction {
+                first_seq: *first,
+                last_seq: *last,
+                summary: stdin_or(summary)?,
+                model: model.clone(),
+            };
+            compact(builder, id, &c, out)
+        }
         Step::Prepare(p) => prepare(builder, id, p, out),
         Step::Reply {
             text,
@@ -555,6 +587,22 @@ fn live_servers(args: &SessionArgs) -> Result<Option<Live>, CliError> {
         .map_err(|e| CliError::Other(format!("starting the async runtime: {e}")))?;
     let source = crate::cmd::mcp::start_live(specs, std::time::Duration::from_secs(30), &rt)?;
     Ok(source.map(|s| (rt, s)))
+}
+
+/// `compact`: store the summary `c` of a range of the session's entries.
+fn compact(
+    builder: RuntimeBuilder,
+    id: &str,
+    c: &strata_assembler::session::Compaction,
+    out: &Output,
+) -> Result<(), CliError> {
+    let rt = builder.build().map_err(session_error)?;
+    let r = rt.session(id).compact(c).map_err(session_error)?;
+    out.status(&format!(
+        "stored a summary of entries {}-{} ({} entries) in session {id}",
+        r.first_seq, r.last_seq, r.entries
+    ));
+    Ok(())
 }
 
 /// `run-call`: run the recorded call `call_id` through its live MCP server, record the result
