@@ -12,6 +12,9 @@ import type {
   PrepareTurnRequest,
   ArtifactRequest,
   CheckpointRequest,
+  Compaction,
+  CompactionRequest,
+  Compactions,
   CreateGoalRequest,
   DecisionRequest,
   FileRequest,
@@ -119,6 +122,10 @@ export const OPERATIONS = {
   }),
   answerLock: op("answer_lock", "POST", "/v1/sessions/{session_id}/goals/locks", { keyed: true }),
   recordFile: op("record_file", "POST", "/v1/sessions/{session_id}/files", { keyed: true }),
+  compactSession: op("compact_session", "POST", "/v1/sessions/{session_id}/compactions", {
+    keyed: true,
+  }),
+  compactions: op("list_compactions", "GET", "/v1/sessions/{session_id}/compactions"),
   addMemory: op("add_memory", "POST", "/v1/memories", { repeatable: false }),
   searchMemories: op("search_memories", "POST", "/v1/memories/search"),
 } as const satisfies Record<string, Operation>;
@@ -485,6 +492,21 @@ export class StrataClient {
   /** Records that a tool of the session read, modified or deleted a file. */
   recordFile(sessionId: string, body: FileRequest, call?: CallOptions): Promise<ToolResultRecorded> {
     return this.#json("recordFile", sessionId, body, call);
+  }
+
+  /**
+   * Stores a summary of the session's entries `first_seq..=last_seq` (their `seq`): later turns
+   * carry it, as data, in place of them; the entries stay. The range must end before the newest
+   * user message, keep each tool call with its result and overlap no stored summary; otherwise
+   * nothing is stored (`InvalidRequestError`).
+   */
+  compactSession(sessionId: string, body: CompactionRequest, call?: CallOptions): Promise<Compaction> {
+    return this.#json("compactSession", sessionId, body, call);
+  }
+
+  /** The session's stored summaries, oldest range first. */
+  compactions(sessionId: string): Promise<Compactions> {
+    return this.#json("compactions", sessionId);
   }
 
   /**

@@ -141,6 +141,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/compactions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A session's summaries, oldest range first. */
+        get: operations["list_compactions"];
+        put?: never;
+        /**
+         * Store a summary of a range of the session's entries: later turns carry it, as data, in
+         *     place of the range; the entries stay in the session.
+         */
+        post: operations["compact_session"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/files": {
         parameters: {
             query?: never;
@@ -418,6 +439,57 @@ export interface components {
             description: string;
             /** @description `pending`, `in_progress` or `completed`. */
             status: string;
+        };
+        /**
+         * @description `POST /v1/sessions/{session_id}/compactions`: a summary of a range of the session's entries,
+         *     to stand in for them on later turns (ADR-0047).
+         */
+        CompactionRequest: {
+            /**
+             * Format: int64
+             * @description The first entry of the range (its `seq`).
+             */
+            first_seq: number;
+            /**
+             * Format: int64
+             * @description The last entry of the range; it ends before the newest user message.
+             */
+            last_seq: number;
+            /** @description The summary (at most 64 KiB). */
+            summary: string;
+            /** @description The model that wrote it (1-128 printable characters), if a model did. */
+            model?: string | null;
+        };
+        /** @description A stored summary and where it came from. */
+        CompactionView: {
+            /**
+             * Format: int64
+             * @description The first entry it stands in for.
+             */
+            first_seq: number;
+            /**
+             * Format: int64
+             * @description The last entry it stands in for.
+             */
+            last_seq: number;
+            /** @description How many entries of the log the range holds. */
+            entries: number;
+            /** @description The summary. */
+            summary: string;
+            /** @description The model that wrote it, if a model did. */
+            model?: string | null;
+            /**
+             * Format: int64
+             * @description When it was stored, Unix milliseconds.
+             */
+            at_ms: number;
+        };
+        /** @description A session's summaries, oldest range first. */
+        CompactionsView: {
+            /** @description The session. */
+            session_id: string;
+            /** @description Its summaries. */
+            compactions: components["schemas"]["CompactionView"][];
         };
         /** @description `POST /v1/sessions/{session_id}/goals/decisions`: an unlocked decision. */
         DecisionRequest: {
@@ -791,6 +863,11 @@ export interface components {
              */
             refused_tools: components["schemas"]["RefusedToolView"][];
             /**
+             * @description The `seq` of each of the session's entries this request left out for lack of room:
+             *     what a runtime may summarise (`POST .../compactions`).
+             */
+            dropped_turns: number[];
+            /**
              * @description What this turn changed for the session: `{"type": "prompt_updated", "digest": ...}` when
              *     its standing prompt (system channel, tool definitions, stable context, goal, operational
              *     template) differs from the previous turn's, so a provider's prompt cache misses;
@@ -1103,6 +1180,113 @@ export interface operations {
             };
             /** @description Unknown session */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_compactions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The summaries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompactionsView"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    compact_session: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @description The session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CompactionRequest"];
+            };
+        };
+        responses: {
+            /** @description Stored */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompactionView"];
+                };
+            };
+            /** @description Invalid (a range not in the session, reaching the newest user message, splitting a tool call from its result, or overlapping a stored summary; an empty or oversized summary); nothing was stored */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or wrong token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The Idempotency-Key was used for another request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -60,6 +60,12 @@ export type RecordedReply = Schemas["ReplyResponse"];
 export type ToolResultRequest = Schemas["ToolResultRequest"];
 /** The answer of `recordToolResult`. */
 export type ToolResultRecorded = Schemas["Recorded"];
+/** The body of `compactSession`: a summary of a range of the session's entries. */
+export type CompactionRequest = Schemas["CompactionRequest"];
+/** A stored summary and where it came from (the answer of `compactSession`). */
+export type Compaction = Schemas["CompactionView"];
+/** The answer of `compactions`: a session's summaries, oldest range first. */
+export type Compactions = Schemas["CompactionsView"];
 /** The answer of `runToolCall`: the MCP server's result, recorded as the call's result. */
 export type ToolRun = Schemas["ToolRunView"];
 /** One recorded turn of a session (`user`, `assistant`, `tool_call` or `tool_result`). */

@@ -14,6 +14,7 @@ from . import _operations as ops
 from ._types import (
     AgentInfo,
     AnnouncedTool,
+    Compaction,
     Goal,
     Goals,
     Inbound,
@@ -25,6 +26,7 @@ from ._types import (
     Status,
     ToolCall,
     ToolRun,
+    compactions_of,
     goal_of,
     goals_of,
     memory_id,
@@ -323,6 +325,30 @@ class AsyncStrataClient:
         """Records that a tool of the session touched the file ``path``; true once stored."""
         body = {"path": path, "action": action}
         return recorded(await self._json("record_file", session_id, body, idempotency_key))
+
+    async def compact_session(
+        self,
+        session_id: str,
+        first_seq: int,
+        last_seq: int,
+        summary: str,
+        *,
+        model: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Compaction:
+        """Stores ``summary`` for the session's entries ``first_seq..=last_seq`` (their
+        ``seq``): later turns carry it, as data, in place of them; the entries stay. The range
+        must end before the newest user message, keep each tool call with its result and
+        overlap no stored summary; otherwise nothing is stored."""
+        body: dict[str, Any] = {"first_seq": first_seq, "last_seq": last_seq, "summary": summary}
+        if model is not None:
+            body["model"] = model
+        data = await self._json("compact_session", session_id, body, idempotency_key)
+        return Compaction.from_json(data)
+
+    async def compactions(self, session_id: str) -> list[Compaction]:
+        """The session's stored summaries, oldest range first."""
+        return compactions_of(await self._json("compactions", session_id))
 
     async def run_tool_call(
         self, session_id: str, call_id: str, *, idempotency_key: str | None = None

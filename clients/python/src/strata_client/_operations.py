@@ -111,6 +111,10 @@ OPERATIONS: Mapping[str, Operation] = {
         "answer_lock", "POST", "/v1/sessions/{session_id}/goals/locks", keyed=True
     ),
     "record_file": Operation("record_file", "POST", "/v1/sessions/{session_id}/files", keyed=True),
+    "compact_session": Operation(
+        "compact_session", "POST", "/v1/sessions/{session_id}/compactions", keyed=True
+    ),
+    "compactions": Operation("list_compactions", "GET", "/v1/sessions/{session_id}/compactions"),
     "add_memory": Operation("add_memory", "POST", "/v1/memories", repeatable=False),
     "search_memories": Operation("search_memories", "POST", "/v1/memories/search"),
 }

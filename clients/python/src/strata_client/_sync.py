@@ -14,6 +14,7 @@ from . import _operations as ops
 from ._types import (
     AgentInfo,
     AnnouncedTool,
+    Compaction,
     Goal,
     Goals,
     Inbound,
@@ -25,6 +26,7 @@ from ._types import (
     Status,
     ToolCall,
     ToolRun,
+    compactions_of,
     goal_of,
     goals_of,
     memory_id,
@@ -329,6 +331,30 @@ class StrataClient:
         """Records that a tool of the session touched the file ``path``; true once stored."""
         body = {"path": path, "action": action}
         return recorded(self._json("record_file", session_id, body, idempotency_key))
+
+    def compact_session(
+        self,
+        session_id: str,
+        first_seq: int,
+        last_seq: int,
+        summary: str,
+        *,
+        model: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Compaction:
+        """Stores ``summary`` for the session's entries ``first_seq..=last_seq`` (their
+        ``seq``): later turns carry it, as data, in place of them; the entries stay. The range
+        must end before the newest user message, keep each tool call with its result and
+        overlap no stored summary; otherwise nothing is stored."""
+        body: dict[str, Any] = {"first_seq": first_seq, "last_seq": last_seq, "summary": summary}
+        if model is not None:
+            body["model"] = model
+        data = self._json("compact_session", session_id, body, idempotency_key)
+        return Compaction.from_json(data)
+
+    def compactions(self, session_id: str) -> list[Compaction]:
+        """The session's stored summaries, oldest range first."""
+        return compactions_of(self._json("compactions", session_id))
 
     def run_tool_call(
         self, session_id: str, call_id: str, *, idempotency_key: str | None = None

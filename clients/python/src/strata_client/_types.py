@@ -453,7 +453,9 @@ class PreparedTurn:
         openai.OpenAI().chat.completions.create(**turn.request_for("openai-chat"))
         openai.OpenAI().responses.create(**turn.request_for("openai-responses"))
 
-    ``report`` says what the assembly kept, cut and dropped, and why."""
+    ``report`` says what the assembly kept, cut and dropped, and why; ``dropped_turns`` the
+    ``seq`` of each of the session's entries the request left out for lack of room (what a
+    runtime may summarise with ``compact_session``)."""
 
     session_id: str
     provider: str
@@ -463,6 +465,7 @@ class PreparedTurn:
     receipt: dict[str, Any] | None
     refused_tools: list[RefusedTool]
     events: list[TurnEvent]
+    dropped_turns: list[int]
 
     @classmethod
     def from_json(cls, data: Any) -> PreparedTurn:
@@ -477,6 +480,8 @@ class PreparedTurn:
             refused_tools=cast(list[RefusedTool], _get_optional(data, "refused_tools", list) or []),
             # Servers before the field existed send none.
             events=cast(list[TurnEvent], _get_optional(data, "events", list) or []),
+            # Servers before the field existed send none.
+            dropped_turns=cast(list[int], _get_optional(data, "dropped_turns", list) or []),
         )
 
     @overload
@@ -504,6 +509,35 @@ class PreparedTurn:
                 f"request_for({self.provider!r})"
             )
         return self.request
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A stored summary of the session's entries ``first_seq..=last_seq``: later turns carry
+    it, as data, in place of those entries, which stay in the session."""
+
+    first_seq: int
+    last_seq: int
+    entries: int
+    summary: str
+    model: str | None
+    at_ms: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> Compaction:
+        return cls(
+            first_seq=_get(data, "first_seq", int),
+            last_seq=_get(data, "last_seq", int),
+            entries=_get(data, "entries", int),
+            summary=_get(data, "summary", str),
+            model=_get_optional(data, "model", str),
+            at_ms=_get(data, "at_ms", int),
+        )
+
+
+def compactions_of(data: Any) -> list[Compaction]:
+    """The summaries of a ``GET .../compactions`` answer."""
+    return [Compaction.from_json(c) for c in _get(data, "compactions", list)]
 
 
 @dataclass(frozen=True)
