@@ -74,7 +74,7 @@ pub struct Config {
     pub caching: CachingConfig,
     /// Token budgets.
     pub budget: BudgetConfig,
-    /// The MEMORY.md index.
+    /// The MEMORY.md index and the embedder of long-term memory.
     pub memory: MemoryConfig,
     /// The workspace folder and custom instructions.
     pub workspace: WorkspaceConfig,
@@ -197,7 +197,8 @@ impl Default for BudgetConfig {
     }
 }
 
-/// `[memory]`.
+/// `[memory]`: the MEMORY.md index (the notes beside it form the wikilink graph the memory
+/// search follows) and `[memory.embedder]`.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
