@@ -35,7 +35,7 @@ use strata_core::{
     RuntimeLayer, Section, Tier, Tokenizer, ToolName, ToolPolicy, Turn,
 };
 use strata_memory::{
-    Applied, Batch, Entry, EntryMeta, EpisodicContributor, FileAction, LongTermMemory,
+    Applied, Batch, Embedder, Entry, EntryMeta, EpisodicContributor, FileAction, LongTermMemory,
     LongTermMemoryContributor, MemoryError, MemoryIndexContributor, NewEntry, NewMemory, Operation,
     SearchOptions, SessionFilesContributor, SessionState, SharedContext, SharedContextReader,
     SharedFactsContributor, SqliteStore, StoredGoals, Tail, WorkingMemory,
@@ -189,9 +189,19 @@ pub struct RuntimeBuilder {
     memories: usize,
     hydrated: usize,
     receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
+    embedder: Option<Arc<dyn Embedder>>,
 }
 
 impl RuntimeBuilder {
+    /// Embed long-term memories, search queries and the hydration path's tool retrieval with
+    /// this embedder (ADR-0046); without it, the one `strata.toml`'s `[memory.embedder]`
+    /// names, else the built-in hashing embedder. The store must have been created with the
+    /// same embedder: another one is refused when the runtime is built.
+    pub fn embedder(mut self, embedder: Arc<dyn Embedder>) -> RuntimeBuilder {
+        self.embedder = Some(embedder);
+        self
+    }
+
     /// On the hydration path, how many of the runtime's tools are retrieved for a turn that
     /// brings no retrieved tools of its own (default 5).
     pub fn hydrated_tools(mut self, n: usize) -> RuntimeBuilder {
@@ -310,7 +320,8 @@ impl RuntimeBuilder {
             Some(spec) => spec,
             None => StoreSpec::from_config(&config.store)?,
         };
-        let store = open_store(&spec)?;
+        let embedder = self.checked_embedder(&config)?;
+        let store = open_store(&spec, embedder.clone())?;
         let tokenizer = match self.tokenizer.take() {
             Some(t) => t,
             None => default_tokenizer()?,
@@ -346,6 +357,8 @@ impl RuntimeBuilder {
             store: store.name(),
         })))?;
         Ok(Runtime {
+            embedder,
+            tool_vectors: std::sync::Mutex::new(std::collections::HashMap::new()),
             refused: std::sync::Mutex::new(None),
             history,
             agent: Arc::new(self.agent),
@@ -365,6 +378,23 @@ impl RuntimeBuilder {
             live: self.live,
             live_seen: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         })
+    }
+
+    /// The builder's embedder, else the one `strata.toml` names (ADR-0046), after one probe: a
+    /// server that is down, refuses the key or answers vectors of another length fails the
+    /// build here, before any store is opened or created.
+    fn checked_embedder(&mut self, config: &Config) -> Result<Arc<dyn Embedder>, SessionError> {
+        let embedder = match self.embedder.take() {
+            Some(e) => e,
+            None => strata_memory::embedder_from_config(&config.memory.embedder)?,
+        };
+        strata_memory::embed_checked(&*embedder, &["strata embedder check"])?;
+        tracing::info!(
+            embedder = embedder.name(),
+            dims = embedder.dims(),
+            "embedder ready"
+        );
+        Ok(embedder)
     }
 
     /// Register the contributors that read the store or the workspace's memory index, each in
@@ -395,17 +425,22 @@ impl RuntimeBuilder {
             state: store.state(),
             store: store.name(),
         })))?;
-        let memories =
+        let mut memories =
             LongTermMemoryContributor::new(store.long_term(), SearchOptions::top(self.memories));
+        let index = workspace
+            .as_ref()
+            .map(|ws| ws.join(&config.memory.file))
+            .filter(|index| index.is_file());
+        // The notes beside MEMORY.md: a note the search finds brings the notes it links to.
+        if let Some(graph) = index.as_deref().map(note_graph).transpose()? {
+            memories = memories.with_note_graph(graph, strata_memory::WalkOptions::default());
+        }
         let memories_meta = seeded(memories.meta(), StandardSection::Memory);
         reg(registry.register(Arc::new(memories.with_meta(memories_meta))))?;
-        if let Some(ws) = workspace {
-            let index = ws.join(&config.memory.file);
-            if index.is_file() {
-                let c = MemoryIndexContributor::new(index, index_limits(config));
-                let meta = seeded(c.meta(), StandardSection::Memory);
-                reg(registry.register(Arc::new(Restricted { inner: c, meta })))?;
-            }
+        if let Some(index) = index {
+            let c = MemoryIndexContributor::new(index, index_limits(config));
+            let meta = seeded(c.meta(), StandardSection::Memory);
+            reg(registry.register(Arc::new(Restricted { inner: c, meta })))?;
         }
         let files = SessionFilesContributor::new(store.state(), store.name());
         let files_meta = seeded(files.meta(), StandardSection::SessionContext);
@@ -422,8 +457,24 @@ fn reg(r: Result<(), strata_registry::RegistryError>) -> Result<(), SessionError
     r.map_err(|e| SessionError::Registry(e.to_string()))
 }
 
-/// Open the store `spec` names, creating a SQLite file's folder.
-fn open_store(spec: &StoreSpec) -> Result<Arc<dyn StoreHandle>, SessionError> {
+/// The wikilink graph of the notes in the folder of the memory index `index` (every `*.md`
+/// file there and in its subfolders, hidden ones skipped), read once when the runtime is
+/// built. The memory search adds the notes linked from the notes it finds (the notes are
+/// memories once imported, `strata memory import`).
+fn note_graph(index: &Path) -> Result<Arc<strata_memory::NoteGraph>, SessionError> {
+    let dir = index.parent().unwrap_or(Path::new("."));
+    let graph = strata_memory::NoteGraph::load(dir)?;
+    tracing::debug!(dir = %dir.display(), notes = graph.len(), "note graph read");
+    Ok(Arc::new(graph))
+}
+
+/// Open the store `spec` names with `embedder`, creating a SQLite file's folder; a store
+/// created with another embedder is refused (ADR-0046).
+fn open_store(
+    spec: &StoreSpec,
+    embedder: Arc<dyn Embedder>,
+) -> Result<Arc<dyn StoreHandle>, SessionError> {
+    let options = strata_memory::StoreOptions::default();
     Ok(match spec {
         StoreSpec::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -431,11 +482,18 @@ fn open_store(spec: &StoreSpec) -> Result<Arc<dyn StoreHandle>, SessionError> {
                     SessionError::Invalid(format!("creating {}: {e}", dir.display()))
                 })?;
             }
-            Arc::new(Handle(Arc::new(SqliteStore::open(path)?)))
+            Arc::new(Handle(Arc::new(SqliteStore::open_with(
+                path, embedder, options,
+            )?)))
         }
         #[cfg(feature = "postgres")]
         StoreSpec::Postgres(url) => {
-            Arc::new(Handle(Arc::new(strata_memory::PgStore::connect(url)?)))
+            Arc::new(Handle(Arc::new(strata_memory::PgStore::connect_with(
+                url,
+                strata_memory::pg::DEFAULT_PG_SCHEMA,
+                embedder,
+                options,
+            )?)))
         }
     })
 }
@@ -553,6 +611,10 @@ pub struct Runtime {
     /// Live MCP servers (ADR-0041), and the generation of each whose prompts are registered.
     live: Option<Arc<dyn strata_registry::LiveSource>>,
     live_seen: std::sync::Mutex<std::collections::BTreeMap<Arc<str>, u64>>,
+    /// The embedder of the store and of the hydration path's tool retrieval (ADR-0046).
+    embedder: Arc<dyn Embedder>,
+    /// The vectors of the tools' texts the hydration path has ranked, by text.
+    tool_vectors: std::sync::Mutex<std::collections::HashMap<String, Vec<f32>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -584,7 +646,13 @@ impl Runtime {
             hydrated: 5,
             receipt_key: None,
             live: None,
+            embedder: None,
         }
+    }
+
+    /// The embedder of this runtime's store and of its tool retrieval (ADR-0046).
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
     }
 
     /// The verified agent.
@@ -1775,7 +1843,7 @@ impl Session<'_> {
         let announced = match path {
             AssemblyPath::Hydration => match &opts.retrieved_tools {
                 Some(retrieved) => retrieved.clone(),
-                None => retrieve_tools(&offered, query.unwrap_or_default(), rt.hydrated),
+                None => rt.retrieve_tools(&offered, query.unwrap_or_default())?,
             },
             _ => offered,
         };
@@ -1873,6 +1941,9 @@ pub use compact::{Compaction, CompactionRecord, MAX_SUMMARY_BYTES};
 
 #[path = "session_live.rs"]
 mod live;
+
+#[path = "session_hydrate.rs"]
+mod hydrate;
 pub use live::ToolRun;
 
 /// What one gathering is for.
@@ -2153,33 +2224,6 @@ fn check_tier_prompts(
         }
     }
     Ok(())
-}
-
-/// The hydration path's own retrieval: the `top` tools of `tools` whose names and descriptions
-/// share the most words with `query` (ties broken by name, so the choice is deterministic);
-/// tools sharing no word are left out.
-fn retrieve_tools(tools: &[AnnouncedTool], query: &str, top: usize) -> Vec<AnnouncedTool> {
-    let words = |t: &str| -> std::collections::BTreeSet<String> {
-        t.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| w.len() > 3)
-            .map(str::to_lowercase)
-            .collect()
-    };
-    let asked = words(query);
-    let mut scored: Vec<(usize, &AnnouncedTool)> = tools
-        .iter()
-        .map(|t| {
-            let about = words(&format!("{} {}", t.name, t.description.as_str()));
-            (about.intersection(&asked).count(), t)
-        })
-        .filter(|(n, _)| *n > 0)
-        .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
-    scored
-        .into_iter()
-        .take(top)
-        .map(|(_, t)| t.clone())
-        .collect()
 }
 
 /// The goal contributor of a runtime: the active goal of the gathering's session, read from

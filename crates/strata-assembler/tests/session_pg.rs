@@ -120,3 +120,46 @@ fn goals_are_shared_by_processes_on_one_postgres() {
         .unwrap();
     assert!(context_text(&t).contains("Switch the invoices over"));
 }
+
+/// Verifies ADR-0046: a runtime on PostgreSQL refuses a store created with another embedder,
+/// naming both, and the store keeps its embedder and its memories.
+#[test]
+fn a_postgres_store_of_another_embedder_is_refused() {
+    let server = pg_harness::shared();
+    let url = server.test_params();
+    let rt = runtime(&url);
+    let id = rt
+        .remember(strata_assembler::memory::NewMemory::new(
+            rt.agent().agent_id(),
+            "The cafeteria serves morning meals from 7 to 10.",
+        ))
+        .unwrap();
+    drop(rt);
+    let e = Runtime::builder(agent())
+        .postgres(&url)
+        .embedder(std::sync::Arc::new(strata_memory::HashEmbedder::new(32)))
+        .build()
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(
+            &e,
+            SessionError::Store(strata_memory::MemoryError::EmbedderMismatch { .. })
+        ),
+        "{e}"
+    );
+    assert!(
+        msg.contains("`strata-hash-v1/256`") && msg.contains("`strata-hash-v1/32`"),
+        "{msg}"
+    );
+    let rt = runtime(&url);
+    assert_eq!(rt.embedder().name(), "strata-hash-v1/256");
+    let hits = rt
+        .memory()
+        .search(
+            "cafeteria meals",
+            &strata_assembler::memory::SearchOptions::top(50),
+        )
+        .unwrap();
+    assert!(hits.iter().any(|h| h.record.id == id));
+}

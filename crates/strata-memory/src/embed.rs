@@ -9,6 +9,9 @@
 //! embedder they were created with and refuse a different one (ADR-0012).
 
 use std::fmt;
+use std::sync::Arc;
+
+use strata_registry::{ConfigError, EmbedderConfig};
 
 use crate::error::{MemoryError, Result};
 use crate::long_term::normalise;
@@ -87,6 +90,119 @@ pub fn embed_checked(embedder: &dyn Embedder, texts: &[&str]) -> Result<Vec<Vec<
         }
     }
     Ok(out)
+}
+
+/// The embedder `strata.toml`'s `[memory.embedder]` names (ADR-0046), its API key read from
+/// the environment variable the table names.
+///
+/// Errors: [`ConfigError::Value`] at `memory.embedder.api_key_env` when that variable is not
+/// set, is empty or is not UTF-8, and at `memory.embedder.kind` for `openai` in a build without
+/// the `http` feature. Nothing is sent to the server here; the first vectors are.
+pub fn embedder_from_config(
+    config: &EmbedderConfig,
+) -> std::result::Result<Arc<dyn Embedder>, ConfigError> {
+    embedder_from_config_with(config, &|name| std::env::var(name))
+}
+
+/// [`embedder_from_config`] with the environment given as a function (for tests and for
+/// runtimes that keep secrets elsewhere).
+pub fn embedder_from_config_with(
+    config: &EmbedderConfig,
+    env: &dyn Fn(&str) -> std::result::Result<String, std::env::VarError>,
+) -> std::result::Result<Arc<dyn Embedder>, ConfigError> {
+    match config {
+        EmbedderConfig::Hashing { dims } => Ok(Arc::new(HashEmbedder::new(
+            dims.unwrap_or(DEFAULT_HASH_DIMS),
+        ))),
+        EmbedderConfig::OpenAi { api_key_env, .. } => {
+            let key = match api_key_env {
+                Some(name) => Some(api_key(name, env)?),
+                None => None,
+            };
+            openai_from_config(config, key)
+        }
+    }
+}
+
+/// The key in the environment variable `name`: set, not empty, UTF-8.
+fn api_key(
+    name: &str,
+    env: &dyn Fn(&str) -> std::result::Result<String, std::env::VarError>,
+) -> std::result::Result<String, ConfigError> {
+    let why = match env(name) {
+        Ok(key) if !key.trim().is_empty() => return Ok(key),
+        Ok(_) => "is set but empty",
+        Err(std::env::VarError::NotPresent) => "is not set",
+        Err(std::env::VarError::NotUnicode(_)) => "is not valid UTF-8",
+    };
+    Err(ConfigError::Value {
+        key: "memory.embedder.api_key_env",
+        location: None,
+        reason: format!(
+            "the environment variable `{name}`, which should hold the embedding server's API key, {why}; export the key in `{name}` before starting, or remove api_key_env for a server that takes no key"
+        ),
+    })
+}
+
+#[cfg(feature = "http")]
+fn openai_from_config(
+    config: &EmbedderConfig,
+    key: Option<String>,
+) -> std::result::Result<Arc<dyn Embedder>, ConfigError> {
+    let EmbedderConfig::OpenAi {
+        url,
+        model,
+        dimensions,
+        request_dimensions,
+        ..
+    } = config
+    else {
+        return Err(ConfigError::Value {
+            key: "memory.embedder.kind",
+            location: None,
+            reason: "expected `openai`".into(),
+        });
+    };
+    let mut e =
+        OpenAiEmbedder::new(url, model, *dimensions).request_dimensions(*request_dimensions);
+    if let Some(key) = key {
+        e = e.with_api_key(key);
+    }
+    Ok(Arc::new(e))
+}
+
+#[cfg(not(feature = "http"))]
+fn openai_from_config(
+    _config: &EmbedderConfig,
+    _key: Option<String>,
+) -> std::result::Result<Arc<dyn Embedder>, ConfigError> {
+    Err(ConfigError::Value {
+        key: "memory.embedder.kind",
+        location: None,
+        reason: "`openai` needs a build with the `http` feature of strata-memory; use kind = \"hashing\" or rebuild with it".into(),
+    })
+}
+
+/// Check the embedder a store recorded when it was created (`stored`, `stored_dims`) against
+/// the one it is opened with: another name or dimension is
+/// [`MemoryError::EmbedderMismatch`] (ADR-0046). Every store calls this when it opens,
+/// before it writes anything.
+pub(crate) fn check_recorded(
+    location: &str,
+    stored: &str,
+    stored_dims: usize,
+    embedder: &dyn Embedder,
+) -> Result<()> {
+    if stored == embedder.name() && stored_dims == embedder.dims() {
+        return Ok(());
+    }
+    Err(MemoryError::EmbedderMismatch {
+        location: location.to_owned(),
+        stored: stored.to_owned(),
+        stored_dims,
+        given: embedder.name().to_owned(),
+        given_dims: embedder.dims(),
+    })
 }
 
 /// The default dimension of [`HashEmbedder`].

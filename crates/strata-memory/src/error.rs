@@ -59,6 +59,22 @@ pub enum MemoryError {
         /// The dimension that was given.
         found: usize,
     },
+    /// The store was created with another embedder (another model, or another dimension):
+    /// its vectors and the given embedder's cannot be ranked together, so the store is not
+    /// opened and nothing is written (ADR-0046).
+    #[error("the memory store at {location} was created with the embedder `{stored}` ({stored_dims} dimensions) and cannot be used with `{given}` ({given_dims} dimensions): vectors of two embedders are not comparable, so nothing was written; set [memory.embedder] in strata.toml back to the store's embedder, or use a new store for the new one and import the memories into it")]
+    EmbedderMismatch {
+        /// The file path or connection description.
+        location: String,
+        /// The embedder the store was created with.
+        stored: String,
+        /// Its dimension.
+        stored_dims: usize,
+        /// The embedder it was opened with.
+        given: String,
+        /// Its dimension.
+        given_dims: usize,
+    },
     /// An argument that is not valid (an empty session id, a bad tag, a tool result without
     /// its call...).
     #[error("invalid {what}: {reason}")]

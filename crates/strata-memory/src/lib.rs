@@ -65,7 +65,10 @@ pub use contrib::{
 };
 #[cfg(feature = "http")]
 pub use embed::OpenAiEmbedder;
-pub use embed::{check_dims, embed_checked, Embedder, HashEmbedder, MAX_DIMS};
+pub use embed::{
+    check_dims, embed_checked, embedder_from_config, embedder_from_config_with, Embedder,
+    HashEmbedder, MAX_DIMS,
+};
 pub use error::{MemoryError, Result};
 pub use filelog::FileLog;
 pub use inmem::InMemoryStore;
@@ -83,6 +86,8 @@ pub use state::{
     record_session_file, record_session_file_once, session_file_operation, session_files,
     FileAction, FileOperation, FileRecorded, SessionFile, SessionState, StateDoc,
 };
+/// `[memory.embedder]` of `strata.toml`, which [`embedder_from_config`] reads.
+pub use strata_registry::EmbedderConfig;
 pub use working::{
     check_links, check_operation_key, select_recent, Applied, Batch, Entry, EntryMeta, NewEntry,
     Operation, Tail, WorkingMemory, MAX_META_BYTES, OPERATION_TTL_MS,

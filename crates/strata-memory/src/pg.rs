@@ -536,26 +536,7 @@ impl PgStore {
             location: self.location.clone(),
             detail: format!("meta.dims is `{}`, not a number", get("dims")),
         })?;
-        if stored != self.embedder.dims() {
-            return Err(MemoryError::DimensionMismatch {
-                context: format!(
-                    "the store at {} (embedder {})",
-                    self.location,
-                    get("embedder")
-                ),
-                expected: stored,
-                found: self.embedder.dims(),
-            });
-        }
-        if get("embedder") != self.embedder.name() {
-            tracing::warn!(
-                store = %self.location,
-                stored = get("embedder"),
-                given = self.embedder.name(),
-                "the store was created with another embedder of the same dimension; vector ranking may be meaningless"
-            );
-        }
-        Ok(())
+        crate::embed::check_recorded(&self.location, &get("embedder"), stored, &*self.embedder)
     }
 
     fn record(&self, row: &postgres::Row) -> Result<MemoryRecord> {

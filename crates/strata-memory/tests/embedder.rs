@@ -203,15 +203,19 @@ fn dimension_mismatches_are_errors() {
     assert!(
         matches!(
             err,
-            MemoryError::DimensionMismatch {
-                expected: 256,
-                found: 8,
+            MemoryError::EmbedderMismatch {
+                stored_dims: 256,
+                given_dims: 8,
                 ..
             }
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("256 dimensions but 8"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("`strata-hash-v1/256` (256 dimensions) and cannot be used with `openai-compatible:m/8` (8 dimensions)"),
+        "{err}"
+    );
 }
 
 /// Verifies ADR-0012: server errors and unreachable servers are Embedder errors that say what
@@ -245,4 +249,52 @@ fn server_errors_are_reported() {
         .embed(&["x"])
         .unwrap_err();
     assert!(e.to_string().contains("could not reach"), "{e}");
+}
+
+/// Verifies ADR-0046: `[memory.embedder]` builds the hashing embedder or a client of the named
+/// server whose key comes from the named environment variable; a missing variable is a
+/// configuration error naming it.
+#[test]
+fn the_configured_embedder_reads_its_key_from_the_named_variable() {
+    use strata_memory::{embedder_from_config_with, EmbedderConfig};
+    use strata_registry::ConfigError;
+    let hashing = embedder_from_config_with(&EmbedderConfig::Hashing { dims: Some(32) }, &|_| {
+        panic!("the hashing embedder reads no variable")
+    })
+    .unwrap();
+    assert_eq!(hashing.name(), "strata-hash-v1/32");
+    let (base, seen) = server(Mode::Ok(8));
+    let config = EmbedderConfig::OpenAi {
+        url: base,
+        model: "concepts".into(),
+        dimensions: 8,
+        api_key_env: Some("STRATA_TEST_EMBED_KEY".into()),
+        request_dimensions: true,
+    };
+    let env = |name: &str| {
+        assert_eq!(name, "STRATA_TEST_EMBED_KEY");
+        Ok("sk-local".to_owned())
+    };
+    let e = embedder_from_config_with(&config, &env).unwrap();
+    assert_eq!(e.name(), "openai-compatible:concepts/8");
+    assert_eq!(e.embed(&["breakfast"]).unwrap()[0].len(), 8);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0].auth.as_deref(), Some("Bearer sk-local"));
+        assert_eq!(seen[0].body["model"], "concepts");
+        assert_eq!(seen[0].body["dimensions"], 8);
+    }
+    for (value, why) in [
+        (Err(std::env::VarError::NotPresent), "is not set"),
+        (Ok(String::new()), "is set but empty"),
+    ] {
+        let err = embedder_from_config_with(&config, &|_| value.clone()).unwrap_err();
+        assert!(matches!(err, ConfigError::Value { .. }), "{err}");
+        assert_eq!(err.key(), Some("memory.embedder.api_key_env"));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("`STRATA_TEST_EMBED_KEY`") && msg.contains(why),
+            "{msg}"
+        );
+    }
 }

@@ -253,11 +253,50 @@ fn embedder_dimension_mismatch_is_refused() {
     };
     drop(open(256).unwrap());
     match open(64).unwrap_err() {
-        MemoryError::DimensionMismatch {
-            expected, found, ..
-        } => assert_eq!((expected, found), (256, 64)),
-        other => panic!("expected DimensionMismatch, got {other}"),
+        MemoryError::EmbedderMismatch {
+            stored_dims,
+            given_dims,
+            ..
+        } => assert_eq!((stored_dims, given_dims), (256, 64)),
+        other => panic!("expected EmbedderMismatch, got {other}"),
     }
+}
+
+/// An embedder of the store's dimension under another name.
+#[derive(Debug)]
+struct Renamed(HashEmbedder);
+
+impl strata_memory::Embedder for Renamed {
+    fn name(&self) -> &str {
+        "another-model/256"
+    }
+    fn dims(&self) -> usize {
+        self.0.dims()
+    }
+    fn embed(&self, texts: &[&str]) -> strata_memory::Result<Vec<Vec<f32>>> {
+        self.0.embed(texts)
+    }
+}
+
+/// Verifies ADR-0046: an embedder of the store's dimension under another name is refused,
+/// naming both, and the store's recorded embedder is unchanged.
+#[test]
+fn embedder_of_another_name_is_refused() {
+    let server = pg_harness::shared();
+    let schema = pg_harness::fresh_schema("rename");
+    let open = |e: Arc<dyn strata_memory::Embedder>| {
+        PgStore::connect_with(&server.test_params(), &schema, e, StoreOptions::default())
+    };
+    drop(open(Arc::new(HashEmbedder::default())).unwrap());
+    let e = open(Arc::new(Renamed(HashEmbedder::default()))).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, MemoryError::EmbedderMismatch { .. }), "{e}");
+    assert!(
+        msg.contains("strata-hash-v1/256") && msg.contains("another-model/256"),
+        "{msg}"
+    );
+    // Still the store of the first embedder.
+    drop(open(Arc::new(HashEmbedder::default())).unwrap());
 }
 
 /// Verifies ADR-0012: an unreachable server is a connection error, not a hang or a panic.

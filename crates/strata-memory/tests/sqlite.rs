@@ -208,7 +208,8 @@ fn wrong_schema_version_is_refused() {
     assert!(e.to_string().contains("schema version 42"), "{e}");
 }
 
-/// Verifies ADR-0012: an embedder of another dimension than the store's is refused.
+/// Verifies ADR-0012 and ADR-0046: an embedder of another dimension than the store's is
+/// refused.
 #[test]
 fn embedder_dimension_mismatch_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -223,14 +224,72 @@ fn embedder_dimension_mismatch_is_refused() {
     assert!(
         matches!(
             e,
-            MemoryError::DimensionMismatch {
-                expected: 256,
-                found: 64,
+            MemoryError::EmbedderMismatch {
+                stored_dims: 256,
+                given_dims: 64,
                 ..
             }
         ),
         "{e}"
     );
+}
+
+/// An embedder of the store's dimension under another name.
+#[derive(Debug)]
+struct Renamed(HashEmbedder);
+
+impl strata_memory::Embedder for Renamed {
+    fn name(&self) -> &str {
+        "another-model/256"
+    }
+    fn dims(&self) -> usize {
+        self.0.dims()
+    }
+    fn embed(&self, texts: &[&str]) -> strata_memory::Result<Vec<Vec<f32>>> {
+        self.0.embed(texts)
+    }
+}
+
+/// Verifies ADR-0046: an embedder of the same dimension but another name is refused too, with
+/// an error naming both embedders, and the refusal leaves the file as it was.
+#[test]
+fn embedder_of_another_name_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    {
+        let s = open_path(&path).unwrap();
+        s.put(NewMemory::new("a", "The cafeteria opens at seven."))
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let e = SqliteStore::open_with(
+        &path,
+        Arc::new(Renamed(HashEmbedder::default())),
+        StoreOptions::default(),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(
+            e,
+            MemoryError::EmbedderMismatch {
+                stored_dims: 256,
+                given_dims: 256,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        msg.contains("strata-hash-v1/256") && msg.contains("another-model/256"),
+        "{msg}"
+    );
+    assert!(msg.contains("[memory.embedder]"), "{msg}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // The store still opens with its own embedder and holds its memory.
+    let s = open_path(&path).unwrap();
+    let hits = s.search("cafeteria", &SearchOptions::top(1)).unwrap();
+    assert_eq!(hits.len(), 1);
 }
 
 /// Verifies ADR-0012: the entry size limit is configurable and applies to all three stores.

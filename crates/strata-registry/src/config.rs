@@ -23,6 +23,14 @@
 //! max_lines = 200
 //! max_chars = 20000
 //!
+//! [memory.embedder]                # vectors of long-term memory and tool retrieval
+//! kind = "hashing"                 # the offline default; dims = 256
+//! # kind = "openai"                # any OpenAI-compatible POST /v1/embeddings server:
+//! # url = "http://127.0.0.1:8080"
+//! # model = "nomic-embed-text"
+//! # dimensions = 768
+//! # api_key_env = "EMBEDDINGS_API_KEY"   # the NAME of the variable holding the key
+//!
 //! [workspace]
 //! dir = "."                        # bootstrap files: SOUL.md, AGENTS.md, ...
 //! custom_instructions = ""
@@ -66,7 +74,7 @@ pub struct Config {
     pub caching: CachingConfig,
     /// Token budgets.
     pub budget: BudgetConfig,
-    /// The MEMORY.md index.
+    /// The MEMORY.md index and the embedder of long-term memory.
     pub memory: MemoryConfig,
     /// The workspace folder and custom instructions.
     pub workspace: WorkspaceConfig,
@@ -189,7 +197,8 @@ impl Default for BudgetConfig {
     }
 }
 
-/// `[memory]`.
+/// `[memory]`: the MEMORY.md index (the notes beside it form the wikilink graph the memory
+/// search follows) and `[memory.embedder]`.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -200,6 +209,8 @@ pub struct MemoryConfig {
     pub max_lines: usize,
     /// Most characters injected from it.
     pub max_chars: usize,
+    /// `[memory.embedder]`: what turns memories, queries and tool descriptions into vectors.
+    pub embedder: EmbedderConfig,
 }
 
 impl Default for MemoryConfig {
@@ -208,8 +219,121 @@ impl Default for MemoryConfig {
             file: PathBuf::from("MEMORY.md"),
             max_lines: 200,
             max_chars: 20_000,
+            embedder: EmbedderConfig::default(),
         }
     }
+}
+
+/// The largest embedding dimension `[memory.embedder]` accepts (the stores' limit,
+/// `strata_memory::MAX_DIMS`).
+pub const MAX_EMBEDDING_DIMS: usize = 65_536;
+
+/// `[memory.embedder]`: the embedder of long-term memory search and of the hydration path's
+/// tool retrieval (ADR-0046). A store remembers the embedder it was created with and refuses
+/// another one, so changing this table means a new store.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum EmbedderConfig {
+    /// `kind = "hashing"`: the built-in hashing embedder, deterministic and offline; it
+    /// matches shared words and word pieces, not meaning.
+    #[serde(rename = "hashing")]
+    Hashing {
+        /// Its dimension (default 256).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dims: Option<usize>,
+    },
+    /// `kind = "openai"`: a server speaking the OpenAI embeddings protocol
+    /// (`POST /v1/embeddings`): OpenAI, or a local llama.cpp, vLLM, Ollama or
+    /// text-embeddings-inference server.
+    #[serde(rename = "openai")]
+    OpenAi {
+        /// The server's base URL (`https://api.openai.com`, `http://127.0.0.1:8080`, or
+        /// either ending in `/v1`).
+        url: String,
+        /// The model name sent in every request.
+        model: String,
+        /// The length of the model's vectors.
+        dimensions: usize,
+        /// The NAME of the environment variable that holds the API key, sent as a bearer
+        /// token; the key itself never goes in this file. Leave it out for a server that
+        /// takes no key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_env: Option<String>,
+        /// Send `dimensions` in each request, for models that shorten their vectors on
+        /// request (default false: other models refuse the field).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        request_dimensions: bool,
+    },
+}
+
+impl Default for EmbedderConfig {
+    fn default() -> Self {
+        EmbedderConfig::Hashing { dims: None }
+    }
+}
+
+impl EmbedderConfig {
+    /// Check the values: a dimension of 1 to [`MAX_EMBEDDING_DIMS`], an `http(s)` URL, a
+    /// model name, and an environment variable name made of letters, digits and `_`.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        let dims_ok = |d: usize| (1..=MAX_EMBEDDING_DIMS).contains(&d);
+        match self {
+            EmbedderConfig::Hashing { dims: Some(d) } if !dims_ok(*d) => Err((
+                "memory.embedder.dims",
+                format!(
+                    "{d} is not a dimension of 1 to {MAX_EMBEDDING_DIMS}; leave it out for 256"
+                ),
+            )),
+            EmbedderConfig::Hashing { .. } => Ok(()),
+            EmbedderConfig::OpenAi {
+                url,
+                model,
+                dimensions,
+                api_key_env,
+                ..
+            } => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err((
+                        "memory.embedder.url",
+                        format!(
+                            "`{url}` is not an http:// or https:// URL of an embeddings server"
+                        ),
+                    ));
+                }
+                if model.trim().is_empty() {
+                    return Err((
+                        "memory.embedder.model",
+                        "must name the embedding model the server serves".into(),
+                    ));
+                }
+                if !dims_ok(*dimensions) {
+                    return Err((
+                        "memory.embedder.dimensions",
+                        format!("{dimensions} is not a dimension of 1 to {MAX_EMBEDDING_DIMS}; give the length of the model's vectors"),
+                    ));
+                }
+                match api_key_env {
+                    Some(name) if !is_env_name(name) => Err((
+                        "memory.embedder.api_key_env",
+                        format!("`{}` is not the name of an environment variable (letters, digits and `_`, not starting with a digit); give the variable's name, never the key itself", name.chars().take(40).collect::<String>()),
+                    )),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Whether `name` can be an environment variable's name: `[A-Za-z_][A-Za-z0-9_]*`, at most
+/// 128 characters.
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 128
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// `[workspace]`.
@@ -467,6 +591,9 @@ impl Config {
                 "memory.max_chars",
                 "must be at least 1 (default 20000)".into(),
             ));
+        }
+        if let Err((key, reason)) = self.memory.embedder.check() {
+            return Err(fail(key, reason));
         }
         if self.store.sqlite.is_some() && self.store.postgres.is_some() {
             return Err(fail(

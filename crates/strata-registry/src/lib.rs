@@ -45,7 +45,9 @@ pub mod templates;
 
 pub use builtins::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
-pub use config::{Config, ConfigError, McpServerConfig, StoreConfig};
+pub use config::{
+    Config, ConfigError, EmbedderConfig, McpServerConfig, StoreConfig, MAX_EMBEDDING_DIMS,
+};
 pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };

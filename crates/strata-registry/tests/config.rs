@@ -241,3 +241,76 @@ proptest! {
         prop_assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
     }
 }
+
+/// Verifies ADR-0046: `[memory.embedder]` names the hashing embedder by default or an
+/// OpenAI-compatible server, with the key's environment variable by name.
+#[test]
+fn the_embedder_table_reads_both_kinds() {
+    use strata_registry::EmbedderConfig;
+    assert_eq!(
+        Config::default().memory.embedder,
+        EmbedderConfig::Hashing { dims: None }
+    );
+    let c = Config::from_toml_str("[memory.embedder]\nkind = \"hashing\"\ndims = 64\n").unwrap();
+    assert_eq!(
+        c.memory.embedder,
+        EmbedderConfig::Hashing { dims: Some(64) }
+    );
+    let text = "[memory]\nmax_lines = 10\n\n[memory.embedder]\nkind = \"openai\"\nurl = \"http://127.0.0.1:8080\"\nmodel = \"concepts\"\ndimensions = 8\napi_key_env = \"EMBED_KEY\"\n";
+    let c = Config::from_toml_str(text).unwrap();
+    assert_eq!(
+        c.memory.embedder,
+        EmbedderConfig::OpenAi {
+            url: "http://127.0.0.1:8080".into(),
+            model: "concepts".into(),
+            dimensions: 8,
+            api_key_env: Some("EMBED_KEY".into()),
+            request_dimensions: false,
+        }
+    );
+    assert_eq!(c.memory.max_lines, 10);
+    // What it writes reads back the same.
+    assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+}
+
+/// Verifies ADR-0046: the key itself, unknown keys, an unknown kind and values out of range
+/// are refused, each error naming the key.
+#[test]
+fn the_embedder_table_is_strict() {
+    let openai = "[memory.embedder]\nkind = \"openai\"\nurl = \"http://h:1\"\nmodel = \"m\"\ndimensions = 8\n";
+    // The key never goes in the file.
+    let (key, loc, msg) = syntax(&format!("{openai}api_key = \"sk-123\"\n"));
+    assert_eq!(key.as_deref(), Some("memory.embedder"), "{msg}");
+    assert!(loc.is_some() && msg.contains("api_key"), "{msg}");
+    let (_, _, msg) = syntax("[memory.embedder]\nkind = \"hashing\"\nmodel = \"m\"\n");
+    assert!(msg.contains("model"), "{msg}");
+    let (_, _, msg) = syntax("[memory.embedder]\nkind = \"word2vec\"\n");
+    assert!(msg.contains("word2vec"), "{msg}");
+    let (_, _, msg) = syntax("[memory.embedder]\nkind = \"openai\"\nurl = \"http://h:1\"\n");
+    assert!(msg.contains("model"), "{msg}");
+    for (text, key) in [
+        (
+            format!("{openai}api_key_env = \"sk-live key\"\n"),
+            "memory.embedder.api_key_env",
+        ),
+        (
+            openai.replace("dimensions = 8", "dimensions = 0"),
+            "memory.embedder.dimensions",
+        ),
+        (openai.replace("http://h:1", "h:1"), "memory.embedder.url"),
+        (openai.replace("\"m\"", "\" \""), "memory.embedder.model"),
+        (
+            "[memory.embedder]\nkind = \"hashing\"\ndims = 0\n".to_owned(),
+            "memory.embedder.dims",
+        ),
+    ] {
+        let e = Config::from_toml_str(&text).unwrap_err();
+        assert!(matches!(e, ConfigError::Value { .. }), "{e}");
+        assert_eq!(e.key(), Some(key), "{e}");
+        assert!(e.location().is_some(), "{e}");
+    }
+    // The error quoting a bad variable name does not print more than its head.
+    let long = format!("{openai}api_key_env = \"{}\"\n", "k-".repeat(100));
+    let e = Config::from_toml_str(&long).unwrap_err();
+    assert!(!e.to_string().contains(&"k-".repeat(30)), "{e}");
+}

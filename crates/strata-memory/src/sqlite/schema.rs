@@ -654,7 +654,7 @@ fn fill_fact_checksums(tx: &Transaction<'_>, location: &str) -> Result<()> {
 }
 
 /// Record the embedder's dimension and name in a new store, or check them against an
-/// existing one. Returns true when it wrote. With `read_only`, a store without them is
+/// existing one (another name or dimension is refused, ADR-0046). Returns true when it wrote. With `read_only`, a store without them is
 /// corrupt rather than new.
 pub(super) fn check_embedder(
     conn: &Connection,
@@ -687,25 +687,8 @@ pub(super) fn check_embedder(
                 location: location.to_owned(),
                 detail: format!("meta.dims is `{d}`, not a number"),
             })?;
-            if stored != embedder.dims() {
-                return Err(MemoryError::DimensionMismatch {
-                    context: format!(
-                        "the store at {location} (embedder {})",
-                        get("embedder")?.unwrap_or_default()
-                    ),
-                    expected: stored,
-                    found: embedder.dims(),
-                });
-            }
             let name = get("embedder")?.unwrap_or_default();
-            if name != embedder.name() {
-                tracing::warn!(
-                    path = location,
-                    stored = name,
-                    given = embedder.name(),
-                    "the store was created with another embedder of the same dimension; vector ranking may be meaningless"
-                );
-            }
+            crate::embed::check_recorded(location, &name, stored, embedder)?;
             Ok(false)
         }
     }

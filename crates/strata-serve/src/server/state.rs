@@ -400,6 +400,60 @@ pub(super) mod tests {
         (Arc::new(st), dir)
     }
 
+    /// `strata serve --config strata.toml` embeds with the embedder the file names: the
+    /// service builds its runtime through the same builder (ADR-0046), and an embedder the
+    /// environment cannot complete stops the start with the variable's name.
+    #[test]
+    fn the_configured_embedder_is_the_service_s() {
+        let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-cli/demo");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = || {
+            AgentSource::new(
+                demo.join("agent.signed.json"),
+                demo.join("trust.toml"),
+                &crate::RollbackSpec::InMemory,
+            )
+            .expect("source")
+        };
+        let settings = |embedder: &str| {
+            let config = dir.path().join("strata.toml");
+            std::fs::write(&config, format!("[memory.embedder]\n{embedder}")).expect("write");
+            RuntimeSettings {
+                store: StoreSpec::Sqlite(dir.path().join("m.db")),
+                config: Some(config),
+                provider: Provider::Anthropic,
+                model: "m".into(),
+                max_tokens: 64,
+                receipt_key: None,
+                live: None,
+            }
+        };
+        let tokens = || TokenSet::from_tokens(["unit-test-token-0123456789"]);
+        let st = AppState::start(
+            source(),
+            settings("kind = \"hashing\"\ndims = 64\n"),
+            tokens(),
+            Limits::default(),
+            false,
+        )
+        .expect("state");
+        assert_eq!(
+            st.current.load().rt().embedder().name(),
+            "strata-hash-v1/64"
+        );
+        drop(st);
+        let unset = "kind = \"openai\"\nurl = \"http://127.0.0.1:9\"\nmodel = \"m\"\ndimensions = 8\napi_key_env = \"STRATA_SERVE_TEST_UNSET_KEY\"\n";
+        let e = AppState::start(
+            source(),
+            settings(unset),
+            tokens(),
+            Limits::default(),
+            false,
+        )
+        .expect_err("an unset key variable stops the start");
+        assert!(e.to_string().contains("STRATA_SERVE_TEST_UNSET_KEY"), "{e}");
+    }
+
     /// The service builds its tokenizer's tables when it starts, so that no request pays for
     /// them. Verifies ADR-0020.
     #[test]
