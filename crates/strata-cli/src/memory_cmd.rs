@@ -32,8 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_memory::{
-    check_tag, HashEmbedder, IntegrityFinding, IntegrityReport, LongTermMemory, MemoryError,
-    MemoryId, NewMemory, NoteGraph, SearchMode, SearchOptions, SqliteStore, StoreOptions,
+    check_tag, Embedder, HashEmbedder, IntegrityFinding, IntegrityReport, LongTermMemory,
+    MemoryError, MemoryId, NewMemory, NoteGraph, SearchMode, SearchOptions, SqliteStore,
+    StoreOptions,
 };
 
 /// The default store path.
@@ -55,6 +56,11 @@ pub struct MemoryArgs {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// A strata.toml whose `[memory.embedder]` embeds the memories (default: the offline
+    /// hashing embedder). A store keeps the embedder it was created with and refuses another.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 
     /// What to do.
     #[command(subcommand)]
@@ -249,15 +255,28 @@ fn run_with_progress(
     for t in tags {
         check_tag(t).map_err(|e| format!("--tag {t:?}: {e}"))?;
     }
+    let embedder = embedder_of(args.config.as_deref())?;
+    let (store, e) = (&args.store, &embedder);
     let res = match args.command {
-        MemoryCommand::Add(a) => add(&args.store, args.json, a, out),
-        MemoryCommand::Search(a) => search(&args.store, args.json, &a, out),
-        MemoryCommand::Import(a) => import(&args.store, args.json, &a, out, progress, terminal),
-        MemoryCommand::Stats => stats(&args.store, args.json, out),
-        MemoryCommand::Check => check(&args.store, args.json, out),
+        MemoryCommand::Add(a) => add(store, e, args.json, a, out),
+        MemoryCommand::Search(a) => search(store, e, args.json, &a, out),
+        MemoryCommand::Import(a) => import(store, e, args.json, &a, out, progress, terminal),
+        MemoryCommand::Stats => stats(store, e, args.json, out),
+        MemoryCommand::Check => check(store, e, args.json, out),
     };
     out.flush()?;
     res
+}
+
+/// The embedder `config`'s `[memory.embedder]` names, else the hashing embedder.
+fn embedder_of(config: Option<&Path>) -> Result<Arc<dyn Embedder>, Box<dyn Error>> {
+    let Some(path) = config else {
+        return Ok(Arc::new(HashEmbedder::default()));
+    };
+    let config = strata_registry::Config::load(path)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    strata_memory::embedder_from_config(&config.memory.embedder)
+        .map_err(|e| format!("{}: {e}", path.display()).into())
 }
 
 /// The first bytes of every SQLite database file.
@@ -300,16 +319,23 @@ fn check_store_file(path: &Path) -> Result<(), Box<dyn Error>> {
 }
 
 /// Open the store for writing, creating its folder when needed.
-fn open_for_write(path: &Path) -> Result<SqliteStore, Box<dyn Error>> {
+fn open_for_write(
+    path: &Path,
+    embedder: &Arc<dyn Embedder>,
+) -> Result<SqliteStore, Box<dyn Error>> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create the folder {}: {e}", dir.display()))?;
     }
-    Ok(SqliteStore::open(path)?)
+    Ok(SqliteStore::open_with(
+        path,
+        embedder.clone(),
+        StoreOptions::default(),
+    )?)
 }
 
 /// Open an existing store read-only; a missing one is an error rather than a new empty store.
-fn open_existing(path: &Path) -> Result<SqliteStore, Box<dyn Error>> {
+fn open_existing(path: &Path, embedder: &Arc<dyn Embedder>) -> Result<SqliteStore, Box<dyn Error>> {
     if !path.exists() {
         return Err(format!(
             "there is no memory store at {}; create one with `strata memory add` or `strata memory import`, or pass --store",
@@ -319,12 +345,18 @@ fn open_existing(path: &Path) -> Result<SqliteStore, Box<dyn Error>> {
     }
     Ok(SqliteStore::open_read_only(
         path,
-        Arc::new(HashEmbedder::default()),
+        embedder.clone(),
         StoreOptions::default(),
     )?)
 }
 
-fn add(path: &Path, json: bool, a: AddArgs, out: &mut dyn Write) -> Result<(), Box<dyn Error>> {
+fn add(
+    path: &Path,
+    embedder: &Arc<dyn Embedder>,
+    json: bool,
+    a: AddArgs,
+    out: &mut dyn Write,
+) -> Result<(), Box<dyn Error>> {
     let text = if a.text == "-" {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
@@ -339,7 +371,7 @@ fn add(path: &Path, json: bool, a: AddArgs, out: &mut dyn Write) -> Result<(), B
     if let Some(id) = a.id {
         m = m.with_id(MemoryId::new(id)?);
     }
-    let store = open_for_write(path)?;
+    let store = open_for_write(path, embedder)?;
     let rec = store.put(m)?;
     if json {
         serde_json::to_writer_pretty(&mut *out, &rec)?;
@@ -358,11 +390,12 @@ fn add(path: &Path, json: bool, a: AddArgs, out: &mut dyn Write) -> Result<(), B
 
 fn search(
     path: &Path,
+    embedder: &Arc<dyn Embedder>,
     json: bool,
     a: &SearchArgs,
     out: &mut dyn Write,
 ) -> Result<(), Box<dyn Error>> {
-    let store = open_existing(path)?;
+    let store = open_existing(path, embedder)?;
     let mut opts = SearchOptions::top(a.top)
         .tags(a.tags.iter().cloned())
         .mode(match a.mode {
@@ -551,6 +584,7 @@ fn is_about_the_memory(e: &MemoryError) -> bool {
 /// file into the store at `path` in batches, then print what was done.
 fn import(
     path: &Path,
+    embedder: &Arc<dyn Embedder>,
     json: bool,
     a: &ImportArgs,
     out: &mut dyn Write,
@@ -582,7 +616,7 @@ fn import(
         .as_ref()
         .and_then(|f| f.metadata().ok())
         .map_or(0, |m| m.len());
-    let store = open_for_write(path)?;
+    let store = open_for_write(path, embedder)?;
     let mut prog = Progress::new(progress, terminal, a.progress_every, total_bytes);
     let mut b = Batcher {
         store: &store,
@@ -842,8 +876,13 @@ fn parse_line(line: &str, agent: &str) -> Result<NewMemory, String> {
     Ok(m)
 }
 
-fn stats(path: &Path, json: bool, out: &mut dyn Write) -> Result<(), Box<dyn Error>> {
-    let store = open_existing(path)?;
+fn stats(
+    path: &Path,
+    embedder: &Arc<dyn Embedder>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), Box<dyn Error>> {
+    let store = open_existing(path, embedder)?;
     let s = store.stats()?;
     if json {
         serde_json::to_writer_pretty(&mut *out, &s)?;
@@ -869,8 +908,13 @@ fn stats(path: &Path, json: bool, out: &mut dyn Write) -> Result<(), Box<dyn Err
 }
 
 /// `strata memory check`: run every check of the store and list what was found.
-fn check(path: &Path, json: bool, out: &mut dyn Write) -> Result<(), Box<dyn Error>> {
-    let report = match open_existing(path) {
+fn check(
+    path: &Path,
+    embedder: &Arc<dyn Embedder>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), Box<dyn Error>> {
+    let report = match open_existing(path, embedder) {
         Ok(store) => store.integrity_report(),
         Err(e) => match e.downcast::<MemoryError>() {
             // A store that its own open refuses as damaged is a finding, not a failure to run.
