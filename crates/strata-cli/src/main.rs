@@ -138,7 +138,7 @@ enum Command {
     /// Run a conversation step by step: prepare a request, record replies and tool results.
     Session(cmd::session::SessionArgs),
     /// Serve the session API over HTTP/JSON for runtimes in any language.
-    Serve(cmd::serve::ServeArgs),
+    Serve(Box<cmd::serve::ServeArgs>),
     /// Show an assembly report as a terminal table or a self-contained HTML page.
     Explain(cmd::explain::ExplainArgs),
     /// Run the example agent on an embedded SQLite memory, no setup needed.

@@ -7,6 +7,8 @@
     reason = "integration tests fail loudly on unexpected errors"
 )]
 
+mod serve_harness;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -98,4 +100,69 @@ fn memory_commands_use_the_configured_embedder_and_keep_it() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("concepts-v1") && err.contains("hash"), "{err}");
+}
+
+/// `strata serve --embedder-url ... --embedder-model ... --embedder-dimensions ...
+/// --embedder-key-env ...` searches memory by meaning; a bad value is refused before the
+/// service starts, naming the flag.
+#[test]
+fn serve_takes_the_embedder_from_its_flags() {
+    let server = Server::start();
+    std::env::set_var("STRATA_TEST_CONCEPTS_KEY", KEY);
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{}", server.1);
+    let srv = serve_harness::Server::start(
+        tmp.path(),
+        &[
+            "--embedder-url",
+            &url,
+            "--embedder-model",
+            "concepts-v1",
+            "--embedder-dimensions",
+            "8",
+            "--embedder-key-env",
+            "STRATA_TEST_CONCEPTS_KEY",
+        ],
+    );
+    for text in [
+        "The cafeteria serves morning meals from 7 to 10.",
+        "The WireGuard tunnel to the office opens at boot.",
+    ] {
+        let r = srv.post("/v1/memories", &serde_json::json!({"content": text}));
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let hits = srv.post(
+        "/v1/memories/search",
+        &serde_json::json!({"query": "breakfast hours"}),
+    );
+    assert_eq!(hits.status, 200, "{:?}", hits.body);
+    let first = hits.body["results"][0]["content"].as_str().unwrap_or_default();
+    assert!(first.contains("cafeteria"), "{}", hits.text);
+
+    let o = strata(
+        tmp.path(),
+        &[
+            "serve",
+            "--agent",
+            "a.json",
+            "--trust",
+            "t.toml",
+            "--model",
+            "m",
+            "--embedder-url",
+            "ftp://example.com",
+            "--embedder-model",
+            "m",
+            "--embedder-dimensions",
+            "8",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--embedder-url"), "{err}");
 }

@@ -275,8 +275,9 @@ impl Default for EmbedderConfig {
 
 impl EmbedderConfig {
     /// Check the values: a dimension of 1 to [`MAX_EMBEDDING_DIMS`], an `http(s)` URL, a
-    /// model name, and an environment variable name made of letters, digits and `_`.
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    /// model name, and an environment variable name made of letters, digits and `_`. The
+    /// error names the `strata.toml` key and what is wrong with its value.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
         let dims_ok = |d: usize| (1..=MAX_EMBEDDING_DIMS).contains(&d);
         match self {
             EmbedderConfig::Hashing { dims: Some(d) } if !dims_ok(*d) => Err((

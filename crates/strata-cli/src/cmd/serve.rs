@@ -134,6 +134,26 @@ pub struct ServeArgs {
     /// silent change, or a lost HTTP server, is noticed within this time.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub mcp_relist_secs: u64,
+    /// An OpenAI-compatible embeddings server (`POST /v1/embeddings`) for memory search and
+    /// tool retrieval, over `[memory.embedder]` in strata.toml (default: the offline hashing
+    /// embedder). Needs --embedder-model and --embedder-dimensions. A store keeps the embedder
+    /// it was created with and refuses another (ADR-0046).
+    #[arg(
+        long,
+        value_name = "URL",
+        requires_all = ["embedder_model", "embedder_dimensions"]
+    )]
+    pub embedder_url: Option<String>,
+    /// The embedding model's name (with --embedder-url).
+    #[arg(long, value_name = "NAME", requires = "embedder_url")]
+    pub embedder_model: Option<String>,
+    /// The length of the model's vectors (with --embedder-url).
+    #[arg(long, value_name = "N", requires = "embedder_url")]
+    pub embedder_dimensions: Option<usize>,
+    /// The NAME of the environment variable holding the embeddings server's API key (with
+    /// --embedder-url; the key itself is never a flag).
+    #[arg(long, value_name = "VAR", requires = "embedder_url")]
+    pub embedder_key_env: Option<String>,
     /// Largest request body, bytes.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
@@ -180,6 +200,8 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
             "--model is required to serve: name the model the requests are written for (e.g. `--model claude-sonnet-4-5`), or set STRATA_MODEL".into(),
         ));
     };
+    // Flags are checked before any file is read or anything starts.
+    let embedder_config = embedder(args)?;
     super::require_file(agent, "signed agent definition")?;
     let listen = match &args.unix {
         Some(p) => Listen::Unix(p.clone()),
@@ -199,6 +221,7 @@ pub fn run(args: &ServeArgs, out: &Output) -> Result<(), CliError> {
     }
     let tokens = bearer_tokens(args)?;
     let mut opts = serve_options(args, source, model, listen, tokens);
+    opts.runtime.embedder = embedder_config;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -293,6 +316,8 @@ fn serve_options(
             max_tokens: args.max_tokens,
             receipt_key: args.receipt_key.clone(),
             live: None,
+            // Set by `run` from the --embedder-* flags, checked before anything starts.
+            embedder: None,
         },
         listen,
         tls: match (&args.tls_cert, &args.tls_key) {
@@ -328,6 +353,33 @@ fn serve_options(
 }
 
 /// Start the configured MCP servers on the runtime and wait up to 20 seconds for them to
+/// The embedder the --embedder-* flags name, checked as `strata.toml`'s would be.
+fn embedder(args: &ServeArgs) -> Result<Option<strata_registry::EmbedderConfig>, CliError> {
+    let (Some(url), Some(model), Some(dimensions)) = (
+        &args.embedder_url,
+        &args.embedder_model,
+        args.embedder_dimensions,
+    ) else {
+        return Ok(None);
+    };
+    let config = strata_registry::EmbedderConfig::OpenAi {
+        url: url.clone(),
+        model: model.clone(),
+        dimensions,
+        api_key_env: args.embedder_key_env.clone(),
+        request_dimensions: false,
+    };
+    config.check().map_err(|(key, why)| {
+        let flag = key.rsplit('.').next().unwrap_or(key).replace('_', "-");
+        let flag = match flag.as_str() {
+            "api-key-env" => "key-env".to_owned(),
+            other => other.to_owned(),
+        };
+        CliError::Usage(format!("--embedder-{flag}: {why}"))
+    })?;
+    Ok(Some(config))
+}
+
 /// The live MCP servers of `[[mcp]]` in `--config`'s strata.toml, then of `--mcp` and
 /// `--mcp-url`, started on `rt` (none without any).
 fn start_mcp_servers(

@@ -34,6 +34,9 @@ pub struct RuntimeSettings {
     /// Live MCP servers whose tools and prompts every turn offers (ADR-0041); kept across
     /// reloads.
     pub live: Option<Arc<dyn strata_registry::LiveSource>>,
+    /// The embedder of memory search and tool retrieval, over `strata.toml`'s
+    /// `[memory.embedder]` (ADR-0046).
+    pub embedder: Option<strata_registry::EmbedderConfig>,
 }
 
 impl RuntimeSettings {
@@ -56,6 +59,11 @@ impl RuntimeSettings {
         }
         if let Some(live) = &self.live {
             b = b.live(live.clone());
+        }
+        if let Some(cfg) = &self.embedder {
+            let embedder = strata_memory::embedder_from_config(cfg)
+                .map_err(|e| SessionError::Invalid(format!("the embedder: {e}")))?;
+            b = b.embedder(embedder);
         }
         let runtime = b.build()?;
         // The encoder's tables and the vocabulary's lookup, built before the first request
@@ -388,6 +396,7 @@ pub(super) mod tests {
             max_tokens: 64,
             receipt_key: None,
             live: None,
+            embedder: None,
         };
         let st = AppState::start(
             source,
@@ -426,6 +435,7 @@ pub(super) mod tests {
                 max_tokens: 64,
                 receipt_key: None,
                 live: None,
+                embedder: None,
             }
         };
         let tokens = || TokenSet::from_tokens(["unit-test-token-0123456789"]);
