@@ -136,7 +136,9 @@ fn serve_takes_the_embedder_from_its_flags() {
         &serde_json::json!({"query": "breakfast hours"}),
     );
     assert_eq!(hits.status, 200, "{:?}", hits.body);
-    let first = hits.body["results"][0]["content"].as_str().unwrap_or_default();
+    let first = hits.body["results"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
     assert!(first.contains("cafeteria"), "{}", hits.text);
 
     let o = strata(
