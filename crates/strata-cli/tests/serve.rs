@@ -197,6 +197,21 @@ fn a_tool_using_session_runs_over_http_and_every_documented_operation_answers() 
         ["user", "tool_call", "tool_result", "assistant", "user"]
     );
     assert_eq!(view.body["turns"][1]["call_id"], "call_1");
+    // A summary of the first exchange stands in for it on later turns (ADR-0047).
+    let seqs: Vec<u64> = view.body["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["seq"].as_u64().unwrap())
+        .collect();
+    let compacted = srv.post(
+        "/v1/sessions/s-1/compactions",
+        &json!({"first_seq": seqs[0], "last_seq": seqs[3], "summary": "They found the deploy window."}),
+    );
+    assert_eq!(compacted.status, 200, "{:?}", compacted.body);
+    assert_eq!(compacted.body["entries"], 4);
+    let listed = srv.get("/v1/sessions/s-1/compactions");
+    assert_eq!(listed.body["compactions"][0], compacted.body);
 
     // The session's goals and files, set by the caller (serve_goals.rs covers them in depth).
     for (route, body) in [
