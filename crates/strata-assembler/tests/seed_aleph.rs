@@ -18,12 +18,14 @@ mod demo;
 mod support;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use strata_assembler::assemble::{DropReason, SectionStatus};
 use strata_assembler::memory::NewMemory;
 use strata_assembler::prelude::*;
 use strata_assembler::session::TurnEvent;
 use strata_core::{AssemblyPath, PromptMode, RuntimeLayer, Section};
+use strata_registry::builtins::Prompt;
 use strata_registry::StandardSection;
 
 /// 2026-03-02 10:00 UTC, a fixed clock for turns that compare bytes.
@@ -639,4 +641,52 @@ fn resetting_one_session_keeps_the_others_cached_sections() {
     // The reset session holds nothing of its old conversation.
     let fresh = a.prepare("A new start.", &TurnOptions::default()).unwrap();
     assert!(!fresh.body.to_string().contains("First question of a."));
+}
+
+/// Aleph, "Thinking Modes: Compact — Excludes 14 heavy layers (... protocol tokens, heartbeat,
+/// operational guidelines, citation standards, generation models, skill instructions, special
+/// actions ...)": strata has no built-in text for these layers; a runtime registers it as a
+/// prompt of the layer's kind, which then takes part in the full mode and not in the compact
+/// or minimal ones.
+#[test]
+fn heavy_layers_registered_as_prompts_follow_the_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path());
+    for (id, kind, text) in [
+        (
+            "heartbeat",
+            StandardSection::Heartbeat,
+            "Send a keep-alive every minute.",
+        ),
+        (
+            "protocol",
+            StandardSection::ProtocolTokens,
+            "Frame calls as JSON-RPC 2.0.",
+        ),
+        (
+            "media",
+            StandardSection::GenerationModels,
+            "Images: the sketch model.",
+        ),
+    ] {
+        rt.registry()
+            .register(Arc::new(Prompt::new(id, RuntimeLayer::Shared, kind, text)))
+            .unwrap();
+    }
+    let s = rt.session("aleph");
+    let ask = |m: PromptMode| {
+        let t = s.prepare("Hi.", &opts(m, AssemblyPath::Soul)).unwrap();
+        s.record_reply(&Reply::text("Ok.")).unwrap();
+        t.body.to_string()
+    };
+    let full = ask(PromptMode::Full);
+    for text in ["keep-alive", "JSON-RPC 2.0", "the sketch model"] {
+        assert!(full.contains(text), "full lacks {text}");
+    }
+    for m in [PromptMode::Compact, PromptMode::Minimal] {
+        let body = ask(m);
+        for text in ["keep-alive", "JSON-RPC 2.0", "the sketch model"] {
+            assert!(!body.contains(text), "{m:?} keeps {text}");
+        }
+    }
 }

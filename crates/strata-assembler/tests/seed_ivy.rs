@@ -16,7 +16,7 @@
 //! | UserMemoryContributor | shared facts, `fact/<key>` (layer 3, not sticky) |
 //! | TaskContributor | the goal section (layer 4, sticky) |
 //! | SessionFilesContributor | `session-files` (layer 5) |
-//! | ProjectMemoryContributor | shared facts of the workspace scope (layer 3) |
+//! | ProjectMemoryContributor | shared facts of the global scope (layer 3; the runtime reads no workspace scope) |
 //! | PreferencesContributor | `bootstrap/PREFERENCES.md` (layer 3) |
 //! | AgentMemoryContributor | long-term memory search, `mem/<id>` (layer 6) |
 //! | WorkspaceContributor | `workspace-hints` (layer 3) |
