@@ -1,18 +1,48 @@
-//! Ivy's contributor defaults, through the session API (the "Ivy" seed: the contributor list of
-//! its prompt builder). The runtime environment is sticky, as Ivy's `RuntimeEnvironmentContributor`
-//! is: kept whatever else a tight budget drops. `PREFERENCES.md` in the workspace is read by
-//! default, as Ivy's `PreferencesContributor` reads it.
+//! Conformance with the "Ivy" seed (its prompt builder: a contributor registry, sections with
+//! an id, phase, priority and sticky flag, the canonical phase order, a 16,384-token default
+//! budget, sticky sections first and the rest by score until the budget is spent, and its
+//! list of contributors), driven through the session API. Each test names the seed section it
+//! covers.
+//!
+//! Ivy's contributors and what stands for each in strata:
+//!
+//! | Ivy contributor | strata |
+//! |---|---|
+//! | IdentityContributor (AGENT.md) | the signed `core.identity` (layer 1), in the system channel |
+//! | ContractContributor | the signed `core.safety` and `core.constraints` (layer 1) |
+//! | SystemClockContributor | built-in `time` (layer 3, sticky) |
+//! | RuntimeEnvironmentContributor | built-in `environment` (layer 3, sticky) |
+//! | ToolGuidanceContributor | the signed `core.tools` with its usage hints, and the built-in tool catalog for announced tools (layer 3, not sticky) |
+//! | UserMemoryContributor | shared facts, `fact/<key>` (layer 3, not sticky) |
+//! | TaskContributor | the goal section (layer 4, sticky) |
+//! | SessionFilesContributor | `session-files` (layer 5) |
+//! | ProjectMemoryContributor | shared facts of the global scope (layer 3; the runtime reads no workspace scope) |
+//! | PreferencesContributor | `bootstrap/PREFERENCES.md` (layer 3) |
+//! | AgentMemoryContributor | long-term memory search, `mem/<id>` (layer 6) |
+//! | WorkspaceContributor | `workspace-hints` (layer 3) |
+//! | EpisodicContributor | `episode/<id>` (layer 6) |
+//!
+//! The seed says 14 contributors and lists 13. Ivy's sticky tool guidance and user memory are
+//! not sticky in strata (budget pressure may drop them); its identity and contract are signed
+//! identity, which is never trimmed at all.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
 )]
 
 mod demo;
+mod support;
 
 use std::path::Path;
+use std::sync::Arc;
 
-use strata_assembler::assemble::SectionStatus;
+use strata_assembler::assemble::{Report, SectionStatus};
+use strata_assembler::memory::{FileAction, NewMemory, SqliteStore};
 use strata_assembler::prelude::*;
+use strata_assembler::session::GoalPriority;
+use strata_core::{Phase, RuntimeLayer, Section, Weight};
+use strata_memory::{Scope, SharedContextWriter};
+use strata_registry::{ContributionContext, Contributor, ContributorError};
 
 fn runtime(dir: &Path) -> Runtime {
     Runtime::builder(demo::agent())
@@ -22,6 +52,310 @@ fn runtime(dir: &Path) -> Runtime {
         .sqlite(dir.join("m.db"))
         .build()
         .unwrap()
+}
+
+fn status<'a>(r: &'a Report, id: &str) -> &'a SectionStatus {
+    &r.sections
+        .iter()
+        .find(|s| s.id.as_str() == id)
+        .unwrap_or_else(|| panic!("no section {id} in {:?}", r.sections))
+        .status
+}
+
+fn kept(r: &Report) -> Vec<String> {
+    r.sections
+        .iter()
+        .filter(|s| matches!(s.status, SectionStatus::Kept | SectionStatus::Cut { .. }))
+        .map(|s| s.id.as_str().to_owned())
+        .collect()
+}
+
+/// A contributor registered by the runtime's owner.
+struct Hints;
+
+impl Contributor for Hints {
+    fn id(&self) -> &str {
+        "team.hints"
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::Shared
+    }
+    fn contribute(&self, _ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        Ok(vec![Section::builder(
+            RuntimeLayer::Shared,
+            "team-hints",
+            "On-call rotates on Mondays.",
+        )
+        .unwrap()
+        .build()])
+    }
+}
+
+/// Ivy, "The Architecture: This is a contributor registry pattern ... Adding a new one means
+/// registering it": a contributor registered with the runtime's registry adds its section to
+/// the next turn, and unregistering it takes the section away again.
+#[test]
+fn a_registered_contributor_adds_its_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path());
+    rt.registry().register(Arc::new(Hints)).unwrap();
+    assert!(rt.registry().contains("team.hints"));
+    let s = rt.session("ivy");
+    let turn = s
+        .prepare("Who is on call?", &TurnOptions::default())
+        .unwrap();
+    assert!(turn
+        .body
+        .to_string()
+        .contains("On-call rotates on Mondays."));
+    s.record_reply(&Reply::text("Ok.")).unwrap();
+    rt.registry().unregister("team.hints").unwrap();
+    let turn = s.prepare("And now?", &TurnOptions::default()).unwrap();
+    assert!(!turn.body.to_string().contains("On-call rotates"));
+}
+
+/// Ivy, "Each returns a PromptSection object with an id, content, phase, priority, and whether
+/// it's sticky. Sticky sections are never dropped": a caller's sticky section stays whole when
+/// the budget drops a non-sticky one of higher priority.
+#[test]
+fn sticky_sections_are_never_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path());
+    let big = |id: &str, priority: u32, sticky: bool| {
+        Section::builder(RuntimeLayer::Delegated, id, format!("{id} ").repeat(1400))
+            .unwrap()
+            .phase(Phase::Task)
+            .priority(priority)
+            .sticky(sticky)
+            .build()
+    };
+    let o = TurnOptions {
+        sections: vec![big("rules", 1, true), big("notes", 99, false)],
+        ..TurnOptions::default()
+    };
+    let turn = rt.session("ivy").prepare("Go.", &o).unwrap();
+    let r = turn.report();
+    let rules = r
+        .sections
+        .iter()
+        .find(|s| s.id.as_str() == "rules")
+        .unwrap();
+    assert!(rules.sticky);
+    assert!(matches!(rules.status, SectionStatus::Kept), "{rules:?}");
+    assert!(
+        !matches!(status(r, "notes"), SectionStatus::Kept),
+        "{:?}",
+        status(r, "notes")
+    );
+}
+
+/// Ivy, "Phases have a canonical order: constraint, task, memory, tools, history, user" and
+/// "Flatten by phase order": within a layer, a constraint-phase section is placed before a
+/// memory-phase one, whatever their priorities.
+#[test]
+fn the_canonical_phase_order_places_sections() {
+    assert!(
+        Phase::Constraint < Phase::Task
+            && Phase::Task < Phase::Memory
+            && Phase::Memory < Phase::Tools
+            && Phase::Tools < Phase::History
+            && Phase::History < Phase::User
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path());
+    let s = |id: &str, phase: Phase, priority: u32| {
+        Section::builder(RuntimeLayer::Shared, id, format!("text of {id}"))
+            .unwrap()
+            .phase(phase)
+            .priority(priority)
+            .build()
+    };
+    let o = TurnOptions {
+        sections: vec![
+            s("p-memory", Phase::Memory, 90),
+            s("p-tools", Phase::Tools, 95),
+            s("p-constraint", Phase::Constraint, 10),
+            s("p-task", Phase::Task, 50),
+        ],
+        ..TurnOptions::default()
+    };
+    let body = rt
+        .session("ivy")
+        .prepare("Go.", &o)
+        .unwrap()
+        .body
+        .to_string();
+    let at = |needle: &str| body.find(needle).unwrap_or_else(|| panic!("no {needle}"));
+    let order = [
+        at("text of p-constraint"),
+        at("text of p-task"),
+        at("text of p-memory"),
+        at("text of p-tools"),
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?} in {body}");
+}
+
+/// Ivy, "PromptEngine.compose() takes all the sections, a token budget (default 16,384)": a
+/// definition that sets no budget, without `strata.toml` or a context window, gets 16,384
+/// tokens.
+#[test]
+fn the_default_budget_is_16384_tokens() {
+    let agent = support::agent_from_definition(
+        "id = \"ivy\"\nname = \"Ivy\"\nversion = 1\n[core]\nidentity = \"You are Ivy.\"\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::builder(agent)
+        .provider(Provider::Anthropic, "test-model")
+        .max_tokens(256)
+        .sqlite(dir.path().join("m.db"))
+        .build()
+        .unwrap();
+    let turn = rt
+        .session("ivy")
+        .prepare("Hello.", &TurnOptions::default())
+        .unwrap();
+    assert_eq!(turn.report().total_tokens, 16_384);
+}
+
+/// Ivy, "Group by phase — non-sticky sections are grouped, then sorted by score (priority ×
+/// weight) within each phase" and "Add until budget exhausted": of two sections of one phase
+/// and priority, the heavier weight is kept and the lighter one gives way.
+#[test]
+fn non_sticky_sections_are_kept_by_score() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path());
+    let s = |id: &str, weight: u16| {
+        Section::builder(
+            RuntimeLayer::LongTermMemory,
+            id,
+            format!("{id} ").repeat(1400),
+        )
+        .unwrap()
+        .phase(Phase::Memory)
+        .priority(50)
+        .weight(Weight(weight))
+        .build()
+    };
+    let o = TurnOptions {
+        sections: vec![s("light", 100), s("heavy", 300)],
+        ..TurnOptions::default()
+    };
+    let turn = rt.session("ivy").prepare("Go.", &o).unwrap();
+    let r = turn.report();
+    assert!(
+        matches!(status(r, "heavy"), SectionStatus::Kept),
+        "{:?}",
+        r.sections
+    );
+    assert!(
+        !matches!(status(r, "light"), SectionStatus::Kept),
+        "{:?}",
+        r.sections
+    );
+}
+
+/// Ivy, "Look in contributors.ts and you'll see 14 of them": every contributor it lists has a
+/// strata counterpart that reaches a turn (see the table in this file's header). Identity and
+/// contract are signed (the system channel); the clock and the runtime environment are sticky.
+#[test]
+fn every_ivy_contributor_has_a_counterpart() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("PREFERENCES.md"), "Use metric units.").unwrap();
+    let db = dir.path().join("m.db");
+    let rt = runtime(dir.path());
+    let agent = rt.agent().agent_id().to_owned();
+    // Shared facts are written by the platform, through its own handle on the store.
+    let platform = SqliteStore::open(&db).unwrap();
+    platform
+        .set_fact(&Scope::agent(&agent).unwrap(), "user.name", "Grace")
+        .unwrap();
+    platform
+        .set_fact(&Scope::global(), "project.language", "Rust")
+        .unwrap();
+    rt.remember(NewMemory::new(
+        &agent,
+        "Convention: branches are named after tickets.",
+    ))
+    .unwrap();
+    let s = rt.session("ivy");
+    s.record_episode("Yesterday the agent renamed the billing module.")
+        .unwrap();
+    s.record_file("src/billing.rs", FileAction::Modified)
+        .unwrap();
+    s.goals()
+        .unwrap()
+        .create_goal("Split the billing module", GoalPriority::High)
+        .unwrap();
+    let o = TurnOptions {
+        tools: Some(vec![AnnouncedTool::new(
+            ToolName::new("shell").unwrap(),
+            "Run a command.",
+        )]),
+        ..TurnOptions::default()
+    };
+    let turn = s
+        .prepare("What are the branch naming conventions for billing?", &o)
+        .unwrap();
+    let r = turn.report();
+    let ids = kept(r);
+    let system = turn.body["system"][0]["text"].as_str().unwrap();
+    for signed in [
+        "core.identity",
+        "core.safety",
+        "core.constraints",
+        "core.tools",
+    ] {
+        assert!(system.contains(&format!("id=\"{signed}\"")), "{signed}");
+    }
+    for (ivy, id) in [
+        ("SystemClockContributor", "time"),
+        ("RuntimeEnvironmentContributor", "environment"),
+        ("UserMemoryContributor", "fact/user.name"),
+        ("ProjectMemoryContributor", "fact/project.language"),
+        ("SessionFilesContributor", "session-files"),
+        ("PreferencesContributor", "bootstrap/PREFERENCES.md"),
+        ("WorkspaceContributor", "workspace-hints"),
+    ] {
+        assert!(ids.iter().any(|k| k == id), "{ivy}: no {id} in {ids:?}");
+    }
+    for (ivy, prefix) in [
+        ("TaskContributor", "goal"),
+        ("AgentMemoryContributor", "mem/"),
+        ("EpisodicContributor", "episode/"),
+        ("ToolGuidanceContributor", "tools."),
+    ] {
+        assert!(
+            r.sections.iter().any(|s| s.id.as_str().starts_with(prefix)),
+            "{ivy}: no {prefix} in {:?}",
+            r.sections
+        );
+    }
+    for sticky in ["time", "environment"] {
+        assert!(
+            r.sections
+                .iter()
+                .any(|s| s.id.as_str() == sticky && s.sticky),
+            "{sticky} is sticky"
+        );
+    }
+    let goal = r
+        .sections
+        .iter()
+        .find(|s| s.id.as_str().starts_with("goal"))
+        .unwrap();
+    assert!(goal.sticky, "{goal:?}");
+    let body = turn.body.to_string();
+    for text in [
+        "Grace",
+        "Rust",
+        "branches are named after tickets",
+        "renamed the billing module",
+        "src/billing.rs",
+        "Split the billing module",
+        "Use metric units.",
+    ] {
+        assert!(body.contains(text), "no `{text}` in {body}");
+    }
 }
 
 /// Ivy, "PreferencesContributor — PREFERENCES.md content": the file is a section of the turn.
