@@ -9,12 +9,11 @@ use axum::Json;
 use strata_assembler::session::{Compaction, CompactionRecord, Outcome};
 
 use super::extract::{blocking, KeyedJson, SessionId};
+use super::goals::KEY_DOC;
 use super::sessions::{answer, replay, to_json};
 use super::AppState;
 use crate::api::{CompactionRequest, CompactionView, CompactionsView};
 use crate::error::ApiError;
-
-const KEY_DOC: &str = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing";
 
 fn view(r: CompactionRecord) -> CompactionView {
     CompactionView {

@@ -106,7 +106,8 @@ async fn change(
     .await
 }
 
-const KEY_DOC: &str = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing";
+/// The `Idempotency-Key` header's description, on every route that changes a session.
+pub(super) const KEY_DOC: &str = "Makes the operation retry-safe: 1-255 printable ASCII characters; a repeat with the same key and request gets the first answer and changes nothing";
 
 /// A session's goals.
 #[utoipa::path(get, path = "/v1/sessions/{session_id}/goals", operation_id = "get_goals",
