@@ -88,3 +88,38 @@ def test_async_inputs(server: Server, session_id: str, monkeypatch: pytest.Monke
                 await client.prepare_turn(session_id, "Hi", thinking="max")
 
     asyncio.run(run())
+
+
+def test_footprint_and_business_context_reach_the_turn(
+    client: StrataClient, session_id: str
+) -> None:
+    turn = client.prepare_turn(
+        session_id,
+        "Did the build pass?",
+        recent_footprint=["ran cargo build: ok", "ran cargo test: 1 failure"],
+        business_context="Customer Acme, plan Enterprise.",
+        sanity_checks=False,
+    )
+    text = json.dumps(turn.request)
+    assert "ran cargo test" in text
+    assert "plan Enterprise" in text
+    ids = _ids(turn.report)
+    assert "recent-footprint" in ids and "business-context" in ids, ids
+    with pytest.raises(InvalidRequestError) as err:
+        client.prepare_turn(f"{session_id}-bad", "Hi", recent_footprint=["two\nlines"])
+    assert str(err.value.message).startswith("recent footprint entry 1:")
+    with pytest.raises(UnknownSessionError):
+        client.session(f"{session_id}-bad")
+
+
+def test_async_footprint(server: Server, session_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRATA_TOKEN", raising=False)
+
+    async def run() -> None:
+        async with AsyncStrataClient(server.url, token=TOKEN) as client:
+            turn = await client.prepare_turn(
+                session_id, "Hello", recent_footprint=["edited notes.txt"]
+            )
+            assert "edited notes.txt" in json.dumps(turn.request)
+
+    asyncio.run(run())

@@ -842,6 +842,19 @@ export interface components {
              *     such as `Europe/Paris +01:00` (default: UTC).
              */
             time_zone?: string | null;
+            /**
+             * @description What the agent did most recently (commands run, files touched, their outcome), one
+             *     line each, oldest first; shown as the `recent-footprint` section of layer 5. At most
+             *     50 lines of up to 500 bytes.
+             */
+            recent_footprint?: string[] | null;
+            /**
+             * @description The business or project context the platform keeps for this session; shown as the
+             *     `business-context` section of layer 3. Up to 32 KiB.
+             */
+            business_context?: string | null;
+            /** @description Whether the registered sanity-check prompts take part (default: true). */
+            sanity_checks?: boolean | null;
         };
         /** @description A prepared turn. */
         TurnResponse: {

@@ -38,9 +38,18 @@ describe("per-turn inputs", () => {
       voice: true,
       model: "other-model",
       time_zone: "Asia/Kolkata +05:30",
+      recent_footprint: ["ran the linter: clean"],
+      business_context: "Customer Acme, plan Enterprise.",
+      sanity_checks: false,
     });
     const text = JSON.stringify(turn.request);
-    for (const want of ["Check every date twice.", "maria-from-ops", "Asia/Kolkata"]) {
+    for (const want of [
+      "Check every date twice.",
+      "maria-from-ops",
+      "Asia/Kolkata",
+      "ran the linter",
+      "plan Enterprise",
+    ]) {
       assert.ok(text.includes(want), want);
     }
     assert.equal(turn.request["model"], "other-model");

@@ -339,6 +339,7 @@ impl RuntimeBuilder {
             ..Builtins::detect()
         }
         .register(&registry))?;
+        register_config_prompts(&registry, &config)?;
         let history = self.register_memory(&registry, &store, &tokenizer, &config, &workspace)?;
         if let Some(ws) = workspace.as_ref().filter(|ws| ws.is_dir()) {
             reg(registry.register(Arc::new(WorkspaceHints::new(ws))))?;
@@ -455,6 +456,22 @@ impl RuntimeBuilder {
 /// A registration's failure as a session error.
 fn reg(r: Result<(), strata_registry::RegistryError>) -> Result<(), SessionError> {
     r.map_err(|e| SessionError::Registry(e.to_string()))
+}
+
+/// `[[prompts]]`: the runtime's own fixed text, registered with source `config` (each entry
+/// was checked when the configuration was read).
+fn register_config_prompts(registry: &Registry, config: &Config) -> Result<(), SessionError> {
+    for p in &config.prompts {
+        let prompt = p.to_prompt().map_err(|(key, reason)| {
+            SessionError::Config(strata_registry::ConfigError::Value {
+                key,
+                location: None,
+                reason,
+            })
+        })?;
+        reg(registry.register(Arc::new(prompt)))?;
+    }
+    Ok(())
 }
 
 /// The wikilink graph of the notes in the folder of the memory index `index` (every `*.md`
@@ -776,6 +793,15 @@ pub struct TurnOptions {
     pub model: Option<String>,
     /// The caller's time zone for dates and times (default: UTC).
     pub time_zone: Option<TimeZone>,
+    /// What the agent did most recently (commands run, files touched, their outcome), one
+    /// line each, oldest first: a `recent-footprint` section of layer 5. At most 50 lines of
+    /// up to 500 bytes.
+    pub recent_footprint: Vec<String>,
+    /// The business or project context the platform keeps for this session: a
+    /// `business-context` section of layer 3 (stable). Up to 32 KiB.
+    pub business_context: Option<String>,
+    /// Whether the registered sanity-check prompts take part (default: yes).
+    pub sanity_checks: Option<bool>,
 }
 
 impl TurnOptions {
@@ -794,6 +820,16 @@ impl TurnOptions {
             thinking: self.thinking,
             model: model.as_deref().map(Arc::from),
             time_zone: self.time_zone.clone(),
+            recent_footprint: self
+                .recent_footprint
+                .iter()
+                .map(|e| Arc::from(e.as_str()))
+                .collect(),
+            business_context: self
+                .business_context
+                .as_deref()
+                .map(strata_core::Content::from),
+            skip_sanity_checks: self.sanity_checks == Some(false),
             ..RequestInputs::default()
         };
         inputs.check()?;

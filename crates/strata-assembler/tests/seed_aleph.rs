@@ -6,9 +6,11 @@
 //! Where strata's model differs from Aleph's: Aleph's identity layers (soul, role, tools,
 //! response format, language) are strata's signed layers 1-2, never runtime sections, so no
 //! mode, path or cache invalidation can remove or replace them; a workspace `SOUL.md` is a
-//! layer-3 file like any other. The wikilink graph of "MemoryAugmentationLayer" exists as
-//! `LongTermMemoryContributor::with_note_graph`, but the runtime's memory contributor is built
-//! without a graph, so no session turn carries graph neighbours yet; it has no test here.
+//! layer-3 file like any other. The wikilink graph of "MemoryAugmentationLayer" is wired into
+//! the runtime when notes sit beside MEMORY.md; its session test is
+//! `embeddings.rs::linked_notes_reach_the_session`. The layers whose text is each platform's
+//! own (protocol tokens, heartbeat, operational guidelines, generation models, special
+//! actions, skill mode) are `[[prompts]]` of `strata.toml`.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -689,4 +691,95 @@ fn heavy_layers_registered_as_prompts_follow_the_modes() {
             assert!(!body.contains(text), "{m:?} keeps {text}");
         }
     }
+}
+
+/// Aleph, "ProtocolTokensLayer (700)", "HeartbeatLayer (710)", "OperationalGuidelinesLayer
+/// (800)", "GenerationModelsLayer (1000)", "SpecialActionsLayer (1100)" and "SkillModeLayer
+/// (1400)": strata has no built-in text for these (it is each platform's own), so a runtime
+/// writes it in `strata.toml` as `[[prompts]]` of that kind. Each becomes a runtime section
+/// of source `config` in its layer (3, or 4 for skill mode), placed in Aleph's priority order,
+/// taking part in full mode and left out in compact mode as Aleph's "Compact excludes 14
+/// heavy layers" says.
+#[test]
+fn the_platforms_own_layers_come_from_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let kinds = [
+        (
+            "protocol_tokens",
+            "Reply NO_REPLY when nothing needs saying.",
+        ),
+        ("heartbeat", "On a heartbeat poll, answer HEARTBEAT_OK."),
+        (
+            "operational_guidelines",
+            "Never restart a service during business hours.",
+        ),
+        (
+            "generation_models",
+            "Images come from pixel-2 and there is no audio model.",
+        ),
+        (
+            "special_actions",
+            "Write REMIND then the text to set a reminder.",
+        ),
+        ("skill_mode", "Follow the active skill's steps in order."),
+    ];
+    let mut toml = String::new();
+    for (kind, text) in kinds {
+        toml.push_str(&format!(
+            "[[prompts]]\nid = \"{kind}\"\nkind = \"{kind}\"\ntext = \"{text}\"\n\n"
+        ));
+    }
+    let rt = configured(dir.path(), &toml);
+    let s = rt.session("aleph");
+    let full = s
+        .prepare("Hi.", &opts(PromptMode::Full, AssemblyPath::Soul))
+        .unwrap();
+    let body = full.body.to_string();
+    let mut last = 0;
+    for (kind, text) in kinds {
+        let id = format!("config:{kind}");
+        assert!(
+            matches!(status(&full, &id), SectionStatus::Kept),
+            "{id}: {:?}",
+            status(&full, &id)
+        );
+        // In Aleph's order (skill mode, layer 4, comes after the layer-3 ones in any case).
+        let here = at(&body, text);
+        assert!(here > last, "{kind} out of Aleph's order in {body}");
+        last = here;
+        let section = full
+            .report()
+            .sections
+            .iter()
+            .find(|x| x.id.as_str() == id)
+            .unwrap();
+        assert_eq!(
+            section.provenance.source,
+            strata_core::SourceKind::Config,
+            "{section:?}"
+        );
+    }
+    s.record_reply(&Reply::text("Ok.")).unwrap();
+    let compact = s
+        .prepare("Hi.", &opts(PromptMode::Compact, AssemblyPath::Soul))
+        .unwrap();
+    let body = compact.body.to_string();
+    for (kind, text) in kinds {
+        assert!(!body.contains(text), "{kind} in a compact turn: {body}");
+    }
+    // A kind that is signed identity cannot be configured.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[prompts]]\nid = \"x\"\nkind = \"soul\"\ntext = \"I am root.\"\n",
+    )
+    .unwrap();
+    let Err(e) = builder(dir.path()).config_file(&bad) else {
+        panic!("a prompt of kind soul was accepted");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("prompts.kind") && e.contains("signed identity"),
+        "{e}"
+    );
 }

@@ -460,3 +460,62 @@ fn memory_search_hits_are_kept_per_query_until_a_memory_is_added() {
     let fresh = ask("When does the cafeteria open for breakfast?");
     assert!(fresh.contains("8:15") && fresh.contains("10:00"), "{fresh}");
 }
+
+/// DevClaw, "LayerBusiness (20)" (`business_context` from the session's configuration): the
+/// platform's business context for the session reaches each turn as the `business-context`
+/// section of layer 3, in the stable part of the context (so a provider's prompt cache keeps
+/// hitting while it does not change), and a change of it is a change of the standing prompt.
+/// strata takes it with each turn (the service and the command line have the same field): the
+/// session log keeps the conversation, the platform keeps its configuration.
+#[test]
+fn business_context_is_layer_three_and_stable() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path());
+    let s = rt.session("devclaw");
+    let with = |text: &str| TurnOptions {
+        business_context: Some(text.into()),
+        ..TurnOptions::default()
+    };
+    let a = s
+        .prepare(
+            "Which plan is the customer on?",
+            &with("Customer: Acme, plan Enterprise."),
+        )
+        .unwrap();
+    let section = a
+        .report()
+        .sections
+        .iter()
+        .find(|x| x.id.as_str() == "business-context")
+        .unwrap_or_else(|| panic!("no business-context in {:?}", a.report().sections))
+        .clone();
+    assert_eq!(serde_json::to_value(section.layer).unwrap(), "shared");
+    assert!(section.stable, "{section:?}");
+    let stable = a.body["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(stable.contains("plan Enterprise"), "{stable}");
+    s.record_reply(&Reply::text("Enterprise.")).unwrap();
+    // The same context: the same standing prompt, no event.
+    let b = s
+        .prepare(
+            "And the renewal date?",
+            &with("Customer: Acme, plan Enterprise."),
+        )
+        .unwrap();
+    assert!(b.events.is_empty(), "{:?}", b.events);
+    s.record_reply(&Reply::text("March.")).unwrap();
+    let c = s
+        .prepare("And now?", &with("Customer: Globex, plan Team."))
+        .unwrap();
+    assert!(
+        c.events.iter().any(|e| matches!(
+            e,
+            strata_assembler::session::TurnEvent::PromptUpdated { .. }
+        )),
+        "{:?}",
+        c.events
+    );
+    let e = s.prepare("Hi", &with(" \n ")).unwrap_err().to_string();
+    assert!(e.contains("business context: is empty"), "{e}");
+}

@@ -439,3 +439,86 @@ fn each_session_keeps_its_own_goal() {
         assert!(two.contains("Write the onboarding guide") && !two.contains("billing"));
     }
 }
+
+/// Prompts System, "SystemPromptBuilder ... 4. Sanity Checks (optional, from registry:
+/// 'sanity-reality-check')" with `useSanityChecks` (default `true`) and the registry's
+/// `source: 'config'`: a `[[prompts]]` entry of `strata.toml` with `when = "sanity_check"`
+/// is a prompt of source `config` that takes part in every turn unless the turn sets
+/// `sanity_checks: Some(false)`; a sanity check registered in code (`Prompt::sanity_check`)
+/// follows the same switch. (Its place: layer 3, before the goal and the skills of layer 4,
+/// where the seed puts it after them; the layer order decides in strata.)
+#[test]
+fn sanity_checks_take_part_unless_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("strata.toml");
+    std::fs::write(
+        &config,
+        "[[prompts]]\n\
+         id = \"sanity-reality-check\"\n\
+         kind = \"operational_guidelines\"\n\
+         when = \"sanity_check\"\n\
+         text = \"Before you state a fact, check it against what a tool returned.\"\n",
+    )
+    .unwrap();
+    let rt = Runtime::builder(demo::agent())
+        .provider(Provider::Anthropic, "test-model")
+        .max_tokens(256)
+        .sqlite(dir.path().join("m.db"))
+        .config_file(&config)
+        .unwrap()
+        .build()
+        .unwrap();
+    rt.registry()
+        .register(Arc::new(Prompt::sanity_check(
+            "team.sanity",
+            "Say which tool output each number came from.",
+        )))
+        .unwrap();
+    let s = rt.session("ps");
+    let on = s
+        .prepare("How many users signed up?", &TurnOptions::default())
+        .unwrap();
+    let body = on.body.to_string();
+    assert!(
+        body.contains("check it against what a tool returned"),
+        "{body}"
+    );
+    assert!(
+        body.contains("Say which tool output each number came from."),
+        "{body}"
+    );
+    let configured = on
+        .report()
+        .sections
+        .iter()
+        .find(|x| x.id.as_str() == "config:sanity-reality-check")
+        .unwrap();
+    assert_eq!(configured.provenance.source, SourceKind::Config);
+    assert_eq!(
+        on.body["system"][0]["text"].as_str().unwrap(),
+        rt.agent().identity_text()
+    );
+    s.record_reply(&Reply::text("42.")).unwrap();
+    let off = TurnOptions {
+        sanity_checks: Some(false),
+        ..TurnOptions::default()
+    };
+    let turn = s.prepare("And yesterday?", &off).unwrap();
+    let body = turn.body.to_string();
+    assert!(
+        !body.contains("check it against what a tool returned"),
+        "{body}"
+    );
+    assert!(!body.contains("Say which tool output"), "{body}");
+    // Turned on again, both are back.
+    s.record_reply(&Reply::text("40.")).unwrap();
+    let again = TurnOptions {
+        sanity_checks: Some(true),
+        ..TurnOptions::default()
+    };
+    let body = s.prepare("And today?", &again).unwrap().body.to_string();
+    assert!(
+        body.contains("check it against what a tool returned"),
+        "{body}"
+    );
+}

@@ -93,6 +93,27 @@ fn section_ids(report: &Value) -> Vec<String> {
     out
 }
 
+/// Each body is refused with 400 `invalid_request` and exactly the library's `words`, and the
+/// session `id` does not exist afterwards.
+fn refused_and_nothing_stored(srv: &Server, id: &str, cases: &[(Value, &String)]) {
+    for (body, words) in cases {
+        let r = srv.post(&format!("/v1/sessions/{id}/turns"), body);
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request"),
+            "{:?}",
+            r.body
+        );
+        assert_eq!(&message(&r.body), *words);
+        assert_eq!(
+            srv.call("GET", &format!("/v1/sessions/{id}"), None, Some(TOKEN))
+                .status,
+            404,
+            "a refused turn stored something"
+        );
+    }
+}
+
 #[test]
 fn every_per_turn_input_reaches_the_turn_over_http_and_the_cli() {
     let dir = tempfile::tempdir().unwrap();
@@ -158,32 +179,21 @@ fn every_per_turn_input_reaches_the_turn_over_http_and_the_cli() {
     let library_skill = strata_registry::ActiveSkill::new("bad id", "x")
         .unwrap_err()
         .to_string();
-    for (body, words) in [
-        (
-            json!({"message": "Hi", "thinking": "max"}),
-            &library_thinking,
-        ),
-        (json!({"message": "Hi", "time_zone": "Mars"}), &library_zone),
-        (
-            json!({"message": "Hi", "skills": [{"id": "bad id", "instructions": "x"}]}),
-            &library_skill,
-        ),
-    ] {
-        let r = srv.post("/v1/sessions/in-bad/turns", &body);
-        assert_eq!(
-            (r.status, r.code()),
-            (400, "invalid_request"),
-            "{:?}",
-            r.body
-        );
-        assert_eq!(&message(&r.body), words);
-        assert_eq!(
-            srv.call("GET", "/v1/sessions/in-bad", None, Some(TOKEN))
-                .status,
-            404,
-            "a refused turn stored something"
-        );
-    }
+    refused_and_nothing_stored(
+        &srv,
+        "in-bad",
+        &[
+            (
+                json!({"message": "Hi", "thinking": "max"}),
+                &library_thinking,
+            ),
+            (json!({"message": "Hi", "time_zone": "Mars"}), &library_zone),
+            (
+                json!({"message": "Hi", "skills": [{"id": "bad id", "instructions": "x"}]}),
+                &library_skill,
+            ),
+        ],
+    );
 
     let skill = dir.path().join("review.md");
     std::fs::write(&skill, "Check every date twice.").unwrap();
@@ -271,4 +281,143 @@ fn sign_refuses_a_template_using_a_value_no_input_provides() {
     );
     assert!(!dir.path().join("x.json").exists());
     let _ = root();
+}
+
+/// The recent footprint (Ivy), the session's business context (DevClaw) and the sanity-check
+/// switch (Prompts System) reach the turn over HTTP and through `strata session prepare`, a
+/// `[[prompts]]` sanity check of `strata.toml` takes part unless a turn turns it off, and a bad
+/// footprint or business context is refused with the library's words and stores nothing.
+#[test]
+fn footprint_business_context_and_sanity_checks_reach_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, trust) = sign_agent(dir.path(), 3, "");
+    let config = dir.path().join("strata.toml");
+    std::fs::write(
+        &config,
+        "[[prompts]]\nid = \"reality\"\nkind = \"operational_guidelines\"\nwhen = \"sanity_check\"\n\
+         text = \"Check each claim against a tool result first.\"\n",
+    )
+    .unwrap();
+    let config_arg = config.to_str().unwrap();
+    let srv = Server::start_with(dir.path(), &agent, &trust, &["--config", config_arg]);
+
+    let r = srv.post(
+        "/v1/sessions/fp-1/turns",
+        &json!({"message": "Did the build pass?",
+                "recent_footprint": ["ran cargo build: ok", "ran cargo test: 1 failure"],
+                "business_context": "Customer Acme, plan Enterprise, renewal in March."}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let request = r.body["request"].to_string();
+    for want in [
+        "ran cargo test",
+        "renewal in March",
+        "Check each claim against a tool result first.",
+    ] {
+        assert!(request.contains(want), "{want} missing from {request}");
+    }
+    let ids = section_ids(&r.body["report"]);
+    for want in ["recent-footprint", "business-context", "config:reality"] {
+        assert!(
+            ids.iter().any(|i| i == want),
+            "no section {want} in {ids:?}"
+        );
+    }
+    let off = srv.post(
+        "/v1/sessions/fp-2/turns",
+        &json!({"message": "Hi", "sanity_checks": false}),
+    );
+    assert_eq!(off.status, 200, "{:?}", off.body);
+    assert!(!off.body["request"]
+        .to_string()
+        .contains("Check each claim against"));
+
+    let library_footprint = {
+        let lines: Vec<std::sync::Arc<str>> = vec!["a\nb".into()];
+        strata_registry::inputs::check_footprint(&lines)
+            .unwrap_err()
+            .to_string()
+    };
+    let library_business = strata_registry::inputs::check_business_context("  ")
+        .unwrap_err()
+        .to_string();
+    refused_and_nothing_stored(
+        &srv,
+        "fp-bad",
+        &[
+            (
+                json!({"message": "Hi", "recent_footprint": ["a\nb"]}),
+                &library_footprint,
+            ),
+            (
+                json!({"message": "Hi", "business_context": "  "}),
+                &library_business,
+            ),
+        ],
+    );
+
+    let business = dir.path().join("business.md");
+    std::fs::write(
+        &business,
+        "Customer Acme, plan Enterprise, renewal in March.",
+    )
+    .unwrap();
+    let out = prepare(
+        dir.path(),
+        &agent,
+        &trust,
+        &[
+            "--footprint",
+            "ran cargo build: ok",
+            "--footprint",
+            "ran cargo test: 1 failure",
+            "--business-context",
+            business.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(body.contains("ran cargo test"), "{body}");
+    assert!(body.contains("renewal in March"), "{body}");
+    // `--config` brings the sanity check; `--no-sanity-checks` leaves it out.
+    let with_config = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("session")
+            .arg("--agent")
+            .arg(&agent)
+            .arg("--trust")
+            .arg(&trust)
+            .args(["--config", config_arg, "--id", "cfg", "--store"])
+            .arg(dir.path().join("cfg.db"))
+            .args(["prepare", "Hi.", "--model", "cli-model"])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let on = with_config(&[]);
+    assert!(
+        on.status.success(),
+        "{}",
+        String::from_utf8_lossy(&on.stderr)
+    );
+    assert!(String::from_utf8_lossy(&on.stdout).contains("Check each claim against"));
+    let off = with_config(&["--no-sanity-checks"]);
+    assert!(
+        off.status.success(),
+        "{}",
+        String::from_utf8_lossy(&off.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&off.stdout).contains("Check each claim against"));
+    let out = prepare(dir.path(), &agent, &trust, &["--footprint", "a\nb"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(library_footprint.as_str()),
+        "{stderr} lacks {library_footprint:?}"
+    );
 }

@@ -35,6 +35,12 @@
 //! dir = "."                        # bootstrap files: SOUL.md, AGENTS.md, ...
 //! custom_instructions = ""
 //!
+//! [[prompts]]                      # fixed text of the runtime's own (repeatable)
+//! id = "sanity-reality-check"
+//! kind = "operational_guidelines"  # a standard section kind of layer 3 or 4
+//! when = "sanity_check"            # always (default), sanity_check, or skill:<id>
+//! text = "Check each claim against what a tool returned before you state it."
+//!
 //! [store]                          # working and long-term memory, goals
 //! sqlite = ".strata/memory.db"     # the default; or, shared by many runtimes:
 //! # postgres = "postgresql://strata@db.internal/strata"
@@ -63,6 +69,10 @@ use strata_core::{Budget, LayerBudgets, PromptMode};
 
 use crate::cache::{Clock, SectionCache};
 
+mod prompts;
+
+pub use prompts::{ConfiguredPrompt, MAX_PROMPT_TEXT};
+
 /// The whole of `strata.toml`.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +95,10 @@ pub struct Config {
     /// them to `RuntimeBuilder::live` (the registry and the assembler do no networking).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mcp: Vec<McpServerConfig>,
+    /// `[[prompts]]`: fixed text of the runtime's own, each registered as a prompt of a
+    /// standard kind of layer 3 or 4 with source `config`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<ConfiguredPrompt>,
 }
 
 /// `[[mcp]]`: one MCP server, started as a command (stdio) or reached at a URL (Streamable
@@ -593,11 +607,18 @@ impl Config {
                 "must be at least 1 (default 20000)".into(),
             ));
         }
-        if let Err((key, reason)) = self.memory.embedder.check() {
+        if let Err((key, reason)) = self.check_parts() {
             return Err(fail(key, reason));
         }
+        Ok(())
+    }
+
+    /// The checks of the embedder, the prompts and the store: the key and the reason.
+    fn check_parts(&self) -> Result<(), (&'static str, String)> {
+        self.memory.embedder.check()?;
+        prompts::check_all(&self.prompts)?;
         if self.store.sqlite.is_some() && self.store.postgres.is_some() {
-            return Err(fail(
+            return Err((
                 "store.postgres",
                 "give either store.sqlite or store.postgres, not both".into(),
             ));
@@ -608,7 +629,7 @@ impl Config {
             .as_deref()
             .is_some_and(|p| p.trim().is_empty())
         {
-            return Err(fail(
+            return Err((
                 "store.postgres",
                 "must be a connection string such as postgresql://user@host/db".into(),
             ));

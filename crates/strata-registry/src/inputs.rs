@@ -49,6 +49,17 @@ pub struct RequestInputs {
     /// The caller's time zone; when absent, the temporal contributor's configured zone is used.
     #[serde(default)]
     pub time_zone: Option<TimeZone>,
+    /// What the agent did most recently (commands run, files touched, their outcome), one
+    /// short line each, oldest first: the "recent footprint" shown in the working memory.
+    #[serde(default)]
+    pub recent_footprint: Vec<Arc<str>>,
+    /// The business or project context the platform keeps for this session (layer 3).
+    #[serde(default)]
+    pub business_context: Option<Content>,
+    /// Leave out the registered sanity-check prompts for this request (they take part by
+    /// default).
+    #[serde(default)]
+    pub skip_sanity_checks: bool,
 }
 
 /// A skill activated for the current task (layer 4).
@@ -169,6 +180,17 @@ pub enum InputError {
         /// What is wrong, and what to do.
         reason: String,
     },
+    /// An entry of the recent footprint that is empty, too long or not one line, or too many.
+    #[error("recent footprint entry {entry}: {reason}")]
+    Footprint {
+        /// The entry's position, from 1.
+        entry: usize,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// A business context that is blank or too long.
+    #[error("business context: {0}")]
+    BusinessContext(String),
     /// A text input (sender, channel, language, model) that is empty or too long.
     #[error("{field} `{value}`: {reason}")]
     Text {
@@ -185,6 +207,12 @@ pub enum InputError {
 pub const MAX_SKILL_ID: usize = 100;
 /// Longest sender, channel, language or model name, in bytes.
 pub const MAX_INPUT_TEXT: usize = 200;
+/// Most entries in a recent footprint.
+pub const MAX_FOOTPRINT_ENTRIES: usize = 50;
+/// Longest entry of a recent footprint, in bytes.
+pub const MAX_FOOTPRINT_ENTRY: usize = 500;
+/// Longest business context, in bytes.
+pub const MAX_BUSINESS_CONTEXT: usize = 32 * 1024;
 
 fn shown(s: &str) -> String {
     s.chars().take(100).collect()
@@ -333,8 +361,66 @@ impl RequestInputs {
         if let Some(z) = &self.time_zone {
             z.check()?;
         }
+        check_footprint(&self.recent_footprint)?;
+        if let Some(b) = &self.business_context {
+            check_business_context(b.as_str())?;
+        }
         Ok(())
     }
+}
+
+/// Check a recent footprint: at most [`MAX_FOOTPRINT_ENTRIES`] entries, each one line of 1 to
+/// [`MAX_FOOTPRINT_ENTRY`] bytes.
+pub fn check_footprint(entries: &[Arc<str>]) -> Result<(), InputError> {
+    if entries.len() > MAX_FOOTPRINT_ENTRIES {
+        return Err(InputError::Footprint {
+            entry: MAX_FOOTPRINT_ENTRIES + 1,
+            reason: format!(
+                "a footprint holds at most {MAX_FOOTPRINT_ENTRIES} entries; send the most recent ones"
+            ),
+        });
+    }
+    for (i, e) in entries.iter().enumerate() {
+        let bad = |reason: &str| InputError::Footprint {
+            entry: i + 1,
+            reason: reason.to_owned(),
+        };
+        if e.trim().is_empty() {
+            return Err(bad("is empty; leave it out instead"));
+        }
+        if e.len() > MAX_FOOTPRINT_ENTRY {
+            return Err(bad(
+                "is longer than 500 bytes; summarise the action in one line",
+            ));
+        }
+        if e.chars().any(char::is_control) {
+            return Err(bad(
+                "holds a line break or another control character; give one line per action",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Check a business context: not blank, at most [`MAX_BUSINESS_CONTEXT`] bytes, no control
+/// characters other than line breaks and tabs.
+pub fn check_business_context(text: &str) -> Result<(), InputError> {
+    let bad = |reason: &str| Err(InputError::BusinessContext(reason.to_owned()));
+    if text.trim().is_empty() {
+        return bad("is empty; leave it out instead");
+    }
+    if text.len() > MAX_BUSINESS_CONTEXT {
+        return bad(
+            "is longer than 32 KiB; keep the facts every turn needs and move the rest to memory",
+        );
+    }
+    if text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        return bad("holds a control character other than a line break or a tab");
+    }
+    Ok(())
 }
 
 /// Builds a fingerprint of the inputs a contributor's output depends on, for cache keys.

@@ -46,7 +46,8 @@ pub mod templates;
 pub use builtins::Builtins;
 pub use cache::{CacheKey, CacheStats, Clock, ManualClock, SectionCache, SystemClock};
 pub use config::{
-    Config, ConfigError, EmbedderConfig, McpServerConfig, StoreConfig, MAX_EMBEDDING_DIMS,
+    Config, ConfigError, ConfiguredPrompt, EmbedderConfig, McpServerConfig, StoreConfig,
+    MAX_EMBEDDING_DIMS,
 };
 pub use contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,

@@ -205,6 +205,22 @@ impl StandardSection {
         StandardSection::Memory,
     ];
 
+    /// Its name in snake case, as configuration writes it (`operational_guidelines`).
+    pub fn name(self) -> String {
+        let mut out = String::new();
+        for (i, c) in format!("{self:?}").chars().enumerate() {
+            if c.is_ascii_uppercase() {
+                if i > 0 {
+                    out.push('_');
+                }
+                out.push(c.to_ascii_lowercase());
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
     /// Who produces it.
     pub const fn owner(self) -> Owner {
         use StandardSection as S;

@@ -70,6 +70,9 @@ fn inputs() -> RequestInputs {
         thinking: Some(ThinkingLevel::High),
         model: Some("model-x".into()),
         time_zone: None,
+        recent_footprint: Vec::new(),
+        business_context: None,
+        skip_sanity_checks: false,
     }
 }
 
@@ -464,5 +467,5 @@ fn builtins_declare_their_modes_and_paths() {
         assert!(m.modes.contains(PromptMode::Full), "{}", e.id());
         assert!(m.paths.contains(AssemblyPath::Soul), "{}", e.id());
     }
-    assert_eq!(r.len(), 13);
+    assert_eq!(r.len(), 15);
 }

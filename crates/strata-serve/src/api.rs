@@ -126,6 +126,18 @@ pub struct TurnRequest {
     /// such as `Europe/Paris +01:00` (default: UTC).
     #[serde(default)]
     pub time_zone: Option<String>,
+    /// What the agent did most recently (commands run, files touched, their outcome), one
+    /// line each, oldest first; shown as the `recent-footprint` section of layer 5. At most
+    /// 50 lines of up to 500 bytes.
+    #[serde(default)]
+    pub recent_footprint: Option<Vec<String>>,
+    /// The business or project context the platform keeps for this session; shown as the
+    /// `business-context` section of layer 3. Up to 32 KiB.
+    #[serde(default)]
+    pub business_context: Option<String>,
+    /// Whether the registered sanity-check prompts take part (default: true).
+    #[serde(default)]
+    pub sanity_checks: Option<bool>,
 }
 
 /// A skill activated for a turn.

@@ -174,6 +174,9 @@ class AsyncStrataClient:
         language: str | None = None,
         model: str | None = None,
         time_zone: str | None = None,
+        recent_footprint: Sequence[str] | None = None,
+        business_context: str | None = None,
+        sanity_checks: bool | None = None,
         idempotency_key: str | None = None,
     ) -> PreparedTurn:
         """Records the user's ``message`` and prepares the provider request for it; without a
@@ -183,7 +186,10 @@ class AsyncStrataClient:
         ``hydration`` path's. ``skills`` (each a ``skill/<id>`` section), ``thinking`` (off,
         low, medium, high), ``inbound`` (sender, channel), ``voice``, ``language``, ``model``
         (default: the server's) and ``time_zone`` (``UTC``, ``+01:00`` or ``Europe/Paris
-        +01:00``) are what the built-in sections and the signed templates read; a bad value
+        +01:00``), ``recent_footprint`` (what the agent did most recently, one line each, oldest
+        first), ``business_context`` (the platform's context for this session) and
+        ``sanity_checks`` (``False`` leaves out the sanity-check prompts) are what the built-in
+        sections and the signed templates read; a bad value
         raises ``InvalidRequestError`` and stores nothing. A repeat with the same
         ``idempotency_key`` and arguments gets the first answer."""
         body = ops.turn_body(
@@ -196,7 +202,18 @@ class AsyncStrataClient:
             operational_mode,
             resolved_context,
             retrieved_tools,
-            ops.turn_inputs(skills, thinking, inbound, voice, language, model, time_zone),
+            ops.turn_inputs(
+                skills,
+                thinking,
+                inbound,
+                voice,
+                language,
+                model,
+                time_zone,
+                recent_footprint,
+                business_context,
+                sanity_checks,
+            ),
         )
         data = await self._json("prepare_turn", session_id, body, idempotency_key)
         return PreparedTurn.from_json(data)

@@ -323,6 +323,9 @@ def turn_inputs(
     language: str | None = None,
     model: str | None = None,
     time_zone: str | None = None,
+    recent_footprint: Sequence[str] | None = None,
+    business_context: str | None = None,
+    sanity_checks: bool | None = None,
 ) -> dict[str, Any]:
     """The per-turn inputs of a ``prepare_turn`` body that the built-in sections and the signed
     templates read: only the ones given."""
@@ -341,6 +344,12 @@ def turn_inputs(
         body["model"] = model
     if time_zone is not None:
         body["time_zone"] = time_zone
+    if recent_footprint is not None:
+        body["recent_footprint"] = list(recent_footprint)
+    if business_context is not None:
+        body["business_context"] = business_context
+    if sanity_checks is not None:
+        body["sanity_checks"] = sanity_checks
     return body
 
 

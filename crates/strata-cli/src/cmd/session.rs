@@ -356,6 +356,16 @@ pub struct TurnInputArgs {
     /// 'Europe/Paris +01:00' (default: UTC).
     #[arg(long, value_name = "ZONE", value_parser = time_zone)]
     pub time_zone: Option<TimeZone>,
+    /// One thing the agent did recently (a command run, a file touched, its outcome), shown
+    /// in the recent footprint; repeatable, oldest first.
+    #[arg(long = "footprint", value_name = "LINE")]
+    pub footprint: Vec<String>,
+    /// A file holding the business or project context the platform keeps for this session.
+    #[arg(long, value_name = "FILE")]
+    pub business_context: Option<PathBuf>,
+    /// Leave out the registered sanity-check prompts this turn.
+    #[arg(long)]
+    pub no_sanity_checks: bool,
 }
 
 fn thinking(s: &str) -> Result<ThinkingLevel, String> {
@@ -406,6 +416,16 @@ impl TurnInputArgs {
         opts.voice = self.voice;
         opts.language = self.language.clone();
         opts.time_zone = self.time_zone.clone();
+        opts.recent_footprint = self.footprint.clone();
+        if let Some(file) = &self.business_context {
+            opts.business_context =
+                Some(std::fs::read_to_string(file).map_err(|e| {
+                    CliError::io(file, e, "give a file holding the business context")
+                })?);
+        }
+        if self.no_sanity_checks {
+            opts.sanity_checks = Some(false);
+        }
         Ok(())
     }
 }

@@ -23,9 +23,10 @@ use strata_core::{Content, RuntimeLayer, Section};
 pub use bootstrap::BootstrapFiles;
 pub use calendar::{format_local, CivilTime};
 pub use environment::{Environment, RuntimeCapabilities, RuntimeInfo, TemporalContext};
-pub use prompt::{Activation, Prompt};
+pub use prompt::{Activation, Prompt, TAG_SANITY};
 pub use request::{
-    ActiveSkills, CustomInstructions, InboundContext, ResponseLanguage, ThinkingGuidance, VoiceMode,
+    ActiveSkills, BusinessContext, CustomInstructions, InboundContext, RecentFootprint,
+    ResponseLanguage, ThinkingGuidance, VoiceMode,
 };
 pub use tools::{ToolCatalog, ToolGuidance};
 pub use workspace::WorkspaceHints;
@@ -96,8 +97,8 @@ impl Builtins {
 
     /// Register the standard set: environment, runtime capabilities, temporal context, runtime
     /// info, tool catalog, tool guidance, active skills, bootstrap files (when a workspace is
-    /// set), custom instructions (when given), thinking guidance, inbound context, voice mode
-    /// and response language.
+    /// set), custom instructions (when given), thinking guidance, inbound context, voice mode,
+    /// response language, business context and recent footprint.
     pub fn register(self, registry: &Registry) -> Result<(), RegistryError> {
         registry.register(Arc::new(Environment::new(self.working_dir)))?;
         registry.register(Arc::new(RuntimeCapabilities::from_env()))?;
@@ -118,6 +119,8 @@ impl Builtins {
         registry.register(Arc::new(InboundContext))?;
         registry.register(Arc::new(VoiceMode))?;
         registry.register(Arc::new(ResponseLanguage))?;
+        registry.register(Arc::new(BusinessContext))?;
+        registry.register(Arc::new(RecentFootprint))?;
         Ok(())
     }
 }

@@ -18,7 +18,13 @@ pub enum Activation {
     Always,
     /// Only while the caller has activated the skill with this id.
     WhenSkillActive(Arc<str>),
+    /// A sanity check: whenever its mode and path take part, unless the request turned
+    /// sanity checks off (the Prompts System's `useSanityChecks`, on by default).
+    SanityCheck,
 }
+
+/// The tag of sanity-check prompts.
+pub const TAG_SANITY: &str = "sanity";
 
 /// A registered prompt: fixed text under an id, with the source it came from.
 #[derive(Debug, Clone)]
@@ -62,6 +68,19 @@ impl Prompt {
         .with_source(SourceKind::Mcp(Arc::from(server)))
         .with_tags([TAG_SKILLS])
         .with_activation(Activation::WhenSkillActive(Arc::from(skill)))
+    }
+
+    /// A sanity-check prompt `id` (layer 3, shaped like operational guidelines, tagged
+    /// `sanity`): it takes part unless the request turned sanity checks off.
+    pub fn sanity_check(id: impl Into<Arc<str>>, text: impl Into<Content>) -> Prompt {
+        Prompt::new(
+            id,
+            RuntimeLayer::Shared,
+            StandardSection::OperationalGuidelines,
+            text,
+        )
+        .with_tags([TAG_SANITY])
+        .with_activation(Activation::SanityCheck)
     }
 
     /// Set the source.
@@ -110,6 +129,7 @@ impl Prompt {
             Activation::WhenSkillActive(skill) => {
                 ctx.inputs.active_skills.iter().any(|s| s.id == *skill)
             }
+            Activation::SanityCheck => !ctx.inputs.skip_sanity_checks,
         };
         skill_ok
             && self.required_tools.iter().all(|needed| {

@@ -301,3 +301,107 @@ impl Contributor for ResponseLanguage {
         )?])
     }
 }
+
+/// The caller's recent footprint, what the agent did most recently, one line per action,
+/// oldest first (layer 5, `recent-footprint`, dynamic; nothing when none was given). The
+/// lines are data: they are fenced like any other runtime section.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecentFootprint;
+
+impl RecentFootprint {
+    /// The contributor id.
+    pub const ID: &'static str = "builtin.footprint";
+}
+
+impl Contributor for RecentFootprint {
+    fn id(&self) -> &str {
+        Self::ID
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::WorkingMemory
+    }
+    fn meta(&self) -> ContributorMeta {
+        ContributorMeta {
+            source: SourceKind::Caller,
+            ..StandardSection::SessionContext.meta()
+        }
+    }
+    fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        let mut f = Fingerprint::new(Self::ID);
+        for entry in &ctx.inputs.recent_footprint {
+            f.add(entry);
+        }
+        Some(f.finish())
+    }
+    fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let lines: Vec<&str> = ctx
+            .inputs
+            .recent_footprint
+            .iter()
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty())
+            .collect();
+        if lines.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut text = String::from("What you did most recently, oldest first:");
+        for line in lines {
+            text.push_str("\n- ");
+            text.push_str(line);
+        }
+        Ok(vec![section(
+            &self.meta(),
+            Self::ID,
+            RuntimeLayer::WorkingMemory,
+            "recent-footprint",
+            text,
+        )?])
+    }
+}
+
+/// The business or project context the platform keeps for the session, given with each
+/// request (layer 3, `business-context`, stable; nothing when none was given).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BusinessContext;
+
+impl BusinessContext {
+    /// The contributor id.
+    pub const ID: &'static str = "builtin.business";
+}
+
+impl Contributor for BusinessContext {
+    fn id(&self) -> &str {
+        Self::ID
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::Shared
+    }
+    fn meta(&self) -> ContributorMeta {
+        ContributorMeta {
+            source: SourceKind::Caller,
+            ..StandardSection::WorkspaceProfile.meta()
+        }
+    }
+    fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        Some(
+            Fingerprint::new(Self::ID)
+                .add_opt(ctx.inputs.business_context.as_ref().map(|c| c.as_str()))
+                .finish(),
+        )
+    }
+    fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let Some(text) = ctx.inputs.business_context.as_ref() else {
+            return Ok(Vec::new());
+        };
+        if text.as_str().trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(vec![section(
+            &self.meta(),
+            Self::ID,
+            RuntimeLayer::Shared,
+            "business-context",
+            text.clone(),
+        )?])
+    }
+}

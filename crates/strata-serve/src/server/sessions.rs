@@ -111,6 +111,12 @@ fn turn_options(
     opts.voice = req.voice.unwrap_or(false);
     opts.language = req.language;
     opts.model = req.model;
+    opts.recent_footprint = req.recent_footprint.unwrap_or_default();
+    if let Some(b) = &req.business_context {
+        st.limits.check_section("the business context", b.len())?;
+    }
+    opts.business_context = req.business_context;
+    opts.sanity_checks = req.sanity_checks;
     opts.context_window = req.context_window;
     opts.tools = req.tools.map(announced).transpose()?;
     opts.retrieved_tools = req.retrieved_tools.map(announced).transpose()?;
