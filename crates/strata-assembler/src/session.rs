@@ -321,6 +321,8 @@ impl RuntimeBuilder {
             None => StoreSpec::from_config(&config.store)?,
         };
         let embedder = self.checked_embedder(&config)?;
+        // Checked before the store is opened, so a refused build creates nothing.
+        fact_scopes(&config)?;
         let store = open_store(&spec, embedder.clone())?;
         let tokenizer = match self.tokenizer.take() {
             Some(t) => t,
@@ -410,11 +412,14 @@ impl RuntimeBuilder {
         config: &Config,
         workspace: &Option<PathBuf>,
     ) -> Result<Arc<WorkingMemoryContributor>, SessionError> {
+        let scopes = fact_scopes(config)?;
         reg(registry.register(Arc::new(
-            SharedFactsContributor::new(store.shared()).with_meta(seeded(
-                SharedFactsContributor::new(store.shared()).meta(),
-                StandardSection::WorkspaceProfile,
-            )),
+            SharedFactsContributor::new(store.shared())
+                .with_scopes(scopes)
+                .with_meta(seeded(
+                    SharedFactsContributor::new(store.shared()).meta(),
+                    StandardSection::WorkspaceProfile,
+                )),
         )))?;
         let history =
             WorkingMemoryContributor::new(store.working(), tokenizer.clone(), self.history_tokens);
@@ -456,6 +461,25 @@ impl RuntimeBuilder {
 /// A registration's failure as a session error.
 fn reg(r: Result<(), strata_registry::RegistryError>) -> Result<(), SessionError> {
     r.map_err(|e| SessionError::Registry(e.to_string()))
+}
+
+/// `[workspace] fact_scopes`: the shared-fact scopes read between the agent's own and the
+/// global one (a project's facts), each checked as a scope.
+fn fact_scopes(config: &Config) -> Result<Vec<strata_memory::Scope>, SessionError> {
+    config
+        .workspace
+        .fact_scopes
+        .iter()
+        .map(|s| {
+            strata_memory::Scope::new(s).map_err(|e| {
+                SessionError::Config(strata_registry::ConfigError::Value {
+                    key: "workspace.fact_scopes",
+                    location: None,
+                    reason: e.to_string(),
+                })
+            })
+        })
+        .collect()
 }
 
 /// `[[prompts]]`: the runtime's own fixed text, registered with source `config` (each entry

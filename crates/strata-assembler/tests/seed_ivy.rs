@@ -16,11 +16,12 @@
 //! | UserMemoryContributor | shared facts, `fact/<key>` (layer 3, not sticky) |
 //! | TaskContributor | the goal section (layer 4, sticky) |
 //! | SessionFilesContributor | `session-files` (layer 5) |
-//! | ProjectMemoryContributor | shared facts of the global scope (layer 3; the runtime reads no workspace scope) |
+//! | ProjectMemoryContributor | shared facts of `[workspace] fact_scopes` (layer 3), between the agent's and the global scope |
 //! | PreferencesContributor | `bootstrap/PREFERENCES.md` (layer 3) |
 //! | AgentMemoryContributor | long-term memory search, `mem/<id>` (layer 6) |
 //! | WorkspaceContributor | `workspace-hints` (layer 3) |
 //! | EpisodicContributor | `episode/<id>` (layer 6) |
+//! | the caller's `recentFootprint` | `recent-footprint` (layer 5), `TurnOptions::recent_footprint` |
 //!
 //! The seed says 14 contributors and lists 13. Ivy's sticky tool guidance and user memory are
 //! not sticky in strata (budget pressure may drop them); its identity and contract are signed
@@ -485,4 +486,91 @@ fn the_recent_footprint_reaches_the_working_memory() {
         .sections
         .iter()
         .any(|x| x.id.as_str() == "recent-footprint"));
+}
+
+/// Ivy, "ProjectMemoryContributor — workspace-specific facts (memory, 75)": `strata.toml`'s
+/// `[workspace] fact_scopes` names the project's scope of shared facts; its facts reach the
+/// turn as layer-3 data, another project's do not, and a key set in the agent's own scope
+/// hides the project's, which hides the global one. A scope that is not valid refuses the
+/// runtime before any store is opened.
+#[test]
+fn project_facts_of_the_workspace_scope_reach_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let config = dir.path().join("strata.toml");
+    std::fs::write(
+        &config,
+        "[workspace]\nfact_scopes = [\"workspace:billing\"]\n",
+    )
+    .unwrap();
+    let rt = Runtime::builder(demo::agent())
+        .provider(Provider::Anthropic, "test-model")
+        .max_tokens(256)
+        .sqlite(&db)
+        .config_file(&config)
+        .unwrap()
+        .build()
+        .unwrap();
+    let agent = rt.agent().agent_id().to_owned();
+    let platform = SqliteStore::open(&db).unwrap();
+    let billing = Scope::new("workspace:billing").unwrap();
+    let other = Scope::new("workspace:search").unwrap();
+    platform
+        .set_fact(&billing, "project.queue", "invoices-v2")
+        .unwrap();
+    platform
+        .set_fact(&other, "project.queue", "crawler")
+        .unwrap();
+    platform
+        .set_fact(&billing, "project.owner", "team-billing")
+        .unwrap();
+    platform
+        .set_fact(&Scope::global(), "project.owner", "platform")
+        .unwrap();
+    platform.set_fact(&billing, "user.tone", "formal").unwrap();
+    platform
+        .set_fact(&Scope::agent(&agent).unwrap(), "user.tone", "casual")
+        .unwrap();
+    let turn = rt
+        .session("ivy")
+        .prepare("Which queue do invoices go to?", &TurnOptions::default())
+        .unwrap();
+    let body = turn.body.to_string();
+    assert!(body.contains("invoices-v2"), "{body}");
+    assert!(!body.contains("crawler"), "another project's fact: {body}");
+    assert!(body.contains("project.owner: team-billing"), "{body}");
+    assert!(
+        !body.contains("project.owner: platform"),
+        "the global fact won: {body}"
+    );
+    assert!(body.contains("user.tone: casual"), "{body}");
+    assert!(
+        !body.contains("user.tone: formal"),
+        "the project's fact won: {body}"
+    );
+    let queue = turn
+        .report()
+        .sections
+        .iter()
+        .find(|s| s.id.as_str() == "fact/project.queue")
+        .unwrap_or_else(|| panic!("{:?}", turn.report().sections))
+        .clone();
+    assert_eq!(queue.layer, strata_core::Layer::Shared);
+
+    let bad_dir = tempfile::tempdir().unwrap();
+    let bad = bad_dir.path().join("strata.toml");
+    std::fs::write(&bad, "[workspace]\nfact_scopes = [\"no spaces allowed\"]\n").unwrap();
+    let Err(e) = Runtime::builder(demo::agent())
+        .sqlite(bad_dir.path().join("m.db"))
+        .config_file(&bad)
+        .unwrap()
+        .build()
+    else {
+        panic!("a bad scope was accepted");
+    };
+    assert!(e.to_string().contains("workspace.fact_scopes"), "{e}");
+    assert!(
+        !bad_dir.path().join("m.db").exists(),
+        "a refused build opened the store"
+    );
 }

@@ -34,6 +34,7 @@
 //! [workspace]
 //! dir = "."                        # bootstrap files: SOUL.md, AGENTS.md, ...
 //! custom_instructions = ""
+//! fact_scopes = ["workspace:billing"]  # shared facts read between the agent's and global
 //!
 //! [[prompts]]                      # fixed text of the runtime's own (repeatable)
 //! id = "sanity-reality-check"
@@ -361,6 +362,10 @@ pub struct WorkspaceConfig {
     pub dir: Option<PathBuf>,
     /// Custom instructions (layer 3).
     pub custom_instructions: String,
+    /// Further scopes of shared facts to read, most specific first, between the agent's own
+    /// scope and the global one (for example `workspace:billing`, a project's facts).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fact_scopes: Vec<String>,
 }
 
 /// Where in the file an error is.

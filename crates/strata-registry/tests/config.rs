@@ -74,7 +74,8 @@ custom_instructions = "Be brief."
         c.workspace,
         WorkspaceConfig {
             dir: Some(PathBuf::from("/srv/ws")),
-            custom_instructions: "Be brief.".into()
+            custom_instructions: "Be brief.".into(),
+            fact_scopes: Vec::new(),
         }
     );
     let b = c.to_budget();
