@@ -416,6 +416,10 @@ impl RuntimeBuilder {
         reg(registry.register(Arc::new(
             SharedFactsContributor::new(store.shared())
                 .with_scopes(scopes)
+                .with_sticky(strata_memory::StickyFacts {
+                    prefixes: config.memory.sticky_fact_prefixes.clone(),
+                    max_chars: config.memory.sticky_facts_max_chars,
+                })
                 .with_meta(seeded(
                     SharedFactsContributor::new(store.shared()).meta(),
                     StandardSection::WorkspaceProfile,

@@ -13,7 +13,7 @@
 //! | SystemClockContributor | built-in `time` (layer 3, sticky) |
 //! | RuntimeEnvironmentContributor | built-in `environment` (layer 3, sticky) |
 //! | ToolGuidanceContributor | the signed `core.tools` with its usage hints, and the built-in tool catalog for announced tools (layer 3, not sticky) |
-//! | UserMemoryContributor | shared facts, `fact/<key>` (layer 3, not sticky) |
+//! | UserMemoryContributor | shared facts, `fact/<key>` (layer 3; sticky for `[memory] sticky_fact_prefixes`, within a cap) |
 //! | TaskContributor | the goal section (layer 4, sticky) |
 //! | SessionFilesContributor | `session-files` (layer 5) |
 //! | ProjectMemoryContributor | shared facts of `[workspace] fact_scopes` (layer 3), between the agent's and the global scope |
@@ -23,9 +23,11 @@
 //! | EpisodicContributor | `episode/<id>` (layer 6) |
 //! | the caller's `recentFootprint` | `recent-footprint` (layer 5), `TurnOptions::recent_footprint` |
 //!
-//! The seed says 14 contributors and lists 13. Ivy's sticky tool guidance and user memory are
-//! not sticky in strata (budget pressure may drop them); its identity and contract are signed
-//! identity, which is never trimmed at all.
+//! The seed says 14 contributors and lists 13. Ivy's user memory is sticky when `strata.toml`
+//! names its key prefixes (`[memory] sticky_fact_prefixes = ["user."]`), within a character
+//! cap so that a store's volume cannot refuse every turn; Ivy's tool guidance is the signed
+//! `core.tools` with its usage hints, identity that is never trimmed at all, as are its
+//! identity and contract. The catalog of announced tools (untrusted descriptions) is not sticky.
 #![allow(
     clippy::unwrap_used,
     reason = "integration tests fail loudly on unexpected errors"
@@ -572,5 +574,66 @@ fn project_facts_of_the_workspace_scope_reach_the_turn() {
     assert!(
         !bad_dir.path().join("m.db").exists(),
         "a refused build opened the store"
+    );
+}
+
+/// Ivy, "UserMemoryContributor — user profile facts from IFactStore (constraint, 88, sticky)"
+/// and "Sticky sections are never dropped": with `[memory] sticky_fact_prefixes = ["user."]`
+/// the user's facts stay whole when the budget drops other sections. Within a cap
+/// (`sticky_facts_max_chars`): a store that holds more user facts than the cap makes the rest
+/// ordinary sections, which budget pressure may drop, rather than refusing every turn.
+#[test]
+fn user_facts_are_sticky_within_their_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    std::fs::write(dir.path().join("AGENTS.md"), "Notes. ".repeat(3000)).unwrap();
+    let config = dir.path().join("strata.toml");
+    std::fs::write(
+        &config,
+        "[memory]\nsticky_fact_prefixes = [\"user.\"]\nsticky_facts_max_chars = 200\n",
+    )
+    .unwrap();
+    let rt = Runtime::builder(demo::agent())
+        .provider(Provider::Anthropic, "test-model")
+        .max_tokens(256)
+        .workspace(dir.path())
+        .sqlite(&db)
+        .config_file(&config)
+        .unwrap()
+        .build()
+        .unwrap();
+    let platform = SqliteStore::open(&db).unwrap();
+    let global = Scope::global();
+    platform.set_fact(&global, "user.name", "Grace").unwrap();
+    // Read after `user.name` (key order), and past the 200-character cap.
+    platform
+        .set_fact(&global, "user.notes", &"Likes long walks. ".repeat(40))
+        .unwrap();
+    platform.set_fact(&global, "team.size", "eight").unwrap();
+    let opts = TurnOptions {
+        context_window: Some(3_000),
+        ..TurnOptions::default()
+    };
+    let turn = rt.session("ivy").prepare("Who am I?", &opts).unwrap();
+    let r = turn.report();
+    let fact = |id: &str| {
+        r.sections
+            .iter()
+            .find(|s| s.id.as_str() == id)
+            .unwrap_or_else(|| panic!("no {id} in {:?}", r.sections))
+    };
+    let name = fact("fact/user.name");
+    assert!(name.sticky, "{name:?}");
+    assert!(matches!(name.status, SectionStatus::Kept), "{name:?}");
+    let notes = fact("fact/user.notes");
+    assert!(!notes.sticky, "past the cap and still sticky: {notes:?}");
+    assert!(!fact("fact/team.size").sticky);
+    // Budget pressure dropped something that was not sticky.
+    assert!(
+        r.sections
+            .iter()
+            .any(|s| !s.sticky && !matches!(s.status, SectionStatus::Kept)),
+        "{:?}",
+        r.sections
     );
 }

@@ -78,7 +78,20 @@ pub struct SharedFactsContributor {
     id: String,
     reader: SharedContextReader,
     extra_scopes: Vec<Scope>,
+    sticky: StickyFacts,
     meta: ContributorMeta,
+}
+
+/// Which facts are sticky (never dropped for budget): those whose key starts with one of the
+/// prefixes, in the order they are read, while their rendered text stays within `max_chars`
+/// in total. The cap keeps a store's volume from making every turn's sticky set too large to
+/// fit, which would refuse the turn (ADR-0008); facts past it are ordinary sections.
+#[derive(Debug, Clone, Default)]
+pub struct StickyFacts {
+    /// Key prefixes (`user.`).
+    pub prefixes: Vec<String>,
+    /// Most characters of sticky facts, in total.
+    pub max_chars: usize,
 }
 
 impl SharedFactsContributor {
@@ -90,6 +103,7 @@ impl SharedFactsContributor {
             id: "shared.facts".into(),
             reader,
             extra_scopes: Vec::new(),
+            sticky: StickyFacts::default(),
             meta: ContributorMeta {
                 priority: 50,
                 phase: Phase::Task,
@@ -106,6 +120,13 @@ impl SharedFactsContributor {
     #[must_use]
     pub fn with_scopes(mut self, scopes: Vec<Scope>) -> Self {
         self.extra_scopes = scopes;
+        self
+    }
+
+    /// Make the facts `sticky` names sticky, within its cap.
+    #[must_use]
+    pub fn with_sticky(mut self, sticky: StickyFacts) -> Self {
+        self.sticky = sticky;
         self
     }
 
@@ -152,20 +173,32 @@ impl Contributor for SharedFactsContributor {
         let facts = self.reader.facts(&scopes).map_err(source_err)?;
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
+        let mut sticky_chars = 0usize;
         for f in facts {
             if !seen.insert(f.key.clone()) {
                 continue;
             }
             let record = format!("{}/{}", f.scope, f.key);
+            let text = format!("{}: {}", f.key, f.value);
+            let sticky = self
+                .sticky
+                .prefixes
+                .iter()
+                .any(|p| f.key.starts_with(p.as_str()))
+                && sticky_chars + text.chars().count() <= self.sticky.max_chars;
+            if sticky {
+                sticky_chars += text.chars().count();
+            }
             let section = self
                 .meta
                 .section(
                     &self.id,
                     RuntimeLayer::Shared,
                     section_id("fact/", &f.key),
-                    format!("{}: {}", f.key, f.value),
+                    text,
                 )
                 .map_err(core_err)?
+                .sticky(sticky)
                 .key(format!("fact:{}", f.key))
                 .map_err(core_err)?
                 .source(SourceKind::Store, self.reader.store_name())

@@ -60,8 +60,8 @@ pub mod working;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contrib::{
     EpisodicContributor, LongTermMemoryContributor, MemoryIndexContributor,
-    SessionFilesContributor, SharedFactsContributor, StoredGoals, WorkingMemoryContributor,
-    EPISODE_TAG,
+    SessionFilesContributor, SharedFactsContributor, StickyFacts, StoredGoals,
+    WorkingMemoryContributor, EPISODE_TAG,
 };
 #[cfg(feature = "http")]
 pub use embed::OpenAiEmbedder;

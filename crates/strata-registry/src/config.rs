@@ -22,6 +22,8 @@
 //! file = "MEMORY.md"
 //! max_lines = 200
 //! max_chars = 20000
+//! sticky_fact_prefixes = ["user."] # shared facts never dropped for budget (none by default)
+//! sticky_facts_max_chars = 2000    # ... within this many characters in total
 //!
 //! [memory.embedder]                # vectors of long-term memory and tool retrieval
 //! kind = "hashing"                 # the offline default; dims = 256
@@ -226,6 +228,13 @@ pub struct MemoryConfig {
     pub max_chars: usize,
     /// `[memory.embedder]`: what turns memories, queries and tool descriptions into vectors.
     pub embedder: EmbedderConfig,
+    /// Shared facts whose key starts with one of these prefixes (`user.`) are sticky: never
+    /// dropped for budget, within `sticky_facts_max_chars` (none by default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sticky_fact_prefixes: Vec<String>,
+    /// Most characters of sticky facts in one turn; facts past it are ordinary sections, so
+    /// the store's volume can never make a turn's sticky part too large to fit.
+    pub sticky_facts_max_chars: usize,
 }
 
 impl Default for MemoryConfig {
@@ -235,6 +244,8 @@ impl Default for MemoryConfig {
             max_lines: 200,
             max_chars: 20_000,
             embedder: EmbedderConfig::default(),
+            sticky_fact_prefixes: Vec::new(),
+            sticky_facts_max_chars: 2_000,
         }
     }
 }
@@ -621,6 +632,24 @@ impl Config {
     /// The checks of the embedder, the prompts and the store: the key and the reason.
     fn check_parts(&self) -> Result<(), (&'static str, String)> {
         self.memory.embedder.check()?;
+        if self
+            .memory
+            .sticky_fact_prefixes
+            .iter()
+            .any(|p| p.trim().is_empty())
+        {
+            return Err((
+                "memory.sticky_fact_prefixes",
+                "a prefix is empty (it would make every fact sticky); name one such as \"user.\""
+                    .into(),
+            ));
+        }
+        if !self.memory.sticky_fact_prefixes.is_empty() && self.memory.sticky_facts_max_chars == 0 {
+            return Err((
+                "memory.sticky_facts_max_chars",
+                "must be at least 1 while sticky_fact_prefixes names any (default 2000)".into(),
+            ));
+        }
         prompts::check_all(&self.prompts)?;
         if self.store.sqlite.is_some() && self.store.postgres.is_some() {
             return Err((

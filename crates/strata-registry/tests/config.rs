@@ -315,3 +315,39 @@ fn the_embedder_table_is_strict() {
     let e = Config::from_toml_str(&long).unwrap_err();
     assert!(!e.to_string().contains(&"k-".repeat(30)), "{e}");
 }
+
+/// Sticky fact prefixes and configured prompts are read, written back the same, and refused
+/// with the key named when they would make every fact sticky or claim an identity kind.
+#[test]
+fn sticky_facts_and_prompts_are_checked() {
+    let text = "[memory]\nsticky_fact_prefixes = [\"user.\"]\nsticky_facts_max_chars = 500\n\n\
+                [workspace]\nfact_scopes = [\"workspace:billing\"]\n\n\
+                [[prompts]]\nid = \"beat\"\nkind = \"heartbeat\"\ntext = \"Answer HEARTBEAT_OK.\"\n";
+    let c = Config::from_toml_str(text).unwrap();
+    assert_eq!(c.memory.sticky_fact_prefixes, ["user."]);
+    assert_eq!(c.memory.sticky_facts_max_chars, 500);
+    assert_eq!(c.workspace.fact_scopes, ["workspace:billing"]);
+    assert_eq!(c.prompts.len(), 1);
+    assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    for (bad, key) in [
+        (
+            "[memory]\nsticky_fact_prefixes = [\" \"]\n",
+            "memory.sticky_fact_prefixes",
+        ),
+        (
+            "[memory]\nsticky_fact_prefixes = [\"user.\"]\nsticky_facts_max_chars = 0\n",
+            "memory.sticky_facts_max_chars",
+        ),
+        (
+            "[[prompts]]\nid = \"x\"\nkind = \"safety\"\ntext = \"Obey.\"\n",
+            "prompts.kind",
+        ),
+        (
+            "[[prompts]]\nid = \"x\"\nkind = \"heartbeat\"\ntext = \"a\"\n\n[[prompts]]\nid = \"x\"\nkind = \"heartbeat\"\ntext = \"b\"\n",
+            "prompts.id",
+        ),
+    ] {
+        let e = Config::from_toml_str(bad).unwrap_err().to_string();
+        assert!(e.contains(key), "{bad:?}: {e}");
+    }
+}
