@@ -247,6 +247,12 @@ fn skill_and_tool_changes_are_announced_once() {
         ..turn(&["deploy"], None)
     };
     assert!(s.prepare("refused", &refused).is_err());
+    // One the store refuses after it was assembled (a message over the entry limit) too.
+    let huge = "word ".repeat(14_000);
+    let e = s
+        .prepare(&huge, &turn(&["deploy"], Some(&["shell"])))
+        .unwrap_err();
+    assert!(e.to_string().contains("limit"), "{e}");
     let after = step("Still reading.", &turn(&["review"], Some(&["file_read"])));
     assert_eq!(after.events, vec![], "the refused turn was remembered");
 
