@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from strata_client import InvalidRequestError, StrataClient, UnknownSessionError
+from strata_client import InvalidRequestError, Skill, StrataClient, UnknownSessionError
 
 import scenario
 from strata_server import DEMO, MODEL, Server, demo_definition
@@ -183,7 +183,20 @@ def test_reasoning_goes_back_first_and_unchanged(client: StrataClient, session_i
 
 def test_turns_tell_what_they_changed(client: StrataClient, session_id: str) -> None:
     first = client.prepare_turn(session_id, "Hello.")
-    assert [e["type"] for e in first.events] == ["prompt_updated"]
+    assert [e["type"] for e in first.events] == [
+        "prompt_updated",
+        "skills_updated",
+        "tools_updated",
+    ]
+    assert first.events[1]["skills"] == [] and first.events[2]["tools"] == []
     client.record_reply(session_id, "Hi.")
     second = client.prepare_turn(session_id, "Again.")
     assert second.events == []
+    client.record_reply(session_id, "Hi again.")
+    skill: Skill = {"id": "review", "instructions": "Review the change."}
+    third = client.prepare_turn(
+        session_id, "Review it.", tools=[scenario.FILE_READ], skills=[skill]
+    )
+    told = {e["type"]: e for e in third.events}
+    assert told["skills_updated"]["skills"] == ["review"]
+    assert told["tools_updated"]["tools"] == ["file_read"]

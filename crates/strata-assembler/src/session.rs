@@ -644,9 +644,9 @@ pub struct Runtime {
     params: RequestParams,
     options: ProviderOptions,
     tools: Vec<AnnouncedTool>,
-    /// Per session, the digest of the system prompt (system channel and tool definitions)
-    /// last prepared, to tell subscribers when it changes.
-    prompts: std::sync::Mutex<std::collections::HashMap<Arc<str>, (ContentHash, OperationalMode)>>,
+    /// Per session, what its last published turn stood on (standing prompt, mode, skills,
+    /// tools), to tell subscribers when it changes (ADR-0045, ADR-0049).
+    prompts: std::sync::Mutex<std::collections::HashMap<Arc<str>, Standing>>,
     receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
     /// The conversation-history contributor, which also renders the entries a turn holds back
     /// until it is stored (ADR-0031).
@@ -1039,11 +1039,25 @@ pub struct PreparedTurn {
     pub context: AssembledContext,
     /// The signed receipt of this turn, when the runtime has a receipt key (ADR-0021).
     pub receipt: Option<crate::receipt::SignedReceipt>,
-    /// What changed for the session with this turn (ADR-0045): its stable prefix, its
-    /// operational mode. Published to the registry's subscribers once the turn is stored.
+    /// What changed for the session with this turn (ADR-0045, ADR-0049): its stable prefix,
+    /// its operational mode, its active skills, the tools it offers. Published to the
+    /// registry's subscribers once the turn is stored.
     pub events: Vec<TurnEvent>,
-    /// The stable prefix's digest and the operational mode, remembered once published.
-    seen: (ContentHash, OperationalMode),
+    /// What the turn stands on, remembered once published.
+    seen: Standing,
+}
+
+/// What a session's turn stands on, compared from turn to turn to tell what changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Standing {
+    /// The standing prompt's digest (ADR-0045).
+    prompt: ContentHash,
+    /// The operational mode.
+    mode: OperationalMode,
+    /// The ids of the skills the turn activated, sorted, each once.
+    skills: Vec<Arc<str>>,
+    /// The names of the tools the turn's request offers, sorted, each once.
+    tools: Vec<ToolName>,
 }
 
 /// A change a turn brings to its session (ADR-0045), in the turn's answer and, as
@@ -1065,6 +1079,20 @@ pub enum TurnEvent {
         from: OperationalMode,
         /// This turn's mode.
         to: OperationalMode,
+    },
+    /// The skills the turn activates differ from the session's previous turn (or this is its
+    /// first turn in this runtime), ADR-0049. An MCP server's skill prompt takes part through
+    /// the skill of its id, so it follows this set.
+    SkillsUpdated {
+        /// The ids of the active skills, sorted.
+        skills: Vec<Arc<str>>,
+    },
+    /// The tools the turn's request offers the model (after narrowing to the signed allowlist,
+    /// the caller's policy and, on the hydration path, retrieval) differ from the session's
+    /// previous turn (or this is its first turn in this runtime), ADR-0049.
+    ToolsUpdated {
+        /// The names of the offered tools, sorted.
+        tools: Vec<ToolName>,
     },
 }
 
@@ -1236,24 +1264,39 @@ impl Session<'_> {
         Ok(turn)
     }
 
-    /// What a turn whose stable prefix and mode are `seen` changes for this session, against
-    /// its previous turn in this runtime.
-    fn events_of(&self, seen: (ContentHash, OperationalMode)) -> Vec<TurnEvent> {
+    /// What a turn standing on `seen` changes for this session, against its previous turn in
+    /// this runtime. A first turn there announces its prompt, skills and tools (there is no
+    /// previous mode to change from).
+    fn events_of(&self, seen: &Standing) -> Vec<TurnEvent> {
         let before = self
             .rt
             .prompts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&self.id)
-            .copied();
+            .cloned();
+        let before = before.as_ref();
         let mut events = Vec::new();
-        if before.map(|b| b.0) != Some(seen.0) {
+        if before.map(|b| b.prompt) != Some(seen.prompt) {
             events.push(TurnEvent::PromptUpdated {
-                digest: seen.0.to_string(),
+                digest: seen.prompt.to_string(),
             });
         }
-        if let Some((_, from)) = before.filter(|b| b.1 != seen.1) {
-            events.push(TurnEvent::ModeChanged { from, to: seen.1 });
+        if let Some(b) = before.filter(|b| b.mode != seen.mode) {
+            events.push(TurnEvent::ModeChanged {
+                from: b.mode,
+                to: seen.mode,
+            });
+        }
+        if before.map(|b| &b.skills) != Some(&seen.skills) {
+            events.push(TurnEvent::SkillsUpdated {
+                skills: seen.skills.clone(),
+            });
+        }
+        if before.map(|b| &b.tools) != Some(&seen.tools) {
+            events.push(TurnEvent::ToolsUpdated {
+                tools: seen.tools.clone(),
+            });
         }
         events
     }
@@ -1265,16 +1308,26 @@ impl Session<'_> {
             .prompts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(self.id.clone(), turn.seen);
+            .insert(self.id.clone(), turn.seen.clone());
         for e in &turn.events {
             match e {
                 TurnEvent::PromptUpdated { .. } => {
                     self.rt
                         .registry
-                        .system_prompt_updated(&self.id, turn.seen.0);
+                        .system_prompt_updated(&self.id, turn.seen.prompt);
                 }
                 TurnEvent::ModeChanged { from, to } => {
                     self.rt.registry.session_mode_changed(&self.id, *from, *to);
+                }
+                TurnEvent::SkillsUpdated { skills } => {
+                    self.rt
+                        .registry
+                        .session_skills_updated(&self.id, skills.clone());
+                }
+                TurnEvent::ToolsUpdated { tools } => {
+                    self.rt
+                        .registry
+                        .session_tools_updated(&self.id, tools.clone());
                 }
             }
         }
@@ -1980,8 +2033,13 @@ impl Session<'_> {
                 (context, body, sent, None)
             }
         };
-        let seen = (stable_digest(&context, &req.sections), operational);
-        let events = self.events_of(seen);
+        let seen = Standing {
+            prompt: stable_digest(&context, &req.sections),
+            mode: operational,
+            skills: sorted(opts.skills.iter().map(|s| s.id.clone())),
+            tools: sorted(context.tools().iter().cloned()),
+        };
+        let events = self.events_of(&seen);
         live::log_changed_definitions(&self.id, &context.inner.report);
         tracing::debug!(
             session = &*self.id,
@@ -2242,6 +2300,14 @@ fn stable_digest(context: &AssembledContext, sections: &[Section]) -> ContentHas
         text.push_str(&s.content_hash().to_string());
     }
     ContentHash::of(&text)
+}
+
+/// `items` sorted, each once.
+fn sorted<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = items.collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// The id of the runtime's memory search contributor.

@@ -367,6 +367,125 @@ fn prompt_events_are_announced() {
     );
 }
 
+/// Prompts System, "Events" (all six of "Prompt Events"), as strata maps them: a session's turn
+/// tells `system-prompt-updated`, `mode-changed`, `active-skills-updated` and
+/// `active-tools-updated` (`TurnEvent`, and `RegistryEvent::SystemPromptUpdated`,
+/// `SessionModeChanged`, `SessionSkillsUpdated`, `SessionToolsUpdated` to subscribers, ADR-0045,
+/// ADR-0049); the registry tells `active-mcp-updated` as MCP servers' contributors come and go;
+/// `active-hooks-updated` is the runtime's to fire (`Registry::hooks_changed`).
+#[test]
+fn the_six_prompt_events_are_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = |n: &str| AnnouncedTool::new(ToolName::new(n).unwrap(), "");
+    let rt = Runtime::builder(demo::agent())
+        .provider(Provider::Anthropic, "test-model")
+        .max_tokens(256)
+        .sqlite(dir.path().join("m.db"))
+        .tools(vec![tool("file_read"), tool("shell")])
+        .build()
+        .unwrap();
+    let registry = rt.registry();
+    let events = registry.subscribe();
+    let s = rt.session("six");
+    let kinds = |t: &PreparedTurn| -> Vec<&'static str> {
+        t.events
+            .iter()
+            .map(|e| match e {
+                TurnEvent::PromptUpdated { .. } => "system-prompt-updated",
+                TurnEvent::ModeChanged { .. } => "mode-changed",
+                TurnEvent::SkillsUpdated { .. } => "active-skills-updated",
+                TurnEvent::ToolsUpdated { .. } => "active-tools-updated",
+                _ => "other",
+            })
+            .collect()
+    };
+
+    let assistant = TurnOptions {
+        operational_mode: Some(OperationalMode::Assistant),
+        skills: vec![skill()],
+        ..TurnOptions::default()
+    };
+    let first = s.prepare("Prepare the release.", &assistant).unwrap();
+    s.record_reply(&Reply::text("Ok.")).unwrap();
+    assert_eq!(
+        kinds(&first),
+        [
+            "system-prompt-updated",
+            "active-skills-updated",
+            "active-tools-updated"
+        ]
+    );
+    // The developer mode, no skill, and only `file_read`: every per-session event fires.
+    let developer = TurnOptions {
+        operational_mode: Some(OperationalMode::Developer),
+        tool_policy: strata_core::ToolPolicy::Only([ToolName::new("file_read").unwrap()].into()),
+        ..TurnOptions::default()
+    };
+    let second = s.prepare("Fix the build.", &developer).unwrap();
+    s.record_reply(&Reply::text("Ok.")).unwrap();
+    assert_eq!(
+        kinds(&second),
+        [
+            "system-prompt-updated",
+            "mode-changed",
+            "active-skills-updated",
+            "active-tools-updated"
+        ]
+    );
+    // The same turn again changes nothing.
+    let third = s.prepare("Go on.", &developer).unwrap();
+    assert_eq!(kinds(&third), Vec::<&str>::new());
+
+    registry.hooks_changed(["audit"]);
+    registry
+        .register(Arc::new(Prompt::mcp_skill(
+            "docs-mcp",
+            "docs",
+            "Cite the docs.",
+        )))
+        .unwrap();
+    registry.clear_mcp_server("docs-mcp");
+
+    let seen: Vec<String> = events
+        .try_iter()
+        .filter_map(|e| match e {
+            RegistryEvent::SystemPromptUpdated { .. } => Some("system-prompt-updated".into()),
+            RegistryEvent::SessionModeChanged { from, to, .. } => {
+                Some(format!("mode-changed {from:?}->{to:?}"))
+            }
+            RegistryEvent::SessionSkillsUpdated { skills, .. } => {
+                Some(format!("active-skills-updated {skills:?}"))
+            }
+            RegistryEvent::SessionToolsUpdated { tools, .. } => Some(format!(
+                "active-tools-updated {:?}",
+                tools.iter().map(ToolName::as_str).collect::<Vec<_>>()
+            )),
+            RegistryEvent::ActiveHooksUpdated { hooks } => {
+                Some(format!("active-hooks-updated {hooks:?}"))
+            }
+            RegistryEvent::ActiveMcpUpdated { servers } => {
+                Some(format!("active-mcp-updated {servers:?}"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "system-prompt-updated",
+            "active-skills-updated [\"release-checklist\"]",
+            "active-tools-updated [\"file_read\", \"shell\"]",
+            "system-prompt-updated",
+            "mode-changed Assistant->Developer",
+            "active-skills-updated []",
+            "active-tools-updated [\"file_read\"]",
+            "active-hooks-updated [\"audit\"]",
+            "active-mcp-updated [\"docs-mcp\"]",
+            "active-mcp-updated []",
+        ]
+    );
+}
+
 /// Prompts System, "Assembly Order: 1. Core Mandates 2. Active Goals 3. Active Skills": the goal
 /// comes before the skills, and both before the conversation's earlier turns.
 #[test]

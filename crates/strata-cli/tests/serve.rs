@@ -1052,11 +1052,17 @@ fn turn_answers_carry_the_sessions_events() {
             .collect()
     };
     let first = turn(json!({"message": "Hello.", "operational_mode": "assistant"}));
-    assert_eq!(types(&first), vec!["prompt_updated"]);
+    // A first turn tells its prompt, its skills and its tools (ADR-0049).
+    assert_eq!(
+        types(&first),
+        vec!["prompt_updated", "skills_updated", "tools_updated"]
+    );
     assert!(
         first[0]["digest"].as_str().unwrap().starts_with("blake3:"),
         "{first:?}"
     );
+    assert_eq!(first[1]["skills"], json!([]));
+    assert!(first[2]["tools"].is_array(), "{first:?}");
     assert_eq!(
         turn(json!({"message": "More.", "operational_mode": "assistant"})),
         Vec::<Value>::new()
@@ -1065,4 +1071,46 @@ fn turn_answers_carry_the_sessions_events() {
     let changed = dev.iter().find(|e| e["type"] == "mode_changed").unwrap();
     assert_eq!(changed["from"], "assistant");
     assert_eq!(changed["to"], "developer");
+
+    // Other skills and other tools: both told, sorted, only the allowlisted tool offered.
+    let skilled = json!({
+        "message": "Review it.", "operational_mode": "developer", "tools": tools(),
+        "skills": [
+            {"id": "review", "instructions": "Review the diff."},
+            {"id": "deploy", "instructions": "Deploy after review."}
+        ]
+    });
+    let both = turn(skilled.clone());
+    let of = |events: &[Value], kind: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == kind)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        of(&both, "skills_updated")["skills"],
+        json!(["deploy", "review"])
+    );
+    assert_eq!(of(&both, "tools_updated")["tools"], json!(["file_read"]));
+    let mut same = skilled.clone();
+    same["message"] = json!("Again.");
+    let none = turn(same);
+    assert!(
+        of(&none, "skills_updated").is_null() && of(&none, "tools_updated").is_null(),
+        "{none:?}"
+    );
+
+    // A keyed repeat answers the first answer's events, and announces nothing more.
+    let fewer = json!({"message": "Only review.", "operational_mode": "developer",
+                       "tools": tools(), "skills": [{"id": "review", "instructions": "Review."}]});
+    let once = srv.keyed("POST", "/v1/sessions/ev/turns", Some(&fewer), "ev-1");
+    assert_eq!(once.status, 200, "{:?}", once.body);
+    assert_eq!(
+        of(once.body["events"].as_array().unwrap(), "skills_updated")["skills"],
+        json!(["review"])
+    );
+    let again = srv.keyed("POST", "/v1/sessions/ev/turns", Some(&fewer), "ev-1");
+    assert!(again.replayed);
+    assert_eq!(again.body["events"], once.body["events"]);
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use strata_core::{ContentHash, OperationalMode, RuntimeLayer, SectionId, SourceKind};
+use strata_core::{ContentHash, OperationalMode, RuntimeLayer, SectionId, SourceKind, ToolName};
 
 use crate::cache::{Clock, SectionCache, SystemClock};
 use crate::contributor::{Contributor, ContributorMeta};
@@ -82,6 +82,24 @@ pub enum RegistryEvent {
         from: OperationalMode,
         /// This turn's mode.
         to: OperationalMode,
+    },
+    /// A session's turn activated other skills than its previous turn in this runtime, or is
+    /// its first turn there (ADR-0049). Unlike [`RegistryEvent::SkillsChanged`], this says what
+    /// one session uses and invalidates nothing.
+    SessionSkillsUpdated {
+        /// The session.
+        session: Arc<str>,
+        /// The ids of the skills now active, sorted.
+        skills: Vec<Arc<str>>,
+    },
+    /// A session's turn offers the model other tools than its previous turn in this runtime,
+    /// or is its first turn there (ADR-0049). Unlike [`RegistryEvent::ToolsChanged`], this
+    /// says what one session offers and invalidates nothing.
+    SessionToolsUpdated {
+        /// The session.
+        session: Arc<str>,
+        /// The names of the tools now offered, sorted.
+        tools: Vec<ToolName>,
     },
     /// The set of MCP servers with registered contributors changed.
     ActiveMcpUpdated {
@@ -484,6 +502,24 @@ impl Registry {
             session: Arc::from(session),
             from,
             to,
+        });
+    }
+
+    /// A session's active skills changed (the session API tells the registry once the turn
+    /// that changed them is stored).
+    pub fn session_skills_updated(&self, session: &str, skills: Vec<Arc<str>>) {
+        self.emit(RegistryEvent::SessionSkillsUpdated {
+            session: Arc::from(session),
+            skills,
+        });
+    }
+
+    /// The tools a session offers its model changed (the session API tells the registry once
+    /// the turn that changed them is stored).
+    pub fn session_tools_updated(&self, session: &str, tools: Vec<ToolName>) {
+        self.emit(RegistryEvent::SessionToolsUpdated {
+            session: Arc::from(session),
+            tools,
         });
     }
 

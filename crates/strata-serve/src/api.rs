@@ -192,7 +192,11 @@ pub struct TurnResponse {
     /// What this turn changed for the session: `{"type": "prompt_updated", "digest": ...}` when
     /// its standing prompt (system channel, tool definitions, stable context, goal, operational
     /// template) differs from the previous turn's, so a provider's prompt cache misses;
-    /// `{"type": "mode_changed", "from": ..., "to": ...}` when its operational mode does.
+    /// `{"type": "mode_changed", "from": ..., "to": ...}` when its operational mode does;
+    /// `{"type": "skills_updated", "skills": [...]}` when the ids of its active skills do, and
+    /// `{"type": "tools_updated", "tools": [...]}` when the names of the tools its request
+    /// offers do (sorted). A session's first turn on a server tells its prompt, skills and
+    /// tools.
     #[schema(value_type = Vec<Object>)]
     pub events: Vec<Value>,
 }

@@ -391,10 +391,22 @@ class ToolsReport(_ToolsNarrowed, total=False):
 
 # What a turn changed for its session: ``{"type": "prompt_updated", "digest": ...}`` when its
 # standing prompt (system channel, tools, stable context, goal, operational template) changed,
-# ``{"type": "mode_changed", "from": ..., "to": ...}`` when its operational mode did. (The
-# functional form, since ``from`` is a keyword.)
+# ``{"type": "mode_changed", "from": ..., "to": ...}`` when its operational mode did,
+# ``{"type": "skills_updated", "skills": [...]}`` when its active skills' ids did and
+# ``{"type": "tools_updated", "tools": [...]}`` when the names of the tools its request offers
+# did (both sorted; a session's first turn on a server tells its prompt, skills and tools).
+# (The functional form, since ``from`` is a keyword.)
 TurnEvent = TypedDict(
-    "TurnEvent", {"type": str, "digest": str, "from": str, "to": str}, total=False
+    "TurnEvent",
+    {
+        "type": str,
+        "digest": str,
+        "from": str,
+        "to": str,
+        "skills": list[str],
+        "tools": list[str],
+    },
+    total=False,
 )
 
 
