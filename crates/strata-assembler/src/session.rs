@@ -26,7 +26,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use strata_agentdef::VerifiedAgent;
@@ -190,9 +189,18 @@ pub struct RuntimeBuilder {
     hydrated: usize,
     receipt_key: Option<Arc<strata_agentdef::KeyPair>>,
     embedder: Option<Arc<dyn Embedder>>,
+    clock: Option<Arc<dyn strata_registry::Clock>>,
 }
 
 impl RuntimeBuilder {
+    /// Read the time from `clock` (default: the system clock): the section cache's times to
+    /// live and background refreshes, a turn's time when it names none, and the times the
+    /// session stores. A test or a simulation moves it by hand (`ManualClock`).
+    pub fn clock(mut self, clock: Arc<dyn strata_registry::Clock>) -> RuntimeBuilder {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Embed long-term memories, search queries and the hydration path's tool retrieval with
     /// this embedder (ADR-0046); without it, the one `strata.toml`'s `[memory.embedder]`
     /// names, else the built-in hashing embedder. The store must have been created with the
@@ -328,7 +336,11 @@ impl RuntimeBuilder {
             Some(t) => t,
             None => default_tokenizer()?,
         };
-        let registry = Registry::from_config(&config, Arc::new(SystemClock::new()));
+        let clock = self
+            .clock
+            .take()
+            .unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let registry = Registry::from_config(&config, clock.clone());
         let workspace = self
             .workspace
             .take()
@@ -358,9 +370,11 @@ impl RuntimeBuilder {
         reg(registry.register(Arc::new(SessionGoals {
             state: store.state(),
             store: store.name(),
+            clock: clock.clone(),
         })))?;
         Ok(Runtime {
             embedder,
+            clock,
             tool_vectors: std::sync::Mutex::new(std::collections::HashMap::new()),
             refused: std::sync::Mutex::new(None),
             history,
@@ -660,6 +674,8 @@ pub struct Runtime {
     embedder: Arc<dyn Embedder>,
     /// The vectors of the tools' texts the hydration path has ranked, by text.
     tool_vectors: std::sync::Mutex<std::collections::HashMap<String, Vec<f32>>>,
+    /// Where the runtime reads the time.
+    clock: Arc<dyn strata_registry::Clock>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -692,7 +708,13 @@ impl Runtime {
             receipt_key: None,
             live: None,
             embedder: None,
+            clock: None,
         }
+    }
+
+    /// The time on the runtime's clock, Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.unix_ms()
     }
 
     /// The embedder of this runtime's store and of its tool retrieval (ADR-0046).
@@ -1206,7 +1228,7 @@ impl Session<'_> {
                 role: Role::User,
                 call_id: None,
                 content: user_message.into(),
-                at_ms: opts.now_ms.unwrap_or_else(now_ms),
+                at_ms: opts.now_ms.unwrap_or_else(|| self.rt.now_ms()),
                 meta: None,
                 // Given by the store when the batch is applied; nothing here reads it.
                 session_seq: 0,
@@ -1550,7 +1572,7 @@ impl Session<'_> {
         let store = StoredGoals::new(self.rt.store.state(), self.rt.store.name(), self.id.clone());
         Ok(GoalManager::in_store(
             Arc::new(store),
-            Arc::new(SystemClock::new()),
+            self.rt.clock.clone(),
         )?)
     }
 
@@ -1617,7 +1639,7 @@ impl Session<'_> {
             &self.id,
             path,
             action,
-            now_ms(),
+            self.rt.now_ms(),
             Some((&op.key, &op.fingerprint, answer)),
         ) {
             Ok(strata_memory::FileRecorded::Recorded) => Ok(Outcome::Done(())),
@@ -1635,7 +1657,7 @@ impl Session<'_> {
             &self.id,
             path,
             action,
-            now_ms(),
+            self.rt.now_ms(),
         )?;
         Ok(())
     }
@@ -1797,7 +1819,7 @@ impl Session<'_> {
             &*self.rt.store.state(),
             &self.id,
             &op.key,
-            now_ms(),
+            self.rt.now_ms(),
         )? {
             Some(rec) if rec.fingerprint == op.fingerprint => Ok(Some(rec.answer)),
             Some(_) => Err(SessionError::KeyReused {
@@ -1882,7 +1904,7 @@ impl Session<'_> {
         };
         let (announced, live_omissions) = self.turn_tools(path, query, opts)?;
         let tools = crate::assemble::narrowed_tools(agent, &announced, &opts.tool_policy);
-        let now_ms = opts.now_ms.unwrap_or_else(now_ms);
+        let now_ms = opts.now_ms.unwrap_or_else(|| rt.now_ms());
         let (mut sections, mut omissions) = rt.gather_turn(&Gathering {
             session: &self.id,
             query,
@@ -2194,7 +2216,7 @@ impl Runtime {
         let budget = req.budget.clone().unwrap_or(BudgetSpec::AgentDefault);
         let (_, tier) = budget.resolve(agent.budget());
         let tools = crate::assemble::narrowed_tools(agent, &req.tools, &req.tool_policy);
-        let now_ms = req.now_ms.unwrap_or_else(now_ms);
+        let now_ms = req.now_ms.unwrap_or_else(|| self.now_ms());
         let (mut sections, omissions) = self.gather_turn(&Gathering {
             session,
             query,
@@ -2361,6 +2383,7 @@ fn check_tier_prompts(
 struct SessionGoals {
     state: Arc<dyn SessionState>,
     store: String,
+    clock: Arc<dyn strata_registry::Clock>,
 }
 
 impl Contributor for SessionGoals {
@@ -2386,16 +2409,10 @@ impl Contributor for SessionGoals {
             self.store.clone(),
             ctx.session_id.clone(),
         );
-        GoalManager::in_store(Arc::new(store), Arc::new(SystemClock::new()))
+        GoalManager::in_store(Arc::new(store), self.clock.clone())
             .map_err(|e| strata_registry::ContributorError::Source(e.to_string()))?
             .contribute(ctx)
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Reading a session as a whole, for services that expose sessions by id.

@@ -12,7 +12,7 @@ use strata_registry::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
 
-use super::{now_ms, OperationId, Outcome, Session, SessionError};
+use super::{OperationId, Outcome, Session, SessionError};
 
 /// The name of the document holding a session's compactions.
 pub(crate) const COMPACTIONS_DOC: &str = "compactions";
@@ -249,7 +249,7 @@ impl Session<'_> {
         op: &OperationId,
     ) -> Result<Option<String>, SessionError> {
         let (doc, _) = read_doc(&*self.rt.store.state(), &self.id)?;
-        repeat_of(&doc, op, now_ms())
+        repeat_of(&doc, op, self.rt.now_ms())
     }
 
     fn compact_with(
@@ -260,7 +260,7 @@ impl Session<'_> {
         let state = self.rt.store.state();
         let wm = self.rt.store.working();
         for _ in 0..16 {
-            let now = now_ms();
+            let now = self.rt.now_ms();
             let (mut doc, version) = read_doc(&*state, &self.id)?;
             if let Some((op, _)) = op {
                 if let Some(done) = repeat_of(&doc, op, now)? {

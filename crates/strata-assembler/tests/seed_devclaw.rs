@@ -519,3 +519,70 @@ fn business_context_is_layer_three_and_stable() {
     let e = s.prepare("Hi", &with(" \n ")).unwrap_err().to_string();
     assert!(e.contains("business context: is empty"), "{e}");
 }
+
+/// A layer-3 source whose text is the number of times it was read, cached with the cache's
+/// time to live.
+struct Feed(Arc<AtomicUsize>);
+
+impl Contributor for Feed {
+    fn id(&self) -> &str {
+        "team.feed"
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::Shared
+    }
+    fn meta(&self) -> ContributorMeta {
+        ContributorMeta {
+            stability: Stability::Stable,
+            ..ContributorMeta::default()
+        }
+    }
+    fn cache_policy(&self) -> strata_registry::CachePolicy {
+        strata_registry::CachePolicy::Ttl(None)
+    }
+    fn contribute(&self, _ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
+        let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(vec![Section::builder(
+            RuntimeLayer::Shared,
+            "feed",
+            format!("Feed reading number {n}."),
+        )
+        .unwrap()
+        .build()])
+    }
+}
+
+/// DevClaw, "Cache TTL" (`prompt_layer_cache_ttl: 30s`) and "TTL caches refreshed in the
+/// background", through the session API on the runtime's clock: within the TTL a turn reuses
+/// the cached text (the source is not read again); once it has expired, the next turn is
+/// served the old text at once while a background refresh reads the source, and the turn after
+/// the refresh has the new text.
+#[test]
+fn ttl_caches_are_refreshed_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(strata_registry::ManualClock::new(1_772_445_600_000));
+    let rt = builder(dir.path()).clock(clock.clone()).build().unwrap();
+    let reads = Arc::new(AtomicUsize::new(0));
+    rt.registry()
+        .register(Arc::new(Feed(reads.clone())))
+        .unwrap();
+    let s = rt.session("devclaw");
+    let turn = |q: &str| {
+        let t = s.prepare(q, &TurnOptions::default()).unwrap();
+        s.record_reply(&Reply::text("Ok.")).unwrap();
+        t.body.to_string()
+    };
+    assert!(turn("One?").contains("Feed reading number 1."));
+    clock.advance(Duration::from_secs(29));
+    assert!(turn("Two?").contains("Feed reading number 1."));
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "read again within the TTL");
+    clock.advance(Duration::from_secs(2));
+    // Expired: the old text at once, the refresh in the background.
+    assert!(turn("Three?").contains("Feed reading number 1."));
+    assert!(rt.registry().wait_for_refreshes(Duration::from_secs(5)));
+    assert_eq!(reads.load(Ordering::SeqCst), 2);
+    assert!(turn("Four?").contains("Feed reading number 2."));
+    // The turn's time comes from the same clock.
+    let t = s.prepare("Five?", &TurnOptions::default()).unwrap();
+    assert!(t.body.to_string().contains("2026-03-02"), "{}", t.body);
+}
