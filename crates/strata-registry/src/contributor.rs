@@ -205,9 +205,11 @@ pub trait Contributor: Send + Sync + 'static {
     ///
     /// Unlike [`Contributor::cache_fingerprint`], which keys the cache, a validator replaces
     /// the entry it no longer matches, so sources that change often do not fill the cache.
-    /// It runs on every gathering, cached or not, so it must be much cheaper than
-    /// [`Contributor::contribute`] and must not fail: it describes a source it cannot read by
-    /// what it could see (the error's kind, for instance), and `contribute` reports the error.
+    /// It runs on every gathering, cached or not, and before a lookup on the gathering's own
+    /// thread, outside the contributor's timeout: it must be much cheaper than
+    /// [`Contributor::contribute`], must not block on a slow source, and must not fail: it
+    /// describes a source it cannot read by what it could see (the error's kind, for instance),
+    /// and `contribute` reports the error.
     /// The default, `None`, says there is no such state: output is served as the cache policy
     /// allows.
     fn cache_validator(&self, ctx: &ContributionContext) -> Option<ContentHash> {
