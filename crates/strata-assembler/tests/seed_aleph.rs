@@ -297,12 +297,13 @@ fn a_tool_list_change_recomputes_the_tool_sections() {
         .any(|e| matches!(e, TurnEvent::PromptUpdated { .. })));
 }
 
-/// Aleph, "Cache invalidation triggers: Soul change → invalidate soul" (and "IdentityFilesLayer:
-/// SOUL.md"): after a workspace `SOUL.md` changes, invalidating the bootstrap contributor (the
-/// runtime's `invalidate("soul")`) brings the new text to the next turn. Until then the file is
-/// served from the cache (strata caches bootstrap files with the default time to live, where
-/// Aleph recomputes this dynamic-zone layer on every request). In strata the file is layer-3
-/// data; the agent's signed identity (the system channel) stays as it was.
+/// Aleph, "IdentityFilesLayer: SOUL.md" and "Stable vs Dynamic Zones" (the dynamic zone is
+/// "recomputed every request"): a workspace `SOUL.md` edited between two turns reaches the very
+/// next turn with no invalidation call (Aleph's `invalidate("soul")` is not needed). strata
+/// caches the bootstrap files with a validator, a digest of their contents checked on every
+/// gathering: a turn with the files unchanged is served them from the cache, and the turn after
+/// an edit reads them again, and only them. In strata the file is layer-3 data; the agent's
+/// signed identity (the system channel) and the stable zone stay as they were.
 #[test]
 fn a_soul_file_change_reaches_the_next_turn() {
     let dir = tempfile::tempdir().unwrap();
@@ -312,17 +313,39 @@ fn a_soul_file_change_reaches_the_next_turn() {
     )
     .unwrap();
     let rt = runtime(dir.path());
+    let cache = rt.registry().cache().unwrap().clone();
     let s = rt.session("aleph");
-    let a = s
-        .prepare("Hi.", &opts(PromptMode::Full, AssemblyPath::Soul))
-        .unwrap();
-    s.record_reply(&Reply::text("Ok.")).unwrap();
+    let turn = || {
+        let t = s
+            .prepare("Hi.", &opts(PromptMode::Full, AssemblyPath::Soul))
+            .unwrap();
+        s.record_reply(&Reply::text("Ok.")).unwrap();
+        t
+    };
+    let a = turn();
+    let cold = cache.stats();
+    let same = turn();
+    let warm = cache.stats();
+    assert_eq!(
+        warm.misses, cold.misses,
+        "unchanged files are served from the cache: {warm:?}"
+    );
+    assert!(warm.hits > cold.hits, "{warm:?}");
+    assert_eq!(warm.changed, 0, "{warm:?}");
+    assert!(same.body.to_string().contains("lighthouse keeper"));
+
     std::fs::write(dir.path().join("SOUL.md"), "Speak like a ship's cook.").unwrap();
-    let cache = rt.registry().cache().unwrap();
-    assert_eq!(cache.invalidate_contributor("builtin.bootstrap"), 1);
-    let b = s
-        .prepare("Hi.", &opts(PromptMode::Full, AssemblyPath::Soul))
-        .unwrap();
+    let b = turn();
+    let after = cache.stats();
+    assert_eq!(
+        (after.changed, after.misses),
+        (1, warm.misses + 1),
+        "the bootstrap files, and only they, are read again: {after:?}"
+    );
+    assert_eq!(
+        after.invalidations, warm.invalidations,
+        "nothing was invalidated by hand: {after:?}"
+    );
     let (a_body, b_body) = (a.body.to_string(), b.body.to_string());
     assert!(a_body.contains("lighthouse keeper"));
     assert!(
@@ -335,6 +358,10 @@ fn a_soul_file_change_reaches_the_next_turn() {
         a.body["system"][0]["text"].as_str().unwrap(),
         rt.agent().identity_text()
     );
+    let stable_zone = |t: &PreparedTurn| t.body["messages"][0]["content"][0].clone();
+    assert!(stable_zone(&a).get("cache_control").is_some());
+    assert_eq!(stable_zone(&a), stable_zone(&same));
+    assert_eq!(stable_zone(&a), stable_zone(&b));
 }
 
 /// Aleph, "Assembly Paths": Basic carries configuration and the tool list only; Cached only the

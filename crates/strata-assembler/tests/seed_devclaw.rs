@@ -243,8 +243,8 @@ fn the_scheduled_mode_keeps_only_what_a_scheduled_job_needs() {
 }
 
 /// DevClaw, "LayerBootstrap (15)": `SOUL.md`, `AGENTS.md`, `TOOLS.md` and `COMMANDS.md` from
-/// the workspace, each its own layer-3 section. (Sections of one priority are placed in id
-/// order, so the files do not keep DevClaw's listing order.)
+/// the workspace, each its own layer-3 section, placed in DevClaw's listing order (the order of
+/// the bootstrap contributor's file list, each file one priority step below the one before).
 #[test]
 fn bootstrap_files_are_read_from_the_workspace() {
     let dir = tempfile::tempdir().unwrap();
@@ -262,12 +262,21 @@ fn bootstrap_files_are_read_from_the_workspace() {
         .prepare("Hello.", &TurnOptions::default())
         .unwrap();
     let body = turn.body.to_string();
-    for name in ["SOUL.md", "AGENTS.md", "TOOLS.md", "COMMANDS.md"] {
-        assert!(
-            body.contains(&format!("id=\\\"bootstrap/{name}\\\"")),
-            "no {name} in {body}"
-        );
+    let at = |name: &str| {
+        body.find(&format!("id=\\\"bootstrap/{name}\\\""))
+            .unwrap_or_else(|| panic!("no {name} in {body}"))
+    };
+    let order = ["SOUL.md", "AGENTS.md", "TOOLS.md", "COMMANDS.md"];
+    for w in order.windows(2) {
+        assert!(at(w[0]) < at(w[1]), "{} after {} in {body}", w[0], w[1]);
     }
+    let reported: Vec<&str> = turn
+        .report()
+        .sections
+        .iter()
+        .filter_map(|s| s.id.as_str().strip_prefix("bootstrap/"))
+        .collect();
+    assert_eq!(reported, order, "the report lists them in that order too");
     for s in &turn.report().sections {
         if s.id.as_str().starts_with("bootstrap/") {
             assert_eq!(serde_json::to_value(s.layer).unwrap(), "shared", "{s:?}");

@@ -7,6 +7,11 @@
 //! tier, operational mode and the contributor's input fingerprint, so a new agent definition
 //! never sees entries of an old one.
 //!
+//! An entry may carry its contributor's validator, a digest of the outside state it was computed
+//! from (bootstrap files, for instance): a lookup passes the current one, and an entry whose
+//! validator differs is dropped and answered as a miss, so a changed source reaches the very
+//! next gathering while an unchanged one is still served from here.
+//!
 //! Invariant: the cache never serves output across an invalidation. Every invalidation bumps an
 //! epoch, and output computed under an older epoch is refused when it is stored, so a slow
 //! computation that started before an invalidation cannot put old output back.
@@ -154,6 +159,9 @@ pub struct CacheStats {
     pub invalidations: u64,
     /// Entries dropped to stay within capacity.
     pub evictions: u64,
+    /// Lookups that found an entry whose validator no longer matched its contributor's sources;
+    /// each is counted as a miss as well.
+    pub changed: u64,
 }
 
 /// Permission to store output computed from a lookup; refused if anything was invalidated
@@ -163,6 +171,14 @@ pub struct CacheStats {
 pub struct Ticket {
     epoch: u64,
     refresh: bool,
+    validator: Option<ContentHash>,
+}
+
+impl Ticket {
+    /// The validator the lookup was made with; output stored with this ticket carries it.
+    pub fn validator(&self) -> Option<ContentHash> {
+        self.validator
+    }
 }
 
 /// The answer to a lookup.
@@ -190,6 +206,7 @@ struct Entry {
     source: SourceKind,
     tags: Arc<[Arc<str>]>,
     refreshing_since: Option<u64>,
+    validator: Option<ContentHash>,
 }
 
 #[derive(Debug, Default)]
@@ -267,18 +284,48 @@ impl SectionCache {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Look `key` up. An expired entry is handed out for refresh to one caller at a time; if
-    /// that refresh has not finished after `refresh_timeout`, the next caller gets it.
+    /// Look `key` up, for output without a validator. An expired entry is handed out for
+    /// refresh to one caller at a time; if that refresh has not finished after
+    /// `refresh_timeout`, the next caller gets it.
     pub fn lookup(&self, key: &CacheKey, refresh_timeout: Duration) -> Lookup {
+        self.lookup_validated(key, None, refresh_timeout)
+    }
+
+    /// Look `key` up for output whose sources now have the digest `validator`
+    /// ([`crate::Contributor::cache_validator`]). An entry stored under another validator is
+    /// dropped and answered as a miss (counted in `misses` and `changed`); otherwise as
+    /// [`SectionCache::lookup`]. The returned ticket carries `validator` to the stored entry.
+    pub fn lookup_validated(
+        &self,
+        key: &CacheKey,
+        validator: Option<ContentHash>,
+        refresh_timeout: Duration,
+    ) -> Lookup {
         let now = self.clock.monotonic_ms();
         let mut inner = self.lock();
         let epoch = inner.epoch;
+        let miss = Ticket {
+            epoch,
+            refresh: false,
+            validator,
+        };
+        let outdated = inner
+            .entries
+            .get(key)
+            .is_some_and(|e| e.validator != validator);
+        if outdated {
+            inner.entries.remove(key);
+            inner.stats.changed += 1;
+            inner.stats.misses += 1;
+            inner.stats.entries = inner.entries.len() as u64;
+            drop(inner);
+            tracing::debug!(target: "strata_registry", contributor = %key.contributor,
+                "cached output's sources changed: computing it again");
+            return Lookup::Miss(miss);
+        }
         let Some(entry) = inner.entries.get_mut(key) else {
             inner.stats.misses += 1;
-            return Lookup::Miss(Ticket {
-                epoch,
-                refresh: false,
-            });
+            return Lookup::Miss(miss);
         };
         let expired = entry
             .ttl_ms
@@ -297,6 +344,7 @@ impl SectionCache {
             Some(Ticket {
                 epoch,
                 refresh: true,
+                validator,
             })
         } else {
             None
@@ -351,6 +399,7 @@ impl SectionCache {
                 source,
                 tags,
                 refreshing_since: None,
+                validator: ticket.validator,
             },
         );
         if ticket.refresh {
@@ -601,6 +650,77 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Verifies ADR-0011: an entry is served only under the validator it was stored with; one
+    /// stored under another is dropped and counted as a miss and a change, an expired one is
+    /// refreshed under the new validator, and output without one is served as before.
+    #[test]
+    fn validator_decides_whether_an_entry_is_served() {
+        let clock = Arc::new(ManualClock::new(0));
+        let c = SectionCache::new(clock.clone());
+        let k = key("files", "d");
+        let (v1, v2) = (Some(ContentHash::of("v1")), Some(ContentHash::of("v2")));
+        let lookup = |v| c.lookup_validated(&k, v, Duration::from_secs(1));
+        let Lookup::Miss(t) = lookup(v1) else {
+            panic!("empty cache")
+        };
+        assert_eq!(t.validator(), v1);
+        let policy = CachePolicy::Ttl(Some(Duration::from_secs(5)));
+        assert!(c.store(
+            t,
+            k.clone(),
+            sections("one"),
+            policy,
+            SourceKind::Config,
+            tags(&[])
+        ));
+        assert!(matches!(lookup(v1), Lookup::Hit(_)));
+        let Lookup::Miss(t) = lookup(v2) else {
+            panic!("the sources changed")
+        };
+        assert_eq!(c.stats().entries, 0, "the outdated entry is dropped");
+        assert!(c.store(
+            t,
+            k.clone(),
+            sections("two"),
+            policy,
+            SourceKind::Config,
+            tags(&[])
+        ));
+        match lookup(v2) {
+            Lookup::Hit(s) => assert_eq!(text(&s), "two"),
+            other => panic!("{other:?}"),
+        }
+        // No validator is a validator too: output stored with one is not served without.
+        assert!(matches!(
+            c.lookup(&k, Duration::from_secs(1)),
+            Lookup::Miss(_)
+        ));
+        let Lookup::Miss(t) = lookup(v2) else {
+            panic!("dropped")
+        };
+        assert!(c.store(
+            t,
+            k.clone(),
+            sections("two"),
+            policy,
+            SourceKind::Config,
+            tags(&[])
+        ));
+        clock.advance(Duration::from_secs(5));
+        match lookup(v2) {
+            Lookup::Stale {
+                refresh: Some(t), ..
+            } => assert_eq!(t.validator(), v2),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(lookup(v1), Lookup::Miss(_)), "expired and changed");
+        let s = c.stats();
+        assert_eq!(
+            (s.hits, s.misses, s.changed, s.stale_serves, s.invalidations),
+            (2, 5, 3, 1, 0)
+        );
     }
 
     #[test]

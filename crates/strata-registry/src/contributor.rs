@@ -196,6 +196,27 @@ pub trait Contributor: Send + Sync + 'static {
         None
     }
 
+    /// A digest of the outside state this contributor's output is made from (files on disk,
+    /// say), which may change between two requests with the same inputs. When it returns
+    /// `Some`, the registry asks for it before every lookup and serves cached output only while
+    /// it equals the digest the output was computed under; a different one is a miss, and the
+    /// output is computed again for this very request (ADR-0011). It is computed again after
+    /// the contributor ran, and output whose sources changed meanwhile is not cached.
+    ///
+    /// Unlike [`Contributor::cache_fingerprint`], which keys the cache, a validator replaces
+    /// the entry it no longer matches, so sources that change often do not fill the cache.
+    /// It runs on every gathering, cached or not, and before a lookup on the gathering's own
+    /// thread, outside the contributor's timeout: it must be much cheaper than
+    /// [`Contributor::contribute`], must not block on a slow source, and must not fail: it
+    /// describes a source it cannot read by what it could see (the error's kind, for instance),
+    /// and `contribute` reports the error.
+    /// The default, `None`, says there is no such state: output is served as the cache policy
+    /// allows.
+    fn cache_validator(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        let _ = ctx;
+        None
+    }
+
     /// Produce sections for one assembly. Sections must be of [`Contributor::layer`]; the
     /// registry drops any that are not and reports it.
     fn contribute(&self, ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError>;

@@ -6,7 +6,9 @@
 //! the contributor's declared layer, and a contributor registered by an MCP server may only
 //! produce sections that name that server as their source; anything else is dropped and
 //! reported. A failing non-sticky contributor becomes a marked omission; a failing sticky one
-//! fails the gathering. The result is in a deterministic order: by layer, then contributor id,
+//! fails the gathering. Cached output of a contributor with a validator is served only while
+//! its sources still give the validator it was computed under, and output whose sources changed
+//! while it was computed is not cached. The result is in a deterministic order: by layer, then contributor id,
 //! then section id (ADR-0013).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -15,7 +17,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use strata_core::{RuntimeLayer, Section, SectionId, SourceKind};
+use strata_core::{ContentHash, RuntimeLayer, Section, SectionId, SourceKind};
 
 use crate::cache::{CacheKey, Lookup, SectionCache, Ticket};
 use crate::contributor::{CachePolicy, ContributionContext, Contributor, ContributorError};
@@ -158,6 +160,20 @@ fn run_caught(
     }
 }
 
+/// Whether `contributor`'s sources still give `expected`, the validator its lookup was made
+/// with (always, when there is none). Called after it ran: output whose sources changed
+/// meanwhile may have been read from either state, so it is not cached. A panicking validator
+/// counts as changed.
+fn sources_unchanged(
+    contributor: &dyn Contributor,
+    ctx: &ContributionContext,
+    expected: Option<ContentHash>,
+) -> bool {
+    expected.is_none()
+        || catch_unwind(AssertUnwindSafe(|| contributor.cache_validator(ctx)))
+            .is_ok_and(|now| now == expected)
+}
+
 /// Keep the sections that are of the declared layer and source; report the rest.
 fn validate(entry: &Registered, sections: Vec<Section>) -> (Vec<Section>, Vec<OmissionReason>) {
     let mut kept = Vec::with_capacity(sections.len());
@@ -186,12 +202,14 @@ fn validate(entry: &Registered, sections: Vec<Section>) -> (Vec<Section>, Vec<Om
 }
 
 /// Run `entry`'s contributor on a thread of its own, which reports its result on `tx` with
-/// `idx` and then marks the returned state done (or, when the run was abandoned meanwhile,
-/// counts itself off the contributor's abandoned runs).
+/// `idx` (and whether its sources still give `validator`, see [`sources_unchanged`]) and then
+/// marks the returned state done (or, when the run was abandoned meanwhile, counts itself off
+/// the contributor's abandoned runs).
 fn spawn_run(
     idx: usize,
     entry: &Registered,
     ctx: &Arc<ContributionContext>,
+    validator: Option<ContentHash>,
     tx: &mpsc::Sender<Report>,
 ) -> std::io::Result<Arc<AtomicU8>> {
     let state = Arc::new(AtomicU8::new(RUNNING));
@@ -204,7 +222,8 @@ fn spawn_run(
         .name(format!("strata-contrib-{}", entry.id))
         .spawn(move || {
             let result = run_caught(&*contributor, &thread_ctx);
-            let _ = tx.send((idx, result));
+            let unchanged = sources_unchanged(&*contributor, &thread_ctx, validator);
+            let _ = tx.send((idx, result, unchanged));
             if thread_state
                 .compare_exchange(RUNNING, DONE, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
@@ -267,8 +286,9 @@ struct Pending {
     state: Arc<AtomicU8>,
 }
 
-/// What a contributor's thread reports: its index in the gathering and its result.
-type Report = (usize, Result<Vec<Section>, ContributorError>);
+/// What a contributor's thread reports: its index in the gathering, its result, and whether
+/// its sources were unchanged while it ran.
+type Report = (usize, Result<Vec<Section>, ContributorError>, bool);
 
 /// One gathering under way: for each contributor (by its index in the gathering) its output
 /// and its cache ticket, the omissions so far, and the runs still in flight.
@@ -317,7 +337,9 @@ impl Registry {
             let next_deadline = g.pending.iter().map(|p| p.deadline).min().unwrap_or(now);
             let received = rx.recv_timeout(next_deadline.saturating_duration_since(now));
             match received {
-                Ok((idx, result)) => self.take_report(&entries, idx, result, &mut g)?,
+                Ok((idx, result, unchanged)) => {
+                    self.take_report(&entries, idx, result, unchanged, &mut g)?;
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => self.abandon_overdue(&entries, &mut g)?,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     // Every thread has ended; any left pending died without reporting.
@@ -358,8 +380,9 @@ impl Registry {
                 if entry.abandoned.load(Ordering::SeqCst) > 0 {
                     return self.omit(entry, OmissionReason::StillRunning, &mut g.omissions);
                 }
+                let validator = ticket.as_ref().and_then(|(_, t)| t.validator());
                 g.tickets[idx] = ticket;
-                match spawn_run(idx, entry, ctx, tx) {
+                match spawn_run(idx, entry, ctx, validator, tx) {
                     Ok(state) => g.pending.push(Pending {
                         idx,
                         deadline: started + entry.meta.timeout,
@@ -378,12 +401,14 @@ impl Registry {
     }
 
     /// Take the report of the `idx`th contributor's thread, if its run is still pending: keep
-    /// its valid sections (and cache them when all were valid), or omit it.
+    /// its valid sections (and cache them when all were valid and its sources `unchanged`
+    /// while it ran), or omit it.
     fn take_report(
         &self,
         entries: &[Registered],
         idx: usize,
         result: Result<Vec<Section>, ContributorError>,
+        unchanged: bool,
         g: &mut Gathering,
     ) -> Result<(), GatherError> {
         let Some(pos) = g.pending.iter().position(|p| p.idx == idx) else {
@@ -398,7 +423,7 @@ impl Registry {
                 for reason in dropped {
                     self.omit(entry, reason, &mut g.omissions)?;
                 }
-                if clean {
+                if clean && unchanged {
                     if let (Some(cache), Some((key, ticket))) = (&self.cache, g.tickets[idx].take())
                     {
                         cache.store(
@@ -488,8 +513,13 @@ impl Registry {
             Ok(f) => f,
             Err(_) => return Plan::Failed(OmissionReason::Failed(ContributorError::Panicked)),
         };
+        let validator =
+            match catch_unwind(AssertUnwindSafe(|| entry.contributor.cache_validator(ctx))) {
+                Ok(v) => v,
+                Err(_) => return Plan::Failed(OmissionReason::Failed(ContributorError::Panicked)),
+            };
         let key = CacheKey::for_context(&entry.id, ctx, fingerprint);
-        match cache.lookup(&key, entry.meta.timeout) {
+        match cache.lookup_validated(&key, validator, entry.meta.timeout) {
             Lookup::Hit(sections) => Plan::Ready(sections, RunOutcome::Cached),
             Lookup::Stale { sections, refresh } => {
                 if let Some(ticket) = refresh {
@@ -519,10 +549,12 @@ impl Registry {
             .name(format!("strata-refresh-{}", entry.id))
             .spawn(move || {
                 let result = run_caught(&*entry.contributor, &ctx);
+                let unchanged = sources_unchanged(&*entry.contributor, &ctx, ticket.validator());
                 let stored = match result {
                     Ok(sections) => {
                         let (kept, dropped) = validate(&entry, sections);
                         dropped.is_empty()
+                            && unchanged
                             && cache.store(
                                 ticket,
                                 key.clone(),

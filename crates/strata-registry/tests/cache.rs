@@ -1,4 +1,5 @@
-//! Section cache: the property that no output is ever served across an invalidation.
+//! Section cache: the property that no output is ever served across an invalidation, nor under
+//! another validator than the one it was computed under.
 #![allow(
     clippy::unwrap_used,
     reason = "helpers outside #[test] functions fail the test on purpose"
@@ -62,6 +63,17 @@ enum Op {
     InvalidateAll,
     NewDigest,
     Advance(u64),
+    ChangeSource(usize),
+}
+
+/// Whether contributor `i` of the model has a validator (c1 with a TTL, c2 without).
+fn validated(i: usize) -> bool {
+    matches!(i % 4, 1 | 2)
+}
+
+/// Contributor `i`'s validator when its sources are at `version`.
+fn validator(i: usize, version: u32) -> Option<ContentHash> {
+    validated(i).then(|| ContentHash::of(&format!("sources-{version}")))
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -75,6 +87,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::InvalidateAll),
         1 => Just(Op::NewDigest),
         2 => (0u64..40_000).prop_map(Op::Advance),
+        2 => (0usize..4).prop_map(Op::ChangeSource),
     ]
 }
 
@@ -96,7 +109,8 @@ proptest! {
     /// Verifies ADR-0011: whatever the interleaving of lookups, slow computations, TTL expiry,
     /// background refreshes and invalidations (by contributor, tag, source, all, or a new
     /// definition digest), the cache never serves output computed before the last
-    /// invalidation that covered it.
+    /// invalidation that covered it; and output of a contributor with a validator is served only
+    /// while its sources are in the state it was computed from.
     #[test]
     fn never_serves_across_an_invalidation(ops in proptest::collection::vec(op(), 1..80)) {
         let clock = Arc::new(ManualClock::new(0));
@@ -104,42 +118,52 @@ proptest! {
         let mut digest = 0u32;
         // The op index of the last invalidation that covered each contributor.
         let mut last_invalidated = [0usize; 4];
-        // Computations under way: contributor, ticket, the op index it started at, digest.
-        let mut pending: Vec<(usize, Ticket, usize, u32)> = Vec::new();
+        // The version of each contributor's sources.
+        let mut version = [0u32; 4];
+        // Computations under way: contributor, ticket, the op index it started at, digest, and
+        // the version of its sources then.
+        let mut pending: Vec<(usize, Ticket, usize, u32, u32)> = Vec::new();
 
         for (step, op) in ops.into_iter().enumerate() {
             let step = step + 1;
-            let check = |c: usize, served: &[Section], last: &[usize; 4]| -> Result<(), TestCaseError> {
+            let check = |c: usize, served: &[Section], last: &[usize; 4], now: u32| -> Result<(), TestCaseError> {
                 let text = served[0].content().as_str();
-                let (name, started) = text.split_once('@').expect("model content");
+                let (name, rest) = text.split_once('@').expect("model content");
                 prop_assert_eq!(name, contributor(c).0);
+                let (started, from) = rest.split_once('#').expect("model content");
                 let started: usize = started.parse().expect("a step");
                 prop_assert!(started > last[c],
                     "{} served output from step {} after an invalidation at step {}", name, started, last[c]);
+                if validated(c) {
+                    let from: u32 = from.parse().expect("a version");
+                    prop_assert_eq!(from, now,
+                        "{} served output of sources at version {} while they are at {}", name, from, now);
+                }
                 Ok(())
             };
             match op {
                 Op::Begin(c) | Op::Lookup(c) => {
-                    match cache.lookup(&key(c, digest), Duration::from_secs(3)) {
-                        Lookup::Hit(s) => check(c, &s, &last_invalidated)?,
+                    let v = version[c];
+                    match cache.lookup_validated(&key(c, digest), validator(c, v), Duration::from_secs(3)) {
+                        Lookup::Hit(s) => check(c, &s, &last_invalidated, v)?,
                         Lookup::Stale { sections, refresh } => {
-                            check(c, &sections, &last_invalidated)?;
+                            check(c, &sections, &last_invalidated, v)?;
                             if let Some(t) = refresh {
-                                pending.push((c, t, step, digest));
+                                pending.push((c, t, step, digest, v));
                             }
                         }
                         Lookup::Miss(t) => {
                             if matches!(op, Op::Begin(_)) {
-                                pending.push((c, t, step, digest));
+                                pending.push((c, t, step, digest, v));
                             }
                         }
                     }
                 }
                 Op::Complete(i) => {
                     if !pending.is_empty() {
-                        let (c, ticket, started, d) = pending.remove(i % pending.len());
+                        let (c, ticket, started, d, v) = pending.remove(i % pending.len());
                         let (name, source, tags, policy) = contributor(c);
-                        let section = Section::builder(RuntimeLayer::Shared, "s", format!("{name}@{started}"))
+                        let section = Section::builder(RuntimeLayer::Shared, "s", format!("{name}@{started}#{v}"))
                             .expect("valid id")
                             .build();
                         cache.store(ticket, key(c, d), Arc::from(vec![section]), policy, source,
@@ -178,6 +202,7 @@ proptest! {
                     last_invalidated = [step; 4];
                 }
                 Op::Advance(ms) => clock.advance(Duration::from_millis(ms)),
+                Op::ChangeSource(c) => version[c] += 1,
             }
         }
         let stats = cache.stats();
@@ -192,7 +217,7 @@ fn another_digest_misses() {
     let Lookup::Miss(t) = cache.lookup(&key(0, 1), Duration::ZERO) else {
         panic!("empty cache")
     };
-    let s = Section::builder(RuntimeLayer::Shared, "s", "c0@1")
+    let s = Section::builder(RuntimeLayer::Shared, "s", "c0@1#0")
         .unwrap()
         .build();
     assert!(cache.store(

@@ -417,3 +417,85 @@ proptest! {
         prop_assert_eq!(got, again);
     }
 }
+
+/// A contributor whose output is the number held in `source`, validated by that number; when
+/// `change_while_running` is set, its next run changes the source to `changed_to` before
+/// reading it (a file edited while the contributor reads it).
+struct Versioned {
+    source: Arc<std::sync::atomic::AtomicU64>,
+    change_while_running: std::sync::atomic::AtomicBool,
+    changed_to: u64,
+}
+
+impl strata_registry::Contributor for Versioned {
+    fn id(&self) -> &str {
+        "versioned"
+    }
+    fn layer(&self) -> RuntimeLayer {
+        RuntimeLayer::Shared
+    }
+    fn cache_policy(&self) -> CachePolicy {
+        CachePolicy::UntilInvalidated
+    }
+    fn cache_validator(&self, _ctx: &strata_registry::ContributionContext) -> Option<ContentHash> {
+        let v = self.source.load(std::sync::atomic::Ordering::SeqCst);
+        Some(ContentHash::of(&v.to_string()))
+    }
+    fn contribute(
+        &self,
+        _ctx: &strata_registry::ContributionContext,
+    ) -> Result<Vec<strata_core::Section>, ContributorError> {
+        use std::sync::atomic::Ordering;
+        if self.change_while_running.swap(false, Ordering::SeqCst) {
+            self.source.store(self.changed_to, Ordering::SeqCst);
+        }
+        let v = self.source.load(Ordering::SeqCst);
+        Ok(vec![strata_core::Section::builder(
+            RuntimeLayer::Shared,
+            "v",
+            v.to_string(),
+        )
+        .unwrap()
+        .build()])
+    }
+}
+
+/// Verifies ADR-0011: cached output is served only while its contributor's validator is the one
+/// it was computed under; output whose sources changed while it was computed is not cached, so
+/// it is not served either when the sources go back to the state its lookup saw.
+#[test]
+fn validated_output_follows_its_sources() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let cache = Arc::new(SectionCache::new(Arc::new(ManualClock::new(0))));
+    let r = Registry::with_cache(cache.clone());
+    let source = Arc::new(AtomicU64::new(1));
+    let c = Arc::new(Versioned {
+        source: source.clone(),
+        change_while_running: AtomicBool::new(false),
+        changed_to: 2,
+    });
+    r.register(c.clone()).unwrap();
+    let got = |r: &Registry| {
+        let g = r.gather(&ctx()).unwrap();
+        (
+            g.sections[0].content().as_str().to_owned(),
+            outcome(&g, "versioned"),
+        )
+    };
+    assert_eq!(got(&r), ("1".into(), RunOutcome::Computed));
+    assert_eq!(got(&r), ("1".into(), RunOutcome::Cached));
+    source.store(3, Ordering::SeqCst);
+    assert_eq!(got(&r), ("3".into(), RunOutcome::Computed));
+    assert_eq!(got(&r), ("3".into(), RunOutcome::Cached));
+    assert_eq!(cache.stats().changed, 1);
+
+    // Changed to 1, looked up under 1, then changed to 2 while it runs: the output read from 2
+    // is given but not kept.
+    source.store(1, Ordering::SeqCst);
+    c.change_while_running.store(true, Ordering::SeqCst);
+    assert_eq!(got(&r), ("2".into(), RunOutcome::Computed));
+    // Back to the state the lookup saw: computed again, not served the output of 2.
+    source.store(1, Ordering::SeqCst);
+    assert_eq!(got(&r), ("1".into(), RunOutcome::Computed));
+    assert_eq!(got(&r), ("1".into(), RunOutcome::Cached));
+}

@@ -3,13 +3,28 @@
 //!
 //! These files are unsigned and anyone with write access to the workspace can change them, so
 //! they are layer 3 content, fenced like any other runtime text, and never identity whatever
-//! their names say (ADR-0006). They are dynamic (files change), but opt into a 30 s TTL with
-//! stale-while-revalidate so a gathering does not read the disk every time (ADR-0011).
+//! their names say (ADR-0006).
+//!
+//! They are dynamic (files change), yet cached until invalidated with a validator: a digest of
+//! every listed file's bytes, or of its absence (ADR-0011). A gathering reads and hashes the
+//! files, which costs a fraction of running the contributor (ADR-0011 has the measurements),
+//! and serves the cached sections only while the digest is the same, so an edited, added or
+//! removed file reaches the very next turn. The digest is of the contents, not of sizes and modification times: a file rewritten
+//! with as many bytes can keep both (two writes within one tick of a coarse file-system clock,
+//! or a tool that keeps the old time, such as `cp -p`).
+//!
+//! Sections come in the order of the file list (SOUL.md, AGENTS.md, TOOLS.md, COMMANDS.md,
+//! IDENTITY.md, PREFERENCES.md by default, as DevClaw lists its bootstrap files): the file at
+//! position `n` of the list (from 0) has the priority of [`StandardSection::BootstrapFiles`]
+//! less `n`, so the assembler, which orders sections of one layer, stability and phase by
+//! score, keeps that order and, under budget pressure, drops later files first (ADR-0007). The
+//! sixth file is level with the workspace hints and placed before them by id; files past the
+//! sixth of a longer list rank below the workspace hints.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use strata_core::{Content, RuntimeLayer, Section, SourceKind};
+use strata_core::{Content, ContentHash, RuntimeLayer, Section, SourceKind};
 
 use crate::contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
@@ -17,7 +32,8 @@ use crate::contributor::{
 use crate::modes::StandardSection;
 
 /// Reads bootstrap files from a workspace folder; one section per file present
-/// (`bootstrap/<name>`), in the order of the file list.
+/// (`bootstrap/<name>`), placed in the order of the file list (each file one priority step
+/// below the one before it).
 #[derive(Debug, Clone)]
 pub struct BootstrapFiles {
     dir: PathBuf,
@@ -52,7 +68,7 @@ impl BootstrapFiles {
         }
     }
 
-    /// Read these file names instead (plain names inside the folder, no paths).
+    /// Read these file names instead (plain names inside the folder, no paths), in this order.
     #[must_use]
     pub fn with_files(mut self, files: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.files = files.into_iter().map(Into::into).collect();
@@ -66,8 +82,13 @@ impl BootstrapFiles {
         self
     }
 
+    /// Whether `name` is a plain file name inside the folder.
+    fn plain(name: &str) -> bool {
+        !name.is_empty() && Path::new(name).components().count() == 1 && !name.contains("..")
+    }
+
     fn read(&self, name: &str) -> Result<Option<String>, ContributorError> {
-        if name.is_empty() || Path::new(name).components().count() != 1 || name.contains("..") {
+        if !Self::plain(name) {
             return Err(ContributorError::Source(format!(
                 "bootstrap file name `{name}` is not a plain file name: list names inside the workspace folder only"
             )));
@@ -109,12 +130,41 @@ impl Contributor for BootstrapFiles {
         }
     }
     fn cache_policy(&self) -> CachePolicy {
-        CachePolicy::Ttl(None)
+        CachePolicy::UntilInvalidated
+    }
+    /// The digest of every listed file, in list order: its name and its bytes, or that it is
+    /// missing, or the kind of error reading it gave (`contribute` reports the error). A name
+    /// that is not a plain file name is not read.
+    fn cache_validator(&self, _ctx: &ContributionContext) -> Option<ContentHash> {
+        let mut h = blake3::Hasher::new();
+        for name in &self.files {
+            h.update(&(name.len() as u64).to_le_bytes());
+            h.update(name.as_bytes());
+            if !Self::plain(name) {
+                h.update(b"not plain");
+                continue;
+            }
+            match std::fs::read(self.dir.join(name)) {
+                Ok(bytes) => {
+                    h.update(b"file");
+                    h.update(&(bytes.len() as u64).to_le_bytes());
+                    h.update(&bytes);
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    h.update(b"none");
+                }
+                Err(e) => {
+                    h.update(b"error");
+                    h.update(e.kind().to_string().as_bytes());
+                }
+            }
+        }
+        Some(ContentHash::from_bytes(*h.finalize().as_bytes()))
     }
     fn contribute(&self, _ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
         let meta = self.meta();
         let mut out = Vec::new();
-        for name in &self.files {
+        for (step, name) in (0u32..).zip(&self.files) {
             let Some(text) = self.read(name)? else {
                 continue;
             };
@@ -130,6 +180,7 @@ impl Contributor for BootstrapFiles {
                     cut(&text, self.max_chars),
                 )
                 .map_err(|e| ContributorError::Source(e.to_string()))?
+                .priority(meta.priority.saturating_sub(step))
                 .source(SourceKind::Config, path.to_string_lossy())
                 .build();
             out.push(section);
