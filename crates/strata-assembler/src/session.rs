@@ -580,6 +580,9 @@ impl<C: Contributor> Contributor for Restricted<C> {
     fn cache_fingerprint(&self, ctx: &ContributionContext) -> Option<ContentHash> {
         self.inner.cache_fingerprint(ctx)
     }
+    fn cache_validator(&self, ctx: &ContributionContext) -> Option<ContentHash> {
+        self.inner.cache_validator(ctx)
+    }
     fn contribute(
         &self,
         ctx: &ContributionContext,

@@ -810,3 +810,39 @@ fn the_platforms_own_layers_come_from_configuration() {
         "{e}"
     );
 }
+
+/// Aleph, "MemoryAugmentationLayer: 1. Structured index — reads .aleph/MEMORY.md" (recomputed
+/// on every request there): an edited MEMORY.md reaches the very next turn, while an unchanged
+/// one is served from the section cache.
+#[test]
+fn an_edited_memory_index_reaches_the_next_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    workspace(dir.path());
+    let rt = runtime(dir.path());
+    let s = rt.session("aleph");
+    let turn = |q: &str| {
+        let t = s
+            .prepare(q, &opts(PromptMode::Full, AssemblyPath::Soul))
+            .unwrap();
+        s.record_reply(&Reply::text("Ok.")).unwrap();
+        t.body.to_string()
+    };
+    assert!(turn("When?").contains("release train leaves on Tuesdays"));
+    let before = rt.registry().cache().unwrap().stats();
+    assert!(turn("When?").contains("release train leaves on Tuesdays"));
+    let after = rt.registry().cache().unwrap().stats();
+    assert_eq!(
+        after.misses, before.misses,
+        "nothing changed, yet something was read again"
+    );
+    assert_eq!(after.changed, 0);
+    std::fs::write(
+        dir.path().join("MEMORY.md"),
+        "- The release train leaves on Thursdays.\n",
+    )
+    .unwrap();
+    let body = turn("When?");
+    assert!(body.contains("leaves on Thursdays"), "{body}");
+    assert_eq!(rt.registry().cache().unwrap().stats().changed, 1);
+    assert!(!body.contains("leaves on Tuesdays"), "{body}");
+}

@@ -508,7 +508,7 @@ pub struct MemoryIndexContributor {
 
 impl MemoryIndexContributor {
     /// The index at `path` with `limits`. Defaults: id `memory.index`, phase `memory`,
-    /// priority 45, stable, cached with the cache's default time to live.
+    /// priority 45, stable, cached until the file changes.
     pub fn new(path: impl Into<PathBuf>, limits: IndexLimits) -> MemoryIndexContributor {
         MemoryIndexContributor {
             id: "memory.index".into(),
@@ -532,8 +532,31 @@ impl Contributor for MemoryIndexContributor {
         self.meta.clone()
     }
 
+    /// Cached until the file changes: the validator is a digest of its bytes (or of its
+    /// absence), so an edited MEMORY.md reaches the very next turn.
     fn cache_policy(&self) -> CachePolicy {
-        CachePolicy::Ttl(None)
+        CachePolicy::UntilInvalidated
+    }
+
+    fn cache_validator(&self, _ctx: &ContributionContext) -> Option<strata_core::ContentHash> {
+        let mut h = blake3::Hasher::new();
+        match std::fs::read(&self.path) {
+            Ok(bytes) => {
+                h.update(b"file");
+                h.update(&(bytes.len() as u64).to_le_bytes());
+                h.update(&bytes);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                h.update(b"none");
+            }
+            Err(e) => {
+                h.update(b"error");
+                h.update(e.kind().to_string().as_bytes());
+            }
+        }
+        Some(strata_core::ContentHash::from_bytes(
+            *h.finalize().as_bytes(),
+        ))
     }
 
     fn contribute(&self, _ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
