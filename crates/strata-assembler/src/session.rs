@@ -1775,19 +1775,24 @@ impl Session<'_> {
             Some((id, answer)) => Some((id, answer(&held.len())?)),
             None => None,
         };
+        // The conversation, the files, the offered tools and the compactions go in one
+        // transaction with the operation's record: a failed reset changed nothing (ADR-0031).
         let batch = Batch {
             tail: Tail::At(held.last().map(|e| e.seq)),
             clear: true,
+            remove_state: [
+                strata_memory::state::FILES_DOC,
+                TOOLS_DOC,
+                compact::COMPACTIONS_DOC,
+            ]
+            .map(String::from)
+            .to_vec(),
             ..Batch::default()
         };
         let n = match self.commit(batch, operation)? {
             Committed::Applied(a) => a.cleared,
             Committed::Repeated(answer) => return Ok(Outcome::Repeated(answer)),
         };
-        let state = self.rt.store.state();
-        state.remove_state(&self.id, strata_memory::state::FILES_DOC)?;
-        state.remove_state(&self.id, TOOLS_DOC)?;
-        state.remove_state(&self.id, compact::COMPACTIONS_DOC)?;
         self.rt.registry.session_reset(&self.id);
         self.rt
             .prompts

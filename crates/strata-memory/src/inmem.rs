@@ -137,6 +137,12 @@ impl WorkingMemory for InMemoryStore {
         let held = w.sessions.get(session).map_or(&[][..], Vec::as_slice);
         check_held(session, &batch, held, w.operations.get(session), now)?;
         let mut applied = Applied::default();
+        // The state lock is taken after the working lock, as nowhere else holds both.
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for name in &batch.remove_state {
+            state.remove(&(session.to_owned(), name.clone()));
+        }
+        drop(state);
         if batch.clear {
             applied.cleared = w.sessions.remove(session).map_or(0, |v| v.len());
         }

@@ -923,6 +923,14 @@ impl WorkingMemory for PgStore {
             if let Some(op) = &batch.operation {
                 self.record_operation_pg(&mut tx, session, op, now)?;
             }
+            let remove = format!(
+                "DELETE FROM {}.session_state WHERE session = $1 AND name = $2",
+                self.s()
+            );
+            for name in &batch.remove_state {
+                tx.execute(&remove, &[&session, &name.as_str()])
+                    .map_err(|e| self.err(e))?;
+            }
             tx.commit().map_err(|e| self.err(e))?;
             Ok(applied)
         })

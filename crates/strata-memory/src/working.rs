@@ -273,6 +273,10 @@ pub struct Batch {
     pub entries: Vec<NewEntry>,
     /// The operation this batch completes.
     pub operation: Option<Operation>,
+    /// Session state documents to remove in the same transaction (a reset's files, tools and
+    /// compactions), each named as [`crate::state::SessionState`] names them. A store without
+    /// session state has none to remove.
+    pub remove_state: Vec<String>,
 }
 
 /// What applying a [`Batch`] did.
@@ -654,6 +658,9 @@ pub(crate) fn check_batch(opts: &StoreOptions, session: &str, batch: &Batch) -> 
             ));
         }
         opts.check_size("operation answer", &op.answer)?;
+    }
+    for name in &batch.remove_state {
+        crate::state::check_state_key(session, name)?;
     }
     Ok(())
 }

@@ -82,3 +82,9 @@ fn session_state_conforms() {
     let clock = Arc::new(ManualClock::new(conformance::T0));
     conformance::session_state(&store(&clock), &clock);
 }
+
+#[test]
+fn a_clear_removes_the_named_state_in_its_transaction() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::clear_with_state(&store(&clock));
+}

@@ -621,3 +621,9 @@ fn batches_keep_tags_and_the_last_of_repeated_ids() {
     assert_eq!(got("d").content.as_str(), "second version");
     assert_eq!(store.count(None).unwrap(), 4);
 }
+
+#[test]
+fn a_clear_removes_the_named_state_in_its_transaction() {
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::clear_with_state(&store("clearstate", &clock));
+}

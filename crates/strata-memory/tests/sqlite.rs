@@ -530,3 +530,10 @@ fn session_state_conforms_and_is_checked() {
         Err(MemoryError::Corrupt { .. })
     ));
 }
+
+#[test]
+fn a_clear_removes_the_named_state_in_its_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    conformance::clear_with_state(&open(&dir, &clock));
+}

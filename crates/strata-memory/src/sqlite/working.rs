@@ -489,7 +489,20 @@ impl WorkingMemory for SqliteStore {
         if let Some(op) = &batch.operation {
             self.record_operation_in(&tx, session, op, now)?;
         }
-        if applied.cleared == 0 && applied.entries.is_empty() && batch.operation.is_none() {
+        let mut removed = 0;
+        for name in &batch.remove_state {
+            removed += tx
+                .execute(
+                    "DELETE FROM session_state WHERE session = ?1 AND name = ?2",
+                    [session, name.as_str()],
+                )
+                .map_err(|e| self.err(e))?;
+        }
+        if applied.cleared == 0
+            && applied.entries.is_empty()
+            && batch.operation.is_none()
+            && removed == 0
+        {
             // Nothing written: end the transaction without touching the file.
             tx.rollback().map_err(|e| self.err(e))?;
         } else {

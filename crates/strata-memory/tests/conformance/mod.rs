@@ -722,12 +722,69 @@ pub fn session_state(st: &dyn strata_memory::SessionState, clock: &ManualClock) 
     invalid(record_session_file(st, "s3", "  ", FileAction::Read, T0));
 }
 
+/// A batch that clears a session also removes the state documents it names, in the same
+/// transaction: a refused batch removes none, a bad name refuses the batch, and documents it
+/// does not name stay.
+pub fn clear_with_state<S: WorkingMemory + strata_memory::SessionState>(st: &S) {
+    let user = |text: &str| NewEntry::user(text);
+    st.apply("r1", batch(Tail::At(None), vec![user("hello")], None))
+        .unwrap();
+    for name in ["files", "tools", "goals"] {
+        st.put_state("r1", name, "{}", None).unwrap();
+    }
+    let reset = |tail: Tail, names: &[&str]| Batch {
+        tail,
+        clear: true,
+        remove_state: names.iter().map(|n| (*n).to_owned()).collect(),
+        ..Batch::default()
+    };
+    let held = st.last_seq("r1").unwrap();
+    // Refused for a stale tail: nothing removed.
+    let stale = st.apply(
+        "r1",
+        reset(Tail::At(Some(held.unwrap() + 7)), &["files", "tools"]),
+    );
+    assert!(
+        matches!(stale, Err(MemoryError::SessionChanged { .. })),
+        "{stale:?}"
+    );
+    // Refused for a bad document name: nothing removed.
+    invalid(st.apply("r1", reset(Tail::At(held), &["files", "bad name"])));
+    for name in ["files", "tools", "goals"] {
+        assert!(
+            st.state("r1", name).unwrap().is_some(),
+            "{name} removed by a refused batch"
+        );
+    }
+    assert_eq!(st.entries("r1").unwrap().len(), 1);
+    let done = st
+        .apply("r1", reset(Tail::At(held), &["files", "tools"]))
+        .unwrap();
+    assert_eq!(done.cleared, 1);
+    assert!(st.entries("r1").unwrap().is_empty());
+    assert_eq!(st.state("r1", "files").unwrap(), None);
+    assert_eq!(st.state("r1", "tools").unwrap(), None);
+    assert!(
+        st.state("r1", "goals").unwrap().is_some(),
+        "a document not named was removed"
+    );
+    // Removing documents alone is a change too.
+    let only = Batch {
+        tail: Tail::Any,
+        remove_state: vec!["goals".into()],
+        ..Batch::default()
+    };
+    st.apply("r1", only).unwrap();
+    assert_eq!(st.state("r1", "goals").unwrap(), None);
+}
+
 fn batch(tail: Tail, entries: Vec<NewEntry>, operation: Option<Operation>) -> Batch {
     Batch {
         tail,
         clear: false,
         entries,
         operation,
+        remove_state: Vec::new(),
     }
 }
 
