@@ -64,6 +64,8 @@ export class OverloadedError extends StrataError {}
 export class ServerTimeoutError extends StrataError {}
 /** `agent_unavailable`: the loaded agent definition has expired or is not yet valid. */
 export class AgentUnavailableError extends StrataError {}
+/** `tool_call_failed`: the MCP server of a recorded tool call did not complete it (502); nothing was recorded. Not retried: the server may have run the tool before the connection failed, so the caller decides whether to run it again. */
+export class ToolCallFailedError extends StrataError {}
 /** `internal`: the server failed; its log says why. */
 export class InternalServerError extends StrataError {}
 /** No usable response: the connection failed or timed out, or the reply was not the API's. */
@@ -88,6 +90,7 @@ export const ERROR_CLASSES: Readonly<Record<ErrorCode, typeof StrataError>> = {
   overloaded: OverloadedError,
   timeout: ServerTimeoutError,
   agent_unavailable: AgentUnavailableError,
+  tool_call_failed: ToolCallFailedError,
   internal: InternalServerError,
 };
 

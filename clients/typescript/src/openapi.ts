@@ -525,7 +525,7 @@ export interface components {
          * @description The stable error codes.
          * @enum {string}
          */
-        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "message_too_large" | "idempotency_key_reused" | "tool_not_allowed" | "tool_not_offered" | "session_conflict" | "store_unavailable" | "request_timeout" | "overloaded" | "timeout" | "agent_unavailable" | "internal";
+        ErrorCode: "unauthorized" | "invalid_request" | "unknown_session" | "not_found" | "method_not_allowed" | "body_too_large" | "budget" | "message_too_large" | "idempotency_key_reused" | "tool_not_allowed" | "tool_not_offered" | "session_conflict" | "store_unavailable" | "request_timeout" | "overloaded" | "timeout" | "agent_unavailable" | "tool_call_failed" | "internal";
         /** @description Code and message. */
         ErrorDetail: {
             /** @description Stable code; see the list in the API description. */

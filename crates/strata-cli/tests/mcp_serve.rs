@@ -277,8 +277,43 @@ fn a_live_server_is_pinned_served_dropped_restored_and_caught_changing() {
     );
     assert_eq!(answered.status, 200, "{:?}", answered.body);
 
+    // A call whose server goes away before it runs: 502 `tool_call_failed` (the upstream
+    // failed, not this service; the clients do not retry it), or 409 `tool_not_offered` if
+    // the 1-second re-listing noticed the loss first; either way nothing is recorded.
+    let t = srv.post(
+        "/v1/sessions/s-1/turns",
+        &json!({"message": "Shout goodbye."}),
+    );
+    assert_eq!(t.status, 200, "{:?}", t.body);
+    let r = srv.post(
+        "/v1/sessions/s-1/replies",
+        &json!({"text": "", "tool_calls": [{"id": "call-lost", "name": "shout", "arguments": {"text": "bye"}}]}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let before = srv.get("/v1/sessions/s-1").body;
+
     // Stopped: its tools and prompt leave the next turns, reported as an omission.
     stop(server);
+    let lost = srv.keyed(
+        "POST",
+        "/v1/sessions/s-1/tool-calls/call-lost/run",
+        None,
+        "run-lost",
+    );
+    match lost.status {
+        502 => assert_eq!(lost.code(), "tool_call_failed", "{:?}", lost.body),
+        409 => assert_eq!(lost.code(), "tool_not_offered", "{:?}", lost.body),
+        other => panic!(
+            "a call of a stopped server answered {other}: {:?}",
+            lost.body
+        ),
+    }
+    assert_eq!(srv.get("/v1/sessions/s-1").body, before);
+    let answered = srv.post(
+        "/v1/sessions/s-1/tool-results",
+        &json!({"call_id": "call-lost", "output": "not shouted"}),
+    );
+    assert_eq!(answered.status, 200, "{:?}", answered.body);
     let t2 = turn_until(&srv, "the stopped server is omitted", |t| {
         t.body["report"]["omissions"]
             .to_string()

@@ -53,6 +53,11 @@ pub enum ErrorCode {
     Timeout,
     /// 503: the loaded agent is outside its validity window.
     AgentUnavailable,
+    /// 502: the MCP server of a recorded tool call did not complete the call (it failed,
+    /// went away or did not answer in time); nothing was recorded. Not retried by the clients:
+    /// the server may have run the tool before the connection failed, so the caller decides
+    /// whether to run it again.
+    ToolCallFailed,
     /// 500: the store or the service failed.
     Internal,
 }
@@ -76,6 +81,7 @@ impl ErrorCode {
             | ErrorCode::Timeout
             | ErrorCode::AgentUnavailable
             | ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ToolCallFailed => StatusCode::BAD_GATEWAY,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -100,6 +106,7 @@ impl ErrorCode {
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Timeout => "timeout",
             ErrorCode::AgentUnavailable => "agent_unavailable",
+            ErrorCode::ToolCallFailed => "tool_call_failed",
             ErrorCode::Internal => "internal",
         }
     }
@@ -198,8 +205,9 @@ impl From<SessionError> for ApiError {
             SessionError::KeyReused { .. } => ErrorCode::IdempotencyKeyReused,
             SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
             SessionError::ToolNotOffered { .. } => ErrorCode::ToolNotOffered,
-            // The tool's MCP server did not complete the call: retryable, like a timeout.
-            SessionError::ToolCallFailed(_) => ErrorCode::Timeout,
+            // The tool's MCP server did not complete the call: the upstream failed, not this
+            // service; retryable.
+            SessionError::ToolCallFailed(_) => ErrorCode::ToolCallFailed,
             SessionError::Store(m) => match m {
                 MemoryError::Invalid { .. } => ErrorCode::InvalidRequest,
                 MemoryError::EntryTooLarge { .. } => ErrorCode::BodyTooLarge,
@@ -240,5 +248,22 @@ impl From<SessionError> for ApiError {
 impl From<MemoryError> for ApiError {
     fn from(e: MemoryError) -> ApiError {
         ApiError::from(SessionError::Store(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_mcp_call_is_a_bad_gateway_not_a_timeout() {
+        let e = ApiError::from(SessionError::ToolCallFailed(
+            "MCP server `docs` did not complete the call of `lookup`: connection closed".into(),
+        ));
+        assert_eq!(e.code, ErrorCode::ToolCallFailed);
+        assert_eq!(e.code.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(e.code.as_str(), "tool_call_failed");
+        assert_eq!(e.retry_after, None);
+        assert!(e.message.contains("nothing was recorded"), "{}", e.message);
     }
 }

@@ -17,8 +17,8 @@ use crate::error;
             memories. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code: \
             unauthorized, invalid_request, unknown_session, not_found, method_not_allowed, \
             body_too_large, budget, message_too_large, idempotency_key_reused, tool_not_allowed, \
-            tool_not_offered,             session_conflict, request_timeout, overloaded, timeout, agent_unavailable, store_unavailable, \
-            internal. Every operation that changes a session takes an `Idempotency-Key` \
+            tool_not_offered, session_conflict, request_timeout, overloaded, timeout, \
+            agent_unavailable, store_unavailable, tool_call_failed, internal. Every operation that changes a session takes an `Idempotency-Key` \
             header: a repeat with the same key and request gets the first answer (marked \
             `Idempotent-Replayed: true`) and changes nothing; the key with another request is \
             422 idempotency_key_reused. Keys live with the session for a day. A refused \

@@ -110,6 +110,12 @@ class AgentUnavailableError(StrataError):
     """``agent_unavailable``: the loaded agent definition has expired or is not yet valid."""
 
 
+class ToolCallFailedError(StrataError):
+    """``tool_call_failed``: the MCP server of a recorded tool call did not complete it (502);
+    nothing was recorded. Not retried: the server may have run the tool before the connection
+    failed, so the caller decides whether to run it again."""
+
+
 class InternalServerError(StrataError):
     """``internal``: the server failed; its log says why."""
 
@@ -136,6 +142,7 @@ ERROR_CLASSES: Mapping[str, type[StrataError]] = {
     "overloaded": OverloadedError,
     "timeout": ServerTimeoutError,
     "agent_unavailable": AgentUnavailableError,
+    "tool_call_failed": ToolCallFailedError,
     "internal": InternalServerError,
 }
 
