@@ -116,7 +116,7 @@ pub enum SessionError {
         key: String,
     },
     /// The MCP server of a tool did not complete a call (ADR-0041); nothing was recorded.
-    #[error("{0}; nothing was recorded, retry the call")]
+    #[error("{0}; nothing was recorded. The server may have run the tool before the call failed: run it again only if that is safe")]
     ToolCallFailed(String),
     /// A signed operational-mode template is longer than its tier's prompt budget (the seeds'
     /// 200, 500, 1,000 and 1,500 tokens).
@@ -195,7 +195,8 @@ pub struct RuntimeBuilder {
 impl RuntimeBuilder {
     /// Read the time from `clock` (default: the system clock): the section cache's times to
     /// live and background refreshes, a turn's time when it names none, and the times the
-    /// session stores. A test or a simulation moves it by hand (`ManualClock`).
+    /// store stamps on entries, records and documents, and ages operation records by. A test
+    /// or a simulation moves it by hand (`ManualClock`).
     pub fn clock(mut self, clock: Arc<dyn strata_registry::Clock>) -> RuntimeBuilder {
         self.clock = Some(clock);
         self
@@ -323,23 +324,24 @@ impl RuntimeBuilder {
     pub fn build(mut self) -> Result<Runtime, SessionError> {
         let configured = self.config.is_some();
         let config = self.config.take().unwrap_or_default();
+        // Everything that can refuse the configuration is checked before the store is opened,
+        // so a refused build creates nothing (a `Config` built in code included).
+        let prompts = checked_config(&config)?;
         // The store given to the builder, else `strata.toml`'s, else `./.strata/memory.db`.
         let spec = match self.store.take() {
             Some(spec) => spec,
             None => StoreSpec::from_config(&config.store)?,
         };
         let embedder = self.checked_embedder(&config)?;
-        // Checked before the store is opened, so a refused build creates nothing.
-        fact_scopes(&config)?;
-        let store = open_store(&spec, embedder.clone())?;
-        let tokenizer = match self.tokenizer.take() {
-            Some(t) => t,
-            None => default_tokenizer()?,
-        };
         let clock = self
             .clock
             .take()
             .unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let store = open_store(&spec, embedder.clone(), &clock)?;
+        let tokenizer = match self.tokenizer.take() {
+            Some(t) => t,
+            None => default_tokenizer()?,
+        };
         let registry = Registry::from_config(&config, clock.clone());
         let workspace = self
             .workspace
@@ -353,7 +355,9 @@ impl RuntimeBuilder {
             ..Builtins::detect()
         }
         .register(&registry))?;
-        register_config_prompts(&registry, &config)?;
+        for prompt in prompts {
+            reg(registry.register(Arc::new(prompt)))?;
+        }
         let history = self.register_memory(&registry, &store, &tokenizer, &config, &workspace)?;
         if let Some(ws) = workspace.as_ref().filter(|ws| ws.is_dir()) {
             reg(registry.register(Arc::new(WorkspaceHints::new(ws))))?;
@@ -482,7 +486,7 @@ fn reg(r: Result<(), strata_registry::RegistryError>) -> Result<(), SessionError
 }
 
 /// `[workspace] fact_scopes`: the shared-fact scopes read between the agent's own and the
-/// global one (a project's facts), each checked as a scope.
+/// global one (a project's facts), each checked as a scope (ADR-0050).
 fn fact_scopes(config: &Config) -> Result<Vec<strata_memory::Scope>, SessionError> {
     config
         .workspace
@@ -500,20 +504,29 @@ fn fact_scopes(config: &Config) -> Result<Vec<strata_memory::Scope>, SessionErro
         .collect()
 }
 
-/// `[[prompts]]`: the runtime's own fixed text, registered with source `config` (each entry
-/// was checked when the configuration was read).
-fn register_config_prompts(registry: &Registry, config: &Config) -> Result<(), SessionError> {
-    for p in &config.prompts {
-        let prompt = p.to_prompt().map_err(|(key, reason)| {
-            SessionError::Config(strata_registry::ConfigError::Value {
-                key,
-                location: None,
-                reason,
+/// `config` checked whole (as `strata.toml` is when read, for a `Config` built in code too),
+/// with its fact scopes; its `[[prompts]]` as prompts to register.
+fn checked_config(config: &Config) -> Result<Vec<strata_registry::builtins::Prompt>, SessionError> {
+    config.validate()?;
+    fact_scopes(config)?;
+    config_prompts(config)
+}
+
+/// `[[prompts]]`: the runtime's own fixed text as prompts with source `config` (ADR-0050).
+fn config_prompts(config: &Config) -> Result<Vec<strata_registry::builtins::Prompt>, SessionError> {
+    config
+        .prompts
+        .iter()
+        .map(|p| {
+            p.to_prompt().map_err(|(key, reason)| {
+                SessionError::Config(strata_registry::ConfigError::Value {
+                    key,
+                    location: None,
+                    reason,
+                })
             })
-        })?;
-        reg(registry.register(Arc::new(prompt)))?;
-    }
-    Ok(())
+        })
+        .collect()
 }
 
 /// The wikilink graph of the notes in the folder of the memory index `index` (every `*.md`
@@ -529,11 +542,30 @@ fn note_graph(index: &Path) -> Result<Arc<strata_memory::NoteGraph>, SessionErro
 
 /// Open the store `spec` names with `embedder`, creating a SQLite file's folder; a store
 /// created with another embedder is refused (ADR-0046).
+/// The runtime's clock as the store's: entries, records and their lifetimes are stamped on
+/// the same clock as the section cache and the turns.
+#[derive(Clone)]
+struct StoreClock(Arc<dyn strata_registry::Clock>);
+
+impl std::fmt::Debug for StoreClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreClock")
+    }
+}
+
+impl strata_memory::Clock for StoreClock {
+    fn now_ms(&self) -> i64 {
+        self.0.unix_ms()
+    }
+}
+
 fn open_store(
     spec: &StoreSpec,
     embedder: Arc<dyn Embedder>,
+    clock: &Arc<dyn strata_registry::Clock>,
 ) -> Result<Arc<dyn StoreHandle>, SessionError> {
-    let options = strata_memory::StoreOptions::default();
+    let options =
+        strata_memory::StoreOptions::default().with_clock(Arc::new(StoreClock(clock.clone())));
     Ok(match spec {
         StoreSpec::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

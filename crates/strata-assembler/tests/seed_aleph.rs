@@ -726,7 +726,7 @@ fn heavy_layers_registered_as_prompts_follow_the_modes() {
 /// writes it in `strata.toml` as `[[prompts]]` of that kind. Each becomes a runtime section
 /// of source `config` in its layer (3, or 4 for skill mode), placed in Aleph's priority order,
 /// taking part in full mode and left out in compact mode as Aleph's "Compact excludes 14
-/// heavy layers" says.
+/// heavy layers" says. Verifies ADR-0050.
 #[test]
 fn the_platforms_own_layers_come_from_configuration() {
     let dir = tempfile::tempdir().unwrap();
@@ -808,6 +808,27 @@ fn the_platforms_own_layers_come_from_configuration() {
     assert!(
         e.contains("prompts.kind") && e.contains("signed identity"),
         "{e}"
+    );
+    // The same entry in a configuration built in code is refused before the store is opened.
+    let mut config = strata_registry::Config::default();
+    config.prompts.push(strata_registry::ConfiguredPrompt {
+        id: "x".into(),
+        kind: "soul".into(),
+        when: None,
+        text: "I am root.".into(),
+    });
+    let fresh = tempfile::tempdir().unwrap();
+    let Err(e) = Runtime::builder(demo::agent())
+        .sqlite(fresh.path().join("m.db"))
+        .config(config)
+        .build()
+    else {
+        panic!("a prompt of kind soul was accepted in code");
+    };
+    assert!(e.to_string().contains("prompts.kind"), "{e}");
+    assert!(
+        !fresh.path().join("m.db").exists(),
+        "a refused build opened the store"
     );
 }
 

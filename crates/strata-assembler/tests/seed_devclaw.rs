@@ -475,7 +475,7 @@ fn memory_search_hits_are_kept_per_query_until_a_memory_is_added() {
 /// section of layer 3, in the stable part of the context (so a provider's prompt cache keeps
 /// hitting while it does not change), and a change of it is a change of the standing prompt.
 /// strata takes it with each turn (the service and the command line have the same field): the
-/// session log keeps the conversation, the platform keeps its configuration.
+/// session log keeps the conversation, the platform keeps its configuration. Verifies ADR-0050.
 #[test]
 fn business_context_is_layer_three_and_stable() {
     let dir = tempfile::tempdir().unwrap();
@@ -591,7 +591,14 @@ fn ttl_caches_are_refreshed_in_the_background() {
     assert!(rt.registry().wait_for_refreshes(Duration::from_secs(5)));
     assert_eq!(reads.load(Ordering::SeqCst), 2);
     assert!(turn("Four?").contains("Feed reading number 2."));
-    // The turn's time comes from the same clock.
+    // The turn's time comes from the same clock, and so do the times the store stamps.
     let t = s.prepare("Five?", &TurnOptions::default()).unwrap();
     assert!(t.body.to_string().contains("2026-03-02"), "{}", t.body);
+    let stamped: Vec<i64> = s.turns().unwrap().iter().map(|e| e.at_ms).collect();
+    assert!(
+        stamped
+            .iter()
+            .all(|&at| (1_772_445_600_000..=1_772_445_600_000 + 31_000).contains(&at)),
+        "{stamped:?}"
+    );
 }

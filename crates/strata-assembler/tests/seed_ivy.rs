@@ -423,7 +423,7 @@ fn the_runtime_environment_is_sticky() {
 /// definitions, the recent execution footprint": the caller's footprint becomes the
 /// `recent-footprint` section of the working memory (layer 5, caller data, fenced like any
 /// runtime section), its lines in the order given. A footprint that is not one line per action
-/// refuses the turn with the reason, and the refused turn stores nothing.
+/// refuses the turn with the reason, and the refused turn stores nothing. Verifies ADR-0050.
 #[test]
 fn the_recent_footprint_reaches_the_working_memory() {
     let dir = tempfile::tempdir().unwrap();
@@ -494,7 +494,7 @@ fn the_recent_footprint_reaches_the_working_memory() {
 /// `[workspace] fact_scopes` names the project's scope of shared facts; its facts reach the
 /// turn as layer-3 data, another project's do not, and a key set in the agent's own scope
 /// hides the project's, which hides the global one. A scope that is not valid refuses the
-/// runtime before any store is opened.
+/// runtime before any store is opened. Verifies ADR-0050.
 #[test]
 fn project_facts_of_the_workspace_scope_reach_the_turn() {
     let dir = tempfile::tempdir().unwrap();
@@ -582,6 +582,7 @@ fn project_facts_of_the_workspace_scope_reach_the_turn() {
 /// the user's facts stay whole when the budget drops other sections. Within a cap
 /// (`sticky_facts_max_chars`): a store that holds more user facts than the cap makes the rest
 /// ordinary sections, which budget pressure may drop, rather than refusing every turn.
+/// Verifies ADR-0050.
 #[test]
 fn user_facts_are_sticky_within_their_cap() {
     let dir = tempfile::tempdir().unwrap();

@@ -565,7 +565,7 @@ fn each_session_keeps_its_own_goal() {
 /// is a prompt of source `config` that takes part in every turn unless the turn sets
 /// `sanity_checks: Some(false)`; a sanity check registered in code (`Prompt::sanity_check`)
 /// follows the same switch. (Its place: layer 3, before the goal and the skills of layer 4,
-/// where the seed puts it after them; the layer order decides in strata.)
+/// where the seed puts it after them; the layer order decides in strata.) Verifies ADR-0050.
 #[test]
 fn sanity_checks_take_part_unless_turned_off() {
     let dir = tempfile::tempdir().unwrap();

@@ -84,8 +84,9 @@ pub struct SharedFactsContributor {
 
 /// Which facts are sticky (never dropped for budget): those whose key starts with one of the
 /// prefixes, in the order they are read, while their rendered text stays within `max_chars`
-/// in total. The cap keeps a store's volume from making every turn's sticky set too large to
-/// fit, which would refuse the turn (ADR-0008); facts past it are ordinary sections.
+/// in total. The cap keeps a store's volume from growing every turn's sticky set, which would
+/// refuse turns once it no longer fits (ADR-0008); facts past it are ordinary sections. The cap
+/// is in characters and the budget in tokens: choose one that fits the budget (ADR-0050).
 #[derive(Debug, Clone, Default)]
 pub struct StickyFacts {
     /// Key prefixes (`user.`).
@@ -532,31 +533,23 @@ impl Contributor for MemoryIndexContributor {
         self.meta.clone()
     }
 
-    /// Cached until the file changes: the validator is a digest of its bytes (or of its
-    /// absence), so an edited MEMORY.md reaches the very next turn.
+    /// Cached until the file changes: the validator is what
+    /// [`strata_registry::Fingerprint::add_file`] says of it, up to four bytes per character
+    /// shown (a FIFO put in its place is never opened), so an edited MEMORY.md reaches the very
+    /// next turn.
     fn cache_policy(&self) -> CachePolicy {
         CachePolicy::UntilInvalidated
     }
 
     fn cache_validator(&self, _ctx: &ContributionContext) -> Option<strata_core::ContentHash> {
-        let mut h = blake3::Hasher::new();
-        match std::fs::read(&self.path) {
-            Ok(bytes) => {
-                h.update(b"file");
-                h.update(&(bytes.len() as u64).to_le_bytes());
-                h.update(&bytes);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                h.update(b"none");
-            }
-            Err(e) => {
-                h.update(b"error");
-                h.update(e.kind().to_string().as_bytes());
-            }
-        }
-        Some(strata_core::ContentHash::from_bytes(
-            *h.finalize().as_bytes(),
-        ))
+        let max_bytes = u64::try_from(self.limits.max_chars)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(4);
+        Some(
+            strata_registry::Fingerprint::new(&self.id)
+                .add_file(&self.path, max_bytes)
+                .finish(),
+        )
     }
 
     fn contribute(&self, _ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {

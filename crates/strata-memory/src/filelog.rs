@@ -568,6 +568,17 @@ impl FileLog {
     }
 }
 
+/// Refused before anything changes: the log keeps no session state to remove.
+fn no_state_to_remove(batch: &Batch) -> Result<()> {
+    if batch.remove_state.is_empty() {
+        return Ok(());
+    }
+    Err(MemoryError::invalid(
+        "batch",
+        "the file log keeps no session state, so it has no state documents to remove",
+    ))
+}
+
 impl WorkingMemory for FileLog {
     fn store_name(&self) -> &str {
         &self.name
@@ -575,6 +586,7 @@ impl WorkingMemory for FileLog {
 
     fn apply(&self, session: &str, batch: Batch) -> Result<Applied> {
         check_batch(&self.options, session, &batch)?;
+        no_state_to_remove(&batch)?;
         let now = self.options.now_ms();
         let mut st = self.lock();
         let held = st.sessions.get(session).map_or(&[][..], Vec::as_slice);

@@ -85,6 +85,11 @@ impl MemoryIndex {
     /// Read `path` within `limits`; `Ok(None)` when the file does not exist.
     pub fn read(path: impl AsRef<Path>, limits: IndexLimits) -> Result<Option<MemoryIndex>> {
         let path = path.as_ref();
+        // Only a regular file is read: a FIFO or a device in its place would block the read.
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            tracing::warn!(path = %path.display(), "the memory index is not a regular file; left out");
+            return Ok(None);
+        }
         match std::fs::read(path) {
             Ok(bytes) => {
                 let text = String::from_utf8_lossy(&bytes);

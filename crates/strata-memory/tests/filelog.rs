@@ -620,3 +620,35 @@ fn concurrent_writers_are_refused_not_interleaved() {
         acked.len()
     );
 }
+
+/// The file log keeps no session state: a batch that asks it to remove state documents is
+/// refused, and nothing it held changes.
+#[test]
+fn a_batch_removing_state_is_refused_by_the_file_log() {
+    use strata_memory::{Batch, MemoryError, NewEntry, Tail, WorkingMemory as _};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(conformance::T0));
+    let log = open(&dir, &clock);
+    log.apply(
+        "f1",
+        Batch {
+            tail: Tail::At(None),
+            entries: vec![NewEntry::user("hello")],
+            ..Batch::default()
+        },
+    )
+    .unwrap();
+    let refused = log.apply(
+        "f1",
+        Batch {
+            clear: true,
+            remove_state: vec!["files".into()],
+            ..Batch::default()
+        },
+    );
+    assert!(
+        matches!(refused, Err(MemoryError::Invalid { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(log.entries("f1").unwrap().len(), 1);
+}

@@ -233,7 +233,8 @@ pub struct MemoryConfig {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sticky_fact_prefixes: Vec<String>,
     /// Most characters of sticky facts in one turn; facts past it are ordinary sections, so
-    /// the store's volume can never make a turn's sticky part too large to fit.
+    /// the store's volume cannot grow a turn's sticky part past this (choose a cap that fits
+    /// the budget).
     pub sticky_facts_max_chars: usize,
 }
 

@@ -370,7 +370,7 @@ impl RequestInputs {
 }
 
 /// Check a recent footprint: at most [`MAX_FOOTPRINT_ENTRIES`] entries, each one line of 1 to
-/// [`MAX_FOOTPRINT_ENTRY`] bytes.
+/// [`MAX_FOOTPRINT_ENTRY`] bytes (ADR-0050).
 pub fn check_footprint(entries: &[Arc<str>]) -> Result<(), InputError> {
     if entries.len() > MAX_FOOTPRINT_ENTRIES {
         return Err(InputError::Footprint {
@@ -393,7 +393,9 @@ pub fn check_footprint(entries: &[Arc<str>]) -> Result<(), InputError> {
                 "is longer than 500 bytes; summarise the action in one line",
             ));
         }
-        if e.chars().any(char::is_control) {
+        if e.chars()
+            .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+        {
             return Err(bad(
                 "holds a line break or another control character; give one line per action",
             ));
@@ -463,6 +465,41 @@ impl Fingerprint {
         }
     }
 
+    /// Add what the file at `path` holds, for a cache validator: that it is missing, not a
+    /// regular file (a FIFO or a device is never opened, so a validator cannot block on one),
+    /// or could not be read; else its length, its modification time and its first `max_bytes`
+    /// bytes (what a contributor that shows at most that much can show). A rewrite that keeps
+    /// the length and the time and changes only bytes past `max_bytes` is not seen; bound
+    /// `max_bytes` by what the contributor reads.
+    pub fn add_file(&mut self, path: &std::path::Path, max_bytes: u64) -> &mut Self {
+        use std::io::Read as _;
+        let meta = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => m,
+            Ok(_) => return self.add("not a file"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.add("none"),
+            Err(e) => return self.add("error").add(&e.kind().to_string()),
+        };
+        let file = match std::fs::File::open(path) {
+            // Checked again on the opened file: the path may have been replaced meanwhile.
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+            Ok(_) => return self.add("not a file"),
+            Err(e) => return self.add("error").add(&e.kind().to_string()),
+        };
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        let mut head = Vec::new();
+        if let Err(e) = file.take(max_bytes).read_to_end(&mut head) {
+            return self.add("error").add(&e.kind().to_string());
+        }
+        self.add("file")
+            .add_bytes(&meta.len().to_le_bytes())
+            .add_bytes(&modified.to_le_bytes())
+            .add_bytes(&head)
+    }
+
     /// The finished hash.
     pub fn finish(&self) -> ContentHash {
         ContentHash::from_bytes(*self.0.finalize().as_bytes())
@@ -482,6 +519,30 @@ mod tests {
         let d = Fingerprint::new("x").add_opt(Some("")).finish();
         assert_ne!(c, d);
         assert_eq!(a, Fingerprint::new("x").add("ab").add("c").finish());
+    }
+
+    #[test]
+    fn a_footprint_entry_is_one_line() {
+        let lines = |v: &[&str]| v.iter().map(|l| Arc::from(*l)).collect::<Vec<Arc<str>>>();
+        assert!(check_footprint(&lines(&["ran make: ok", "edited a.rs"])).is_ok());
+        for bad in [
+            "a\nb",
+            "a\rb",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            " ",
+            &"x".repeat(501),
+        ] {
+            let e = check_footprint(&lines(&["fine", bad]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("recent footprint entry 2:"), "{bad:?}: {e}");
+        }
+        let many: Vec<String> = (0..51).map(|i| format!("step {i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(check_footprint(&lines(&many)).is_err());
+        assert!(check_business_context("Plan: Enterprise.\n\tRenewal in March.").is_ok());
+        assert!(check_business_context("a\u{0}b").is_err());
     }
 
     #[test]

@@ -603,3 +603,37 @@ fn builtins_declare_their_modes_and_paths() {
     }
     assert_eq!(r.len(), 15);
 }
+
+/// A FIFO put in place of a bootstrap file (anyone who can write to the workspace can make
+/// one) is never opened: the validator and the read leave it out, the other files still reach
+/// the gathering, and the gathering does not block (run on a thread and waited for with a
+/// bound only as a guard against a hang; nothing here measures speed).
+#[cfg(unix)]
+#[test]
+fn a_fifo_in_place_of_a_bootstrap_file_blocks_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("SOUL.md"), "Be terse.").unwrap();
+    let fifo = ws.path().join("AGENTS.md");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let cache = Arc::new(SectionCache::new(Arc::new(ManualClock::new(0))));
+    let r = Arc::new(Registry::with_cache(cache));
+    r.register(Arc::new(BootstrapFiles::new(ws.path())))
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let gathering = r.clone();
+    std::thread::spawn(move || {
+        let c = ctx(PromptMode::Full, AssemblyPath::Soul);
+        let _ = tx.send(bootstrap_gathered(&gathering, &c));
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the gathering blocked on a FIFO");
+    assert_eq!(
+        got,
+        (pairs(&[("SOUL.md", "Be terse.")]), RunOutcome::Computed)
+    );
+}

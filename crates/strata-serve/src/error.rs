@@ -206,7 +206,7 @@ impl From<SessionError> for ApiError {
             SessionError::ToolNotAllowed { .. } => ErrorCode::ToolNotAllowed,
             SessionError::ToolNotOffered { .. } => ErrorCode::ToolNotOffered,
             // The tool's MCP server did not complete the call: the upstream failed, not this
-            // service; retryable.
+            // service. Not retried for the caller: the tool may have run.
             SessionError::ToolCallFailed(_) => ErrorCode::ToolCallFailed,
             SessionError::Store(m) => match m {
                 MemoryError::Invalid { .. } => ErrorCode::InvalidRequest,

@@ -29,6 +29,7 @@ use strata_core::{Content, ContentHash, RuntimeLayer, Section, SourceKind};
 use crate::contributor::{
     CachePolicy, ContributionContext, Contributor, ContributorError, ContributorMeta,
 };
+use crate::inputs::Fingerprint;
 use crate::modes::StandardSection;
 
 /// Reads bootstrap files from a workspace folder; one section per file present
@@ -94,6 +95,12 @@ impl BootstrapFiles {
             )));
         }
         let path = self.dir.join(name);
+        // Only regular files are read: a FIFO or a device put in a file's place would block
+        // the read or never end. It is left out like a missing file, and logged.
+        if std::fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
+            tracing::warn!(path = %path.display(), "a bootstrap file is not a regular file; left out");
+            return Ok(None);
+        }
         match std::fs::read(&path) {
             Ok(bytes) => Ok(Some(Content::from_utf8_lossy(&bytes).to_string())),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
@@ -132,34 +139,24 @@ impl Contributor for BootstrapFiles {
     fn cache_policy(&self) -> CachePolicy {
         CachePolicy::UntilInvalidated
     }
-    /// The digest of every listed file, in list order: its name and its bytes, or that it is
-    /// missing, or the kind of error reading it gave (`contribute` reports the error). A name
-    /// that is not a plain file name is not read.
+    /// The digest of every listed file, in list order: its name and what
+    /// [`Fingerprint::add_file`] says of it, up to four bytes per character shown (a FIFO or a
+    /// device is never opened, so a planted one cannot block the gathering). A name that is
+    /// not a plain file name is not read.
     fn cache_validator(&self, _ctx: &ContributionContext) -> Option<ContentHash> {
-        let mut h = blake3::Hasher::new();
+        let mut f = Fingerprint::new(Self::ID);
+        let max_bytes = u64::try_from(self.max_chars)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(4);
         for name in &self.files {
-            h.update(&(name.len() as u64).to_le_bytes());
-            h.update(name.as_bytes());
-            if !Self::plain(name) {
-                h.update(b"not plain");
-                continue;
-            }
-            match std::fs::read(self.dir.join(name)) {
-                Ok(bytes) => {
-                    h.update(b"file");
-                    h.update(&(bytes.len() as u64).to_le_bytes());
-                    h.update(&bytes);
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    h.update(b"none");
-                }
-                Err(e) => {
-                    h.update(b"error");
-                    h.update(e.kind().to_string().as_bytes());
-                }
+            f.add(name);
+            if Self::plain(name) {
+                f.add_file(&self.dir.join(name), max_bytes);
+            } else {
+                f.add("not plain");
             }
         }
-        Some(ContentHash::from_bytes(*h.finalize().as_bytes()))
+        Some(f.finish())
     }
     fn contribute(&self, _ctx: &ContributionContext) -> Result<Vec<Section>, ContributorError> {
         let meta = self.meta();

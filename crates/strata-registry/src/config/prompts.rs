@@ -1,7 +1,7 @@
 //! `[[prompts]]`: fixed text of the runtime's own, registered as prompts of a standard kind
 //! (the Prompts System's prompts of source `config`, Aleph's heartbeat, protocol tokens,
 //! operational guidelines and the like). Each is layer-3 or layer-4 data with source
-//! `config`: it can never write identity (ADR-0006).
+//! `config`: it can never write identity (ADR-0006, ADR-0050).
 //!
 //! ```toml
 //! [[prompts]]
